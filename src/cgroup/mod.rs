@@ -1,0 +1,520 @@
+//! Cgroup hierarchies: which controller is driven through which version, where dbcage's groups
+//! live, and what the kernel has there now.
+//!
+//! Detection is per controller (hybrid hosts exist: these machines mount v1 controllers beside
+//! an empty cgroup2). The drivers (`v1`, `v2`) are the only code that knows control-file names;
+//! `apply` is the only code that writes under /sys/fs/cgroup.
+//! Kernel references: Documentation/admin-guide/cgroup-v1/*.rst, cgroup-v2.rst.
+
+pub mod apply;
+pub mod model;
+pub mod v1;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::classify::Leaf;
+use crate::hostfs::HostFs;
+use crate::inventory::MountTable;
+use crate::policy::{Agent, ParentSpec};
+
+/// The controllers dbcage drives. `Cpuacct` exists only on v1 (v2 reports cpu time in cpu.stat).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Controller {
+    Io,
+    Cpu,
+    Cpuacct,
+    Cpuset,
+    Memory,
+}
+
+pub const CONTROLLERS: [Controller; 5] = [
+    Controller::Io,
+    Controller::Cpu,
+    Controller::Cpuacct,
+    Controller::Cpuset,
+    Controller::Memory,
+];
+
+impl Controller {
+    pub fn v1_name(self) -> &'static str {
+        match self {
+            Controller::Io => "blkio",
+            Controller::Cpu => "cpu",
+            Controller::Cpuacct => "cpuacct",
+            Controller::Cpuset => "cpuset",
+            Controller::Memory => "memory",
+        }
+    }
+    pub fn v2_name(self) -> Option<&'static str> {
+        match self {
+            Controller::Io => Some("io"),
+            Controller::Cpu => Some("cpu"),
+            Controller::Cpuacct => None,
+            Controller::Cpuset => Some("cpuset"),
+            Controller::Memory => Some("memory"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Version {
+    #[serde(rename = "v1")]
+    V1,
+    #[serde(rename = "v2")]
+    V2,
+}
+
+/// One mounted hierarchy and the controllers dbcage drives through it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Hierarchy {
+    pub version: Version,
+    pub mount_point: PathBuf,
+    /// The cgroup path mounted at `mount_point` (`/` unless inside a container).
+    pub mount_root: String,
+    pub controllers: Vec<Controller>,
+    /// Every controller name in the mount options (v1) — used to read /proc/PID/cgroup.
+    pub mount_controllers: Vec<String>,
+    /// Where this process itself is, relative to the hierarchy root.
+    pub own_path: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Setup {
+    pub hierarchies: Vec<Hierarchy>,
+    /// Controllers found on no hierarchy (the kernel lacks them or they are not mounted).
+    pub missing: Vec<Controller>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("writing `{value}` to {path}: {source}{hint}")]
+    Write {
+        path: PathBuf,
+        value: String,
+        source: std::io::Error,
+        hint: String,
+    },
+    #[error("creating cgroup {path}: {source}")]
+    Mkdir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("removing cgroup {path}: {source}")]
+    Rmdir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Layout(String),
+}
+
+/// /proc/PID/cgroup: `ID:controllers:path` per hierarchy (`0::path` for v2).
+pub fn parse_proc_cgroup(text: &str) -> Vec<(Vec<String>, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let _id = parts.next()?;
+            let ctrls = parts.next()?;
+            let path = parts.next()?;
+            let names = if ctrls.is_empty() {
+                Vec::new()
+            } else {
+                ctrls.split(',').map(str::to_string).collect()
+            };
+            Some((names, path.to_string()))
+        })
+        .collect()
+}
+
+impl Hierarchy {
+    /// The line of /proc/PID/cgroup that belongs to this hierarchy.
+    fn pick<'a>(&self, lines: &'a [(Vec<String>, String)]) -> Option<&'a str> {
+        lines
+            .iter()
+            .find(|(names, _)| match self.version {
+                Version::V2 => names.is_empty(),
+                Version::V1 => names.iter().any(|n| self.mount_controllers.contains(n)),
+            })
+            .map(|(_, p)| p.as_str())
+    }
+
+    /// A cgroup path (relative to the hierarchy root) as a directory on this host.
+    pub fn dir_of(&self, cgroup_path: &str) -> Option<PathBuf> {
+        let root = self.mount_root.trim_end_matches('/');
+        let rel = if root.is_empty() {
+            Some(cgroup_path)
+        } else {
+            cgroup_path.strip_prefix(root)
+        }?;
+        if !(rel.is_empty() || rel.starts_with('/')) {
+            return None;
+        }
+        Some(self.mount_point.join(rel.trim_start_matches('/')))
+    }
+}
+
+impl Setup {
+    pub fn detect(fs: &HostFs, mounts: &MountTable) -> Result<Setup, CgroupError> {
+        let own_text =
+            fs.read_to_string("/proc/self/cgroup")
+                .map_err(|source| CgroupError::Read {
+                    path: "/proc/self/cgroup".into(),
+                    source,
+                })?;
+        let own = parse_proc_cgroup(&own_text);
+        let mut hierarchies: Vec<Hierarchy> = Vec::new();
+        let mut claimed = BTreeSet::new();
+        // v1 first: a controller bound to a v1 hierarchy is unavailable to v2.
+        for m in mounts.mounts.iter().filter(|m| m.fstype == "cgroup") {
+            let names: Vec<String> = m
+                .super_options
+                .iter()
+                .filter(|o| !matches!(o.as_str(), "rw" | "ro"))
+                .cloned()
+                .collect();
+            let controllers: Vec<Controller> = CONTROLLERS
+                .iter()
+                .copied()
+                .filter(|c| names.iter().any(|n| n == c.v1_name()))
+                .collect();
+            if controllers.is_empty() || hierarchies.iter().any(|h| h.mount_controllers == names) {
+                continue; // a named hierarchy (name=systemd), or the same hierarchy mounted twice
+            }
+            claimed.extend(controllers.iter().copied());
+            let mut h = Hierarchy {
+                version: Version::V1,
+                mount_point: fs.path(&m.mount_point),
+                mount_root: m.root.clone(),
+                controllers,
+                mount_controllers: names,
+                own_path: String::new(),
+            };
+            h.own_path = h.pick(&own).unwrap_or("/").to_string();
+            hierarchies.push(h);
+        }
+        if let Some(m) = mounts.mounts.iter().find(|m| m.fstype == "cgroup2") {
+            let mp = fs.path(&m.mount_point);
+            let available =
+                std::fs::read_to_string(mp.join("cgroup.controllers")).unwrap_or_default();
+            let controllers: Vec<Controller> = CONTROLLERS
+                .iter()
+                .copied()
+                .filter(|c| !claimed.contains(c))
+                .filter(|c| {
+                    c.v2_name()
+                        .is_some_and(|n| available.split_whitespace().any(|a| a == n))
+                })
+                .collect();
+            if !controllers.is_empty() {
+                claimed.extend(controllers.iter().copied());
+                let mut h = Hierarchy {
+                    version: Version::V2,
+                    mount_point: mp,
+                    mount_root: m.root.clone(),
+                    controllers,
+                    mount_controllers: Vec::new(),
+                    own_path: String::new(),
+                };
+                h.own_path = h.pick(&own).unwrap_or("/").to_string();
+                hierarchies.push(h);
+            }
+        }
+        // On v2, cpu time comes from cpu.stat; cpuacct is not missing there.
+        let v2_cpu = hierarchies
+            .iter()
+            .any(|h| h.version == Version::V2 && h.controllers.contains(&Controller::Cpu));
+        let missing = CONTROLLERS
+            .iter()
+            .copied()
+            .filter(|c| !(claimed.contains(c) || (*c == Controller::Cpuacct && v2_cpu)))
+            .collect();
+        Ok(Setup {
+            hierarchies,
+            missing,
+        })
+    }
+
+    pub fn hierarchy_of(&self, c: Controller) -> Option<usize> {
+        self.hierarchies
+            .iter()
+            .position(|h| h.controllers.contains(&c))
+    }
+
+    /// `io=v1 cpu=v1 ...` for status output.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        for c in CONTROLLERS {
+            let v = match self.hierarchy_of(c) {
+                Some(i) => match self.hierarchies[i].version {
+                    Version::V1 => "v1",
+                    Version::V2 => "v2",
+                },
+                None if self.missing.contains(&c) => "missing",
+                None => continue,
+            };
+            parts.push(format!("{}={v}", c.v1_name()));
+        }
+        parts.join(" ")
+    }
+}
+
+/// Where dbcage's groups are in each hierarchy: `<parent>/<root>/<tenant>/{limited,exempt}`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Layout {
+    pub root_name: String,
+    /// Indexed like `Setup::hierarchies`.
+    pub parents: Vec<PathBuf>,
+    pub setup: Setup,
+}
+
+impl Layout {
+    pub fn new(setup: Setup, agent: &Agent) -> Result<Layout, CgroupError> {
+        let mut parents = Vec::new();
+        for h in &setup.hierarchies {
+            let cg = match &agent.parent {
+                ParentSpec::HierarchyRoot => h.mount_root.clone(),
+                ParentSpec::OwnCgroup => h.own_path.clone(),
+                ParentSpec::Path(p) => p.clone(),
+            };
+            let dir = h.dir_of(&cg).ok_or_else(|| {
+                CgroupError::Layout(format!(
+                    "the parent cgroup {cg} is not visible in the {} hierarchy mounted at {} (it shows only {})",
+                    h.controllers.iter().map(|c| c.v1_name()).collect::<Vec<_>>().join(","),
+                    h.mount_point.display(),
+                    h.mount_root
+                ))
+            })?;
+            parents.push(dir);
+        }
+        Ok(Layout {
+            root_name: agent.root_name.clone(),
+            parents,
+            setup,
+        })
+    }
+
+    pub fn root_dir(&self, h: usize) -> PathBuf {
+        self.parents[h].join(&self.root_name)
+    }
+    pub fn tenant_dir(&self, h: usize, tenant: &str) -> PathBuf {
+        self.root_dir(h).join(tenant)
+    }
+    pub fn leaf_dir(&self, h: usize, tenant: &str, leaf: Leaf) -> PathBuf {
+        self.tenant_dir(h, tenant).join(leaf.dir())
+    }
+    pub fn dir(&self, h: usize, group: &GroupRef) -> PathBuf {
+        match group {
+            GroupRef::Root => self.root_dir(h),
+            GroupRef::Tenant(t) => self.tenant_dir(h, t),
+            GroupRef::Leaf(t, l) => self.leaf_dir(h, t, *l),
+        }
+    }
+
+    /// Tenant names that have groups under the root in any hierarchy.
+    pub fn existing_tenants(&self) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        for h in 0..self.setup.hierarchies.len() {
+            if let Ok(entries) = std::fs::read_dir(self.root_dir(h)) {
+                for e in entries.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        out.insert(e.file_name().to_string_lossy().into_owned());
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A group in dbcage's layout, independent of hierarchy.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum GroupRef {
+    Root,
+    Tenant(String),
+    Leaf(String, Leaf),
+}
+
+/// What the kernel has now under dbcage's root: which groups exist, the value of every control
+/// file the drivers manage, and where each given process is.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub dirs: BTreeSet<PathBuf>,
+    pub files: HashMap<PathBuf, String>,
+    /// pid → its group directory in each hierarchy (indexed like `Setup::hierarchies`).
+    pub proc_dirs: HashMap<u32, Vec<Option<PathBuf>>>,
+    /// pid → resident memory in bytes.
+    pub proc_rss: HashMap<u32, u64>,
+    /// cpus and memory nodes the parent allows (v1 cpuset.effective_*, v2 cpuset.*.effective).
+    pub parent_cpus: Option<crate::kernel::CpuSet>,
+    pub parent_mems: Option<crate::kernel::CpuSet>,
+}
+
+impl Snapshot {
+    /// Reads the groups under the root (depth 2: tenants and their leaves), the files the driver
+    /// manages in each, the parent's cpuset, and the groups of `pids`.
+    pub fn read(fs: &HostFs, layout: &Layout, pids: &[u32]) -> Snapshot {
+        let mut snap = Snapshot::default();
+        for (h, hier) in layout.setup.hierarchies.iter().enumerate() {
+            let files = match hier.version {
+                Version::V1 => v1::managed_files(&hier.controllers),
+                Version::V2 => Vec::new(),
+            };
+            let root = layout.root_dir(h);
+            let mut stack = vec![(root, 0)];
+            while let Some((dir, depth)) = stack.pop() {
+                if !dir.is_dir() {
+                    continue;
+                }
+                for f in &files {
+                    if let Ok(v) = std::fs::read_to_string(dir.join(f)) {
+                        snap.files.insert(dir.join(f), v);
+                    }
+                }
+                if depth < 2 {
+                    if let Ok(entries) = std::fs::read_dir(&dir) {
+                        for e in entries.flatten() {
+                            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                                stack.push((e.path(), depth + 1));
+                            }
+                        }
+                    }
+                }
+                snap.dirs.insert(dir);
+            }
+            if hier.controllers.contains(&Controller::Cpuset) && hier.version == Version::V1 {
+                let parent = &layout.parents[h];
+                let read = |f: &str| {
+                    std::fs::read_to_string(parent.join(f))
+                        .ok()
+                        .and_then(|t| t.trim().parse().ok())
+                };
+                snap.parent_cpus = read("cpuset.effective_cpus").or_else(|| read("cpuset.cpus"));
+                snap.parent_mems = read("cpuset.effective_mems").or_else(|| read("cpuset.mems"));
+            }
+        }
+        for &pid in pids {
+            let dir = fs.proc().join(pid.to_string());
+            let Ok(text) = std::fs::read_to_string(dir.join("cgroup")) else {
+                continue;
+            };
+            let lines = parse_proc_cgroup(&text);
+            let dirs = layout
+                .setup
+                .hierarchies
+                .iter()
+                .map(|h| h.pick(&lines).and_then(|p| h.dir_of(p)))
+                .collect();
+            snap.proc_dirs.insert(pid, dirs);
+            if let Ok(statm) = std::fs::read_to_string(dir.join("statm")) {
+                if let Some(pages) = statm
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+                {
+                    snap.proc_rss.insert(pid, pages * page_size());
+                }
+            }
+        }
+        snap
+    }
+
+    pub fn file(&self, path: &Path) -> Option<&str> {
+        self.files.get(path).map(String::as_str)
+    }
+}
+
+pub fn page_size() -> u64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .map(|v| v as u64)
+        .unwrap_or(4096)
+}
+
+/// Reads the pids in a group's cgroup.procs (empty if the group does not exist).
+pub fn procs_in(dir: &Path) -> Vec<u32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// Per-hierarchy group directories for a tenant, for status and release.
+pub fn tenant_dirs(layout: &Layout, tenant: &str) -> BTreeMap<usize, PathBuf> {
+    (0..layout.setup.hierarchies.len())
+        .map(|h| (h, layout.tenant_dir(h, tenant)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;
+
+/// Moves every process of a group (and its subgroups) to `to`, then removes the groups,
+/// deepest first. Processes may fork while this runs, so it retries until the groups are empty.
+fn drain_and_remove(dir: &Path, to: &Path) -> Result<usize, CgroupError> {
+    let mut moved = 0;
+    let mut dirs = vec![dir.to_path_buf()];
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.insert(0, e.path());
+            }
+        }
+    }
+    for d in dirs {
+        let mut attempt = 0;
+        loop {
+            for pid in procs_in(&d) {
+                match apply::write_file(&to.join("cgroup.procs"), &pid.to_string()) {
+                    Ok(()) => moved += 1,
+                    Err(CgroupError::Write { ref source, .. })
+                        if source.raw_os_error() == Some(nix::libc::ESRCH) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            match std::fs::remove_dir(&d) {
+                Ok(()) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) && attempt < 100 => {
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(source) => return Err(CgroupError::Rmdir { path: d, source }),
+            }
+        }
+    }
+    Ok(moved)
+}
+
+/// Moves a tenant's processes back to dbcage's parent cgroup and removes its groups, in every
+/// hierarchy. Returns how many processes moved (counted once per process, from the hierarchy
+/// that moved the most).
+pub fn release_tenant(layout: &Layout, tenant: &str) -> Result<usize, CgroupError> {
+    let mut moved = 0;
+    for h in 0..layout.setup.hierarchies.len() {
+        let dir = layout.tenant_dir(h, tenant);
+        if dir.is_dir() {
+            moved = moved.max(drain_and_remove(&dir, &layout.parents[h])?);
+        }
+    }
+    Ok(moved)
+}
+
+/// Removes dbcage's root group in every hierarchy once no tenant is left in it.
+pub fn remove_root(layout: &Layout) -> Result<(), CgroupError> {
+    for h in 0..layout.setup.hierarchies.len() {
+        let root = layout.root_dir(h);
+        if root.is_dir() {
+            drain_and_remove(&root, &layout.parents[h])?;
+        }
+    }
+    Ok(())
+}

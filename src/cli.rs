@@ -1,0 +1,714 @@
+//! The command line: parse, run, print the error chain once, exit with a documented code.
+//!
+//! Exit codes: 0 success; 1 a runtime failure (a kernel write failed, a file could not be read);
+//! 2 the policy or the command line is invalid (nothing was changed).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+
+use crate::cgroup::{self, apply, Controller, Layout, Setup, Snapshot, Version};
+use crate::classify::{claims, classify, Leaf};
+use crate::hostfs::HostFs;
+use crate::inventory::{self, Inventory};
+use crate::plan::{self, Plan, Step};
+use crate::policy::{self, Loaded, PolicyErrors, SystemAccounts};
+use crate::stats;
+use crate::units::HumanBytes;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "dbcage",
+    version,
+    about = "Resource governor for database instances sharing one Linux host"
+)]
+pub struct Cli {
+    /// Policy file; drop-ins are read from conf.d/ beside it.
+    #[arg(short, long, global = true, default_value = policy::DEFAULT_POLICY, env = "DBCAGE_CONFIG")]
+    pub config: PathBuf,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Validate the policy against this host and show warnings; changes nothing.
+    Check,
+    /// Show what `apply` would do: groups, control-file writes, process moves, with reasons.
+    Plan {
+        /// Print the plan as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make the kernel match the policy: create groups, write limits, move processes.
+    Apply {
+        /// Print the plan and the outcome as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show each tenant's processes, limits in force and usage.
+    Status {
+        /// Only these tenants.
+        tenants: Vec<String>,
+        /// List processes with the rule that placed them.
+        #[arg(short, long)]
+        verbose: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move a tenant's processes back to the parent cgroup and remove its groups.
+    Release {
+        /// Tenants to release.
+        tenants: Vec<String>,
+        /// Release every tenant and remove dbcage's root group.
+        #[arg(long, conflicts_with = "tenants")]
+        all: bool,
+    },
+}
+
+/// An error that means "the input is wrong, nothing was changed" (exit 2).
+#[derive(Debug)]
+struct Invalid(String);
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for Invalid {}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DBCAGE_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                if io.kind() == std::io::ErrorKind::BrokenPipe {
+                    return ExitCode::SUCCESS;
+                }
+            }
+            if e.downcast_ref::<PolicyErrors>().is_some() || e.downcast_ref::<Invalid>().is_some() {
+                eprint!("dbcage: {e:#}");
+                if !format!("{e:#}").ends_with('\n') {
+                    eprintln!();
+                }
+                return ExitCode::from(2);
+            }
+            eprintln!("dbcage: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Everything a command needs from policy and host.
+pub struct Context_ {
+    pub loaded: Loaded,
+    pub inventory: Inventory,
+    pub layout: Layout,
+    pub fs: HostFs,
+}
+
+fn load_policy(path: &Path) -> Result<Loaded> {
+    Ok(policy::load(path, &SystemAccounts)?)
+}
+
+/// Loads the policy, reads the host and finds the cgroup layout. Device problems are policy
+/// errors (exit 2): a policy that names a missing disk applies nothing.
+pub fn prepare(config: &Path) -> Result<Context_> {
+    let fs = HostFs::default();
+    let loaded = load_policy(config)?;
+    let (inventory, problems) = inventory::gather(&fs, &loaded.policy)?;
+    if !problems.is_empty() {
+        return Err(PolicyErrors(problems).into());
+    }
+    let setup = Setup::detect(&fs, &inventory.mounts)?;
+    if let Some(h) = setup.hierarchies.iter().find(|h| h.version == Version::V2) {
+        bail!(
+            "the {} controller(s) are on cgroup v2 ({}); this build drives cgroup v1 only",
+            h.controllers
+                .iter()
+                .map(|c| c.v1_name())
+                .collect::<Vec<_>>()
+                .join(","),
+            h.mount_point.display()
+        );
+    }
+    let layout = Layout::new(setup, &loaded.policy.agent)?;
+    Ok(Context_ {
+        loaded,
+        inventory,
+        layout,
+        fs,
+    })
+}
+
+pub fn make_plan(ctx: &Context_) -> Result<Plan> {
+    let placements = classify(&ctx.loaded.policy.tenants, &ctx.inventory.procs);
+    let pids: Vec<u32> = placements.iter().map(|p| p.pid).collect();
+    let snap = Snapshot::read(&ctx.fs, &ctx.layout, &pids);
+    Ok(plan::build(
+        &ctx.loaded.policy,
+        &ctx.inventory,
+        &ctx.layout,
+        &snap,
+    )?)
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    match cli.command {
+        Command::Check => check(&cli.config, &mut out),
+        Command::Plan { json } => {
+            let ctx = prepare(&cli.config)?;
+            let plan = make_plan(&ctx)?;
+            if json {
+                serde_json::to_writer_pretty(&mut out, &plan)?;
+                writeln!(out)?;
+            } else {
+                print_plan(&mut out, &ctx, &plan)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Apply { json } => {
+            let ctx = prepare(&cli.config)?;
+            let plan = make_plan(&ctx)?;
+            let outcome = apply::execute(&plan);
+            if json {
+                #[derive(Serialize)]
+                struct Report<'a> {
+                    plan: &'a Plan,
+                    outcome: &'a apply::Outcome,
+                }
+                serde_json::to_writer_pretty(
+                    &mut out,
+                    &Report {
+                        plan: &plan,
+                        outcome: &outcome,
+                    },
+                )?;
+                writeln!(out)?;
+            } else {
+                for w in &plan.warnings {
+                    writeln!(out, "warning: {w}")?;
+                }
+                if plan.is_empty() {
+                    writeln!(
+                        out,
+                        "nothing to do: every group, limit and process is already in place"
+                    )?;
+                } else {
+                    writeln!(
+                        out,
+                        "applied: {} groups created, {} values written, {} processes moved{}",
+                        outcome.created,
+                        outcome.written,
+                        outcome.moved,
+                        if outcome.vanished > 0 {
+                            format!(", {} exited before their move", outcome.vanished)
+                        } else {
+                            String::new()
+                        }
+                    )?;
+                }
+                for e in &outcome.errors {
+                    writeln!(out, "error: {e}")?;
+                }
+            }
+            if outcome.errors.is_empty() {
+                Ok(ExitCode::SUCCESS)
+            } else {
+                out.flush()?;
+                bail!(
+                    "{} of the plan's steps failed (listed above)",
+                    outcome.errors.len()
+                )
+            }
+        }
+        Command::Status {
+            tenants,
+            verbose,
+            json,
+        } => status(&cli.config, &tenants, verbose, json, &mut out),
+        Command::Release { tenants, all } => release(&cli.config, &tenants, all, &mut out),
+    }
+}
+
+fn check(config: &Path, out: &mut impl std::io::Write) -> Result<ExitCode> {
+    let ctx = prepare(config)?;
+    let plan = make_plan(&ctx)?;
+    let policy = &ctx.loaded.policy;
+    writeln!(
+        out,
+        "policy OK: {} ({} tenants)",
+        policy
+            .files
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        policy.tenants.len()
+    )?;
+    writeln!(out, "cgroup controllers: {}", ctx.layout.setup.describe())?;
+    for t in &plan.tenants {
+        let devices = &ctx.inventory.tenants[policy
+            .tenants
+            .iter()
+            .position(|x| x.name == t.name)
+            .unwrap()]
+        .devices;
+        writeln!(
+            out,
+            "tenant {}: {} processes match now; devices: {}",
+            t.name,
+            t.processes,
+            if devices.is_empty() {
+                "none".to_string()
+            } else {
+                devices
+                    .iter()
+                    .map(|d| format!("{} ({})", d.name, d.devnum))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        )?;
+    }
+    let mut warnings: Vec<String> = ctx.loaded.warnings.iter().map(|w| w.to_string()).collect();
+    warnings.extend(plan.warnings.iter().cloned());
+    // Overlaps seen on live processes: rules of two tenants that both match one process now.
+    let mut seen = std::collections::BTreeMap::new();
+    for p in &ctx.inventory.procs {
+        let c = claims(&policy.tenants, p);
+        if c.len() > 1 {
+            seen.entry(c.clone())
+                .or_insert_with(Vec::new)
+                .push(format!("{} ({})", p.pid, p.comm));
+        }
+    }
+    for (tenants, procs) in seen {
+        let names: Vec<&str> = tenants
+            .iter()
+            .map(|i| policy.tenants[*i].name.as_str())
+            .collect();
+        warnings.push(format!(
+            "rules of tenants {} overlap on {} running process(es), e.g. {}; they go to `{}`, the first in file order",
+            names.join(", "),
+            procs.len(),
+            procs.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+            names[0]
+        ));
+    }
+    for w in &warnings {
+        writeln!(out, "warning: {w}")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_plan(out: &mut impl std::io::Write, ctx: &Context_, plan: &Plan) -> Result<()> {
+    writeln!(out, "cgroup controllers: {}", ctx.layout.setup.describe())?;
+    for t in &plan.tenants {
+        writeln!(out, "tenant {}: {} processes", t.name, t.processes)?;
+        for (dev, l) in &t.settings.io {
+            let mut parts = Vec::new();
+            if let Some(v) = l.read_bps {
+                parts.push(format!("read {}/s", HumanBytes(v)));
+            }
+            if let Some(v) = l.write_bps {
+                parts.push(format!("write {}/s", HumanBytes(v)));
+            }
+            if let Some(v) = l.read_iops {
+                parts.push(format!("read {v} IOPS"));
+            }
+            if let Some(v) = l.write_iops {
+                parts.push(format!("write {v} IOPS"));
+            }
+            writeln!(out, "  io {dev}: {}", parts.join(", "))?;
+        }
+        if let Some(c) = t.settings.cpu_cores {
+            writeln!(out, "  cpu quota: {c} cores")?;
+        }
+        writeln!(
+            out,
+            "  cpus {} mems {} weight {}",
+            t.settings.cpus, t.settings.mems, t.settings.cpu_weight
+        )?;
+        if let Some(m) = t.settings.memory_max {
+            writeln!(out, "  memory max {}", HumanBytes(m))?;
+        }
+    }
+    if plan.is_empty() {
+        writeln!(
+            out,
+            "no changes: every group, limit and process is already in place"
+        )?;
+    } else {
+        writeln!(out, "steps ({}):", plan.steps.len())?;
+    }
+    for s in &plan.steps {
+        match s {
+            Step::Mkdir { path, reason } => {
+                writeln!(out, "  mkdir {}    # {reason}", path.display())?
+            }
+            Step::Write {
+                path,
+                value,
+                current,
+                reason,
+            } => writeln!(
+                out,
+                "  write {} = {:?} (now {})    # {reason}",
+                path.display(),
+                value,
+                current
+                    .as_deref()
+                    .map(|c| format!("{:?}", c.replace('\n', "; ")))
+                    .unwrap_or_else(|| "absent".into())
+            )?,
+            Step::Move {
+                pid,
+                comm,
+                tenant,
+                leaf,
+                targets,
+                reason,
+            } => writeln!(
+                out,
+                "  move pid {pid} ({comm}) to {tenant}/{} in {} hierarchies    # {reason}",
+                leaf.dir(),
+                targets.len()
+            )?,
+        }
+    }
+    for w in &plan.warnings {
+        writeln!(out, "warning: {w}")?;
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct TenantStatus {
+    name: String,
+    processes: usize,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    members: Vec<Member>,
+    devices: Vec<DeviceStatus>,
+    cpu: stats::CpuUsage,
+    cpu_quota_cores: Option<f64>,
+    memory: stats::MemoryUsage,
+    memory_limit_bytes: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct Member {
+    pid: u32,
+    comm: String,
+    cmdline: String,
+    leaf: Leaf,
+    rule: String,
+}
+
+#[derive(Serialize)]
+struct DeviceStatus {
+    device: String,
+    name: String,
+    read_bps_limit: Option<u64>,
+    write_bps_limit: Option<u64>,
+    read_iops_limit: Option<u64>,
+    write_iops_limit: Option<u64>,
+    #[serde(flatten)]
+    usage: stats::IoCounters,
+}
+
+fn device_name(fs: &HostFs, dev: crate::kernel::DevNum) -> String {
+    std::fs::canonicalize(fs.path(format!("/sys/dev/block/{dev}")))
+        .ok()
+        .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| dev.to_string())
+}
+
+fn status(
+    config: &Path,
+    only: &[String],
+    verbose: bool,
+    json: bool,
+    out: &mut impl std::io::Write,
+) -> Result<ExitCode> {
+    let fs = HostFs::default();
+    let loaded = load_policy(config)?;
+    let mounts = inventory::MountTable::read(&fs)?;
+    let setup = Setup::detect(&fs, &mounts)?;
+    let layout = Layout::new(setup, &loaded.policy.agent)?;
+    let policy = &loaded.policy;
+    for name in only {
+        if !policy.tenants.iter().any(|t| &t.name == name) {
+            return Err(
+                Invalid(format!("no tenant named `{name}` in {}", config.display())).into(),
+            );
+        }
+    }
+    let procs = if verbose {
+        inventory::procs::scan(&fs)?
+    } else {
+        Vec::new()
+    };
+    let placements = classify(&policy.tenants, &procs);
+    let h_of = |c| layout.setup.hierarchy_of(c);
+    let mut rows = Vec::new();
+    for (ti, t) in policy.tenants.iter().enumerate() {
+        if !only.is_empty() && !only.contains(&t.name) {
+            continue;
+        }
+        let Some(first) = (0..layout.setup.hierarchies.len()).next() else {
+            bail!("no cgroup hierarchy found")
+        };
+        let h_procs = h_of(Controller::Io).unwrap_or(first);
+        let mut members = Vec::new();
+        let mut count = 0;
+        for leaf in [Leaf::Limited, Leaf::Exempt] {
+            let pids = cgroup::procs_in(&layout.leaf_dir(h_procs, &t.name, leaf));
+            count += pids.len();
+            if verbose {
+                for pid in pids {
+                    let p = procs.iter().find(|p| p.pid == pid);
+                    let rule = placements
+                        .iter()
+                        .find(|x| x.pid == pid && x.tenant == ti)
+                        .map(|x| x.reason.clone())
+                        .unwrap_or_else(|| {
+                            "no longer matches; stays until released (children inherit)".into()
+                        });
+                    members.push(Member {
+                        pid,
+                        comm: p.map(|p| p.comm.clone()).unwrap_or_default(),
+                        cmdline: p.map(|p| p.cmdline.clone()).unwrap_or_default(),
+                        leaf,
+                        rule,
+                    });
+                }
+            }
+        }
+        let mut devices = Vec::new();
+        if let Some(h) = h_of(Controller::Io) {
+            let limited = layout.leaf_dir(h, &t.name, Leaf::Limited);
+            let read = |f: &str| {
+                std::fs::read_to_string(limited.join(f))
+                    .map(|s| cgroup::v1::parse_device_lines(&s))
+                    .unwrap_or_default()
+            };
+            let (rb, wb, ri, wi) = (
+                read(cgroup::v1::READ_BPS),
+                read(cgroup::v1::WRITE_BPS),
+                read(cgroup::v1::READ_IOPS),
+                read(cgroup::v1::WRITE_IOPS),
+            );
+            let usage = stats::v1_io(&layout.tenant_dir(h, &t.name));
+            let mut devs: Vec<_> = rb
+                .keys()
+                .chain(wb.keys())
+                .chain(ri.keys())
+                .chain(wi.keys())
+                .chain(usage.keys())
+                .copied()
+                .collect();
+            devs.sort();
+            devs.dedup();
+            for d in devs {
+                devices.push(DeviceStatus {
+                    device: d.to_string(),
+                    name: device_name(&fs, d),
+                    read_bps_limit: rb.get(&d).copied(),
+                    write_bps_limit: wb.get(&d).copied(),
+                    read_iops_limit: ri.get(&d).copied(),
+                    write_iops_limit: wi.get(&d).copied(),
+                    usage: usage.get(&d).copied().unwrap_or_default(),
+                });
+            }
+        }
+        let cpu_dir = h_of(Controller::Cpu).map(|h| layout.tenant_dir(h, &t.name));
+        let acct_dir = h_of(Controller::Cpuacct).map(|h| layout.tenant_dir(h, &t.name));
+        let cpu = stats::v1_cpu(cpu_dir.as_deref(), acct_dir.as_deref());
+        let cpu_quota_cores = cpu_dir.as_ref().and_then(|d| {
+            let q: i64 = std::fs::read_to_string(d.join(cgroup::v1::CFS_QUOTA))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            let p = stats::read_u64(&d.join(cgroup::v1::CFS_PERIOD))?;
+            (q > 0).then(|| q as f64 / p as f64)
+        });
+        let mem_dir = h_of(Controller::Memory).map(|h| layout.tenant_dir(h, &t.name));
+        let memory = mem_dir.as_deref().map(stats::v1_memory).unwrap_or_default();
+        let memory_limit_bytes = mem_dir
+            .as_ref()
+            .and_then(|d| stats::read_u64(&d.join(cgroup::v1::MEM_LIMIT)))
+            .filter(|v| *v < cgroup::v1::UNLIMITED_THRESHOLD);
+        rows.push(TenantStatus {
+            name: t.name.clone(),
+            processes: count,
+            members,
+            devices,
+            cpu,
+            cpu_quota_cores,
+            memory,
+            memory_limit_bytes,
+        });
+    }
+    let io_v1 =
+        h_of(Controller::Io).is_some_and(|h| layout.setup.hierarchies[h].version == Version::V1);
+    let write_note = io_v1 && policy.tenants.iter().any(|t| t.sets_write_limits());
+    if json {
+        #[derive(Serialize)]
+        struct Report<'a> {
+            controllers: String,
+            tenants: &'a [TenantStatus],
+            notes: Vec<&'static str>,
+        }
+        let notes = if write_note {
+            vec![V1_WRITE_NOTE]
+        } else {
+            vec![]
+        };
+        serde_json::to_writer_pretty(
+            &mut *out,
+            &Report {
+                controllers: layout.setup.describe(),
+                tenants: &rows,
+                notes,
+            },
+        )?;
+        writeln!(out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    writeln!(out, "cgroup controllers: {}", layout.setup.describe())?;
+    for r in &rows {
+        let cpu = r
+            .cpu
+            .usage_seconds
+            .map(|s| format!("{s:.2}s cpu"))
+            .unwrap_or_else(|| "cpu n/a".into());
+        let quota = r
+            .cpu_quota_cores
+            .map(|q| {
+                format!(
+                    " (quota {q} cores, throttled {:.2}s)",
+                    r.cpu.throttled_seconds.unwrap_or(0.0)
+                )
+            })
+            .unwrap_or_default();
+        let mem = r
+            .memory
+            .current_bytes
+            .map(|b| HumanBytes(b).to_string())
+            .unwrap_or_else(|| "n/a".into());
+        let limit = r
+            .memory_limit_bytes
+            .map(|b| format!(" of {}", HumanBytes(b)))
+            .unwrap_or_default();
+        let ooms = r
+            .memory
+            .oom_kills
+            .filter(|k| *k > 0)
+            .map(|k| format!(", {k} OOM kills"))
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "{}: {} processes, {cpu}{quota}, memory {mem}{limit}{ooms}",
+            r.name, r.processes
+        )?;
+        for d in &r.devices {
+            let lim = |v: Option<u64>, bytes: bool| {
+                v.map(|v| {
+                    if bytes {
+                        format!("{}/s", HumanBytes(v))
+                    } else {
+                        format!("{v}/s")
+                    }
+                })
+                .unwrap_or_else(|| "-".into())
+            };
+            writeln!(
+                out,
+                "  {} ({}): read {} ({} IOs) limit {} {} | write {} ({} IOs) limit {} {}",
+                d.name,
+                d.device,
+                HumanBytes(d.usage.read_bytes),
+                d.usage.read_ios,
+                lim(d.read_bps_limit, true),
+                lim(d.read_iops_limit, false),
+                HumanBytes(d.usage.write_bytes),
+                d.usage.write_ios,
+                lim(d.write_bps_limit, true),
+                lim(d.write_iops_limit, false),
+            )?;
+        }
+        for m in &r.members {
+            writeln!(
+                out,
+                "  {} {:>7} {:<16} {}    # {}",
+                m.leaf.dir(),
+                m.pid,
+                m.comm,
+                m.cmdline,
+                m.rule
+            )?;
+        }
+    }
+    if write_note {
+        writeln!(out, "note: {V1_WRITE_NOTE}")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+const V1_WRITE_NOTE: &str = "cgroup v1 write limits bind only O_DIRECT and fsync'd writes; buffered writes without fsync are not charged to the writer and pass the limit";
+
+fn release(
+    config: &Path,
+    only: &[String],
+    all: bool,
+    out: &mut impl std::io::Write,
+) -> Result<ExitCode> {
+    if only.is_empty() && !all {
+        return Err(Invalid("name the tenants to release, or give --all".into()).into());
+    }
+    let fs = HostFs::default();
+    let loaded = load_policy(config)?;
+    let mounts = inventory::MountTable::read(&fs)?;
+    let setup = Setup::detect(&fs, &mounts)?;
+    let layout = Layout::new(setup, &loaded.policy.agent)?;
+    let existing = layout.existing_tenants();
+    let names: Vec<String> = if all {
+        existing.iter().cloned().collect()
+    } else {
+        only.to_vec()
+    };
+    for n in &names {
+        policy::check_group_name(n).map_err(|e| Invalid(format!("tenant name: {e}")))?;
+        if !existing.contains(n) {
+            return Err(Invalid(format!(
+                "tenant `{n}` has no groups under `{}`; nothing to release",
+                layout.root_name
+            ))
+            .into());
+        }
+    }
+    let mut moved = 0;
+    for n in &names {
+        moved += cgroup::release_tenant(&layout, n)
+            .with_context(|| format!("releasing tenant `{n}`"))?;
+        writeln!(out, "released {n}")?;
+    }
+    if all {
+        cgroup::remove_root(&layout)?;
+    }
+    writeln!(out, "{moved} processes moved back to the parent cgroup")?;
+    Ok(ExitCode::SUCCESS)
+}

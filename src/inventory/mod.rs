@@ -1,0 +1,93 @@
+//! What the host has: block devices behind each tenant's storage, NUMA nodes, processes.
+//! Everything here only reads, through a `HostFs`, so fixtures can stand in for a real host.
+
+pub mod devices;
+pub mod mounts;
+pub mod numa;
+pub mod procs;
+
+use std::collections::BTreeMap;
+
+use crate::hostfs::HostFs;
+use crate::kernel::DevNum;
+use crate::policy::{IoLimits, Policy, Problem};
+pub use devices::BlockDevice;
+pub use mounts::MountTable;
+pub use numa::NumaTopology;
+pub use procs::ProcInfo;
+
+/// The devices of one tenant, and per-device overrides resolved to device numbers.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TenantDevices {
+    pub devices: Vec<BlockDevice>,
+    pub overrides: BTreeMap<DevNum, IoLimits>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Inventory {
+    /// Indexed like `policy.tenants`.
+    pub tenants: Vec<TenantDevices>,
+    pub numa: NumaTopology,
+    pub procs: Vec<ProcInfo>,
+    pub mounts: MountTable,
+}
+
+/// Resolves every tenant's storage. Problems carry the policy location of the path at fault.
+pub fn resolve_devices(
+    fs: &HostFs,
+    mounts: &MountTable,
+    policy: &Policy,
+) -> (Vec<TenantDevices>, Vec<Problem>) {
+    let mut problems = Vec::new();
+    let mut out = Vec::new();
+    for t in &policy.tenants {
+        let paths: Vec<String> = t.storage.iter().map(|s| s.value.clone()).collect();
+        let (devices, errors) = devices::resolve_storage(fs, mounts, &paths, t.storage_level);
+        for (i, e) in errors {
+            problems.push(Problem::at(
+                &t.storage[i].origin,
+                format!("tenant `{}`: {e}", t.name),
+            ));
+        }
+        let mut overrides = BTreeMap::new();
+        for o in &t.io_devices {
+            match devices::resolve_entry(fs, mounts, &o.path.value, t.storage_level) {
+                Ok(devs) => {
+                    for d in devs {
+                        if !devices.iter().any(|x| x.devnum == d.devnum) {
+                            problems.push(Problem::at(&o.path.origin, format!(
+                                "tenant `{}`: io.device `{}` is device {} ({}), which is not among the tenant's storage devices",
+                                t.name, o.path.value, d.devnum, d.name
+                            )));
+                        }
+                        overrides.insert(d.devnum, o.limits);
+                    }
+                }
+                Err(e) => problems.push(Problem::at(
+                    &o.path.origin,
+                    format!("tenant `{}`: io.device: {e}", t.name),
+                )),
+            }
+        }
+        out.push(TenantDevices { devices, overrides });
+    }
+    (out, problems)
+}
+
+/// Reads everything the plan needs from the host.
+pub fn gather(fs: &HostFs, policy: &Policy) -> anyhow::Result<(Inventory, Vec<Problem>)> {
+    use anyhow::Context;
+    let mounts = MountTable::read(fs).context("reading /proc/self/mountinfo")?;
+    let (tenants, problems) = resolve_devices(fs, &mounts, policy);
+    let numa = NumaTopology::read(fs).context("reading NUMA topology from /sys/devices/system")?;
+    let procs = procs::scan(fs).context("scanning /proc")?;
+    Ok((
+        Inventory {
+            tenants,
+            numa,
+            procs,
+            mounts,
+        },
+        problems,
+    ))
+}

@@ -1,0 +1,158 @@
+//! Processes from /proc: pid, ppid, argv, comm, exe, effective uid/gid.
+//!
+//! Hand-written rather than through the `procfs` crate: that crate parses every field of `stat`
+//! and `status` into owned values, and this scan runs on the daemon's hot path over every process
+//! of the host; we need six fields. A process that exits while being read is skipped, never an
+//! error. Kernel threads (children of kthreadd, pid 2) are left out: they cannot be moved.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::hostfs::HostFs;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProcInfo {
+    pub pid: u32,
+    pub ppid: u32,
+    /// The kernel's short name (at most 15 bytes), as `ps -o comm` shows it.
+    pub comm: String,
+    /// argv joined by single spaces, as `ps -eo args` shows it.
+    pub cmdline: String,
+    pub exe: Option<PathBuf>,
+    pub uid: u32,
+    pub gid: u32,
+    /// Start time in clock ticks since boot: with the pid, it names one process for its life.
+    pub start_time: u64,
+}
+
+/// Parses /proc/PID/stat: `pid (comm) state ppid ...`; comm may contain spaces and parentheses,
+/// so it runs to the *last* `)`.
+pub fn parse_stat(text: &str) -> Option<(String, u32, u64)> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_string();
+    let rest: Vec<&str> = text.get(close + 2..)?.split_whitespace().collect();
+    // rest[0] is the state, rest[1] ppid, ... rest[19] starttime (field 22 of stat(5)).
+    let ppid = rest.get(1)?.parse().ok()?;
+    let start = rest.get(19)?.parse().ok()?;
+    Some((comm, ppid, start))
+}
+
+/// The effective uid and gid from /proc/PID/status (`Uid:\treal\teffective\tsaved\tfs`).
+pub fn parse_status_ids(text: &str) -> Option<(u32, u32)> {
+    let field = |key: &str| -> Option<u32> {
+        let line = text.lines().find(|l| l.starts_with(key))?;
+        line.split_whitespace().nth(2)?.parse().ok()
+    };
+    Some((field("Uid:")?, field("Gid:")?))
+}
+
+/// argv as NUL-separated bytes → one string joined by spaces (trailing NULs dropped).
+pub fn join_cmdline(raw: &[u8]) -> String {
+    let trimmed = raw.strip_suffix(b"\0").unwrap_or(raw);
+    let mut s = String::from_utf8_lossy(trimmed).into_owned();
+    // Some programs (postgres) overwrite argv in place and pad with NULs or spaces.
+    s = s.replace('\0', " ");
+    s.trim_end().to_string()
+}
+
+/// Reads one process; `None` if it is gone, or is a kernel thread.
+pub fn read_process(fs: &HostFs, pid: u32) -> Option<ProcInfo> {
+    let dir = fs.proc().join(pid.to_string());
+    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+    let (comm, ppid, start_time) = parse_stat(&stat)?;
+    if pid == 2 || ppid == 2 {
+        return None;
+    }
+    let cmdline = join_cmdline(&std::fs::read(dir.join("cmdline")).ok()?);
+    let (uid, gid) = parse_status_ids(&std::fs::read_to_string(dir.join("status")).ok()?)?;
+    let exe = std::fs::read_link(dir.join("exe")).ok();
+    Some(ProcInfo {
+        pid,
+        ppid,
+        comm,
+        cmdline,
+        exe,
+        uid,
+        gid,
+        start_time,
+    })
+}
+
+/// Every user-space process of the host, in pid order.
+pub fn scan(fs: &HostFs) -> std::io::Result<Vec<ProcInfo>> {
+    let mut pids: Vec<u32> = std::fs::read_dir(fs.proc())?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    Ok(pids
+        .into_iter()
+        .filter_map(|pid| read_process(fs, pid))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_with_awkward_comm() {
+        let line = "4242 (ora_p0 (x) 1) S 1 4242 4242 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 98765 1000 10";
+        let (comm, ppid, start) = parse_stat(line).unwrap();
+        assert_eq!(comm, "ora_p0 (x) 1");
+        assert_eq!(ppid, 1);
+        assert_eq!(start, 98765);
+    }
+
+    #[test]
+    fn status_effective_ids() {
+        let text = "Name:\tpostgres\nUid:\t104\t105\t104\t104\nGid:\t110\t111\t110\t110\n";
+        assert_eq!(parse_status_ids(text), Some((105, 111)));
+    }
+
+    #[test]
+    fn cmdline_joined_like_ps() {
+        assert_eq!(
+            join_cmdline(b"oracleBX1\0(LOCAL=NO)\0"),
+            "oracleBX1 (LOCAL=NO)"
+        );
+        assert_eq!(
+            join_cmdline(b"postgres: walwriter   \0\0\0"),
+            "postgres: walwriter"
+        );
+    }
+
+    #[test]
+    fn fixture_tree_scan_skips_kernel_threads_and_broken_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = HostFs::with_root(dir.path());
+        let mk = |pid: u32, ppid: u32, comm: &str, argv: &[u8]| {
+            let d = fs.proc().join(pid.to_string());
+            std::fs::create_dir_all(&d).unwrap();
+            let stat = format!(
+                "{pid} ({comm}) S {ppid} 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {} 0 0",
+                1000 + pid
+            );
+            std::fs::write(d.join("stat"), stat).unwrap();
+            std::fs::write(d.join("cmdline"), argv).unwrap();
+            std::fs::write(
+                d.join("status"),
+                "Uid:\t0\t1000\t0\t0\nGid:\t0\t1001\t0\t0\n",
+            )
+            .unwrap();
+        };
+        mk(1, 0, "init", b"/sbin/init\0");
+        mk(2, 0, "kthreadd", b"");
+        mk(3, 2, "kworker/0:0", b"");
+        mk(77, 1, "ora_pmon_BX1", b"ora_pmon_BX1\0");
+        // a process that vanished between readdir and read: only its directory is left
+        std::fs::create_dir_all(fs.proc().join("78")).unwrap();
+        let procs = scan(&fs).unwrap();
+        let pids: Vec<u32> = procs.iter().map(|p| p.pid).collect();
+        assert_eq!(pids, vec![1, 77]);
+        assert_eq!(procs[1].uid, 1000);
+        assert_eq!(procs[1].gid, 1001);
+        assert_eq!(procs[1].cmdline, "ora_pmon_BX1");
+    }
+}

@@ -1,0 +1,15 @@
+//! dbcage: a resource governor for database instances that share one Linux host.
+//!
+//! Flow (see ARCHITECTURE.md): policy → inventory → plan (pure) → apply (the only writer),
+//! with stats readers for status. `main.rs` is a thin CLI over `cli`.
+
+pub mod cgroup;
+pub mod classify;
+pub mod cli;
+pub mod hostfs;
+pub mod inventory;
+pub mod kernel;
+pub mod plan;
+pub mod policy;
+pub mod stats;
+pub mod units;

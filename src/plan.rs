@@ -1,0 +1,486 @@
+//! Policy + inventory + what the kernel has now → the steps that make the kernel match the policy.
+//!
+//! Pure: no file system, no clock; everything arrives as values. `dbcage plan` prints the very
+//! `Plan` that `dbcage apply` executes. Only differences become steps, so a second apply with
+//! nothing changed has no steps. Ordering rules that keep the kernel consistent mid-change:
+//! groups are created parents first; per-device IO limits are lowered before any is raised, so the
+//! sum over a tenant's devices never exceeds its total; cpusets are widened top-down and narrowed
+//! bottom-up (v1 requires a child's set within its parent's); v1 memsw is moved on the side that
+//! keeps memsw >= limit; processes move last, into groups that already have their limits.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::cgroup::model::{Desired, FileSpec, TenantSettings};
+use crate::cgroup::{v1, Controller, GroupRef, Layout, Snapshot, Version};
+use crate::classify::{classify, Leaf, Placement};
+use crate::inventory::Inventory;
+use crate::kernel::{CpuSet, DevNum};
+use crate::policy::{IoLimits, Policy, PolicyErrors, Problem, Tenant};
+use crate::units::HumanBytes;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "action", rename_all = "lowercase")]
+pub enum Step {
+    /// Create a cgroup.
+    Mkdir { path: PathBuf, reason: String },
+    /// Write one value to one control file.
+    Write {
+        path: PathBuf,
+        value: String,
+        current: Option<String>,
+        reason: String,
+    },
+    /// Move a whole process (all its threads) by writing its pid to each `cgroup.procs`.
+    Move {
+        pid: u32,
+        comm: String,
+        tenant: String,
+        leaf: Leaf,
+        targets: Vec<PathBuf>,
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Plan {
+    pub steps: Vec<Step>,
+    pub warnings: Vec<String>,
+    /// Per tenant: the devices and the limits each gets (for people reading the plan).
+    pub tenants: Vec<TenantSummary>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TenantSummary {
+    pub name: String,
+    pub settings: TenantSettings,
+    pub processes: usize,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+}
+
+/// Divides the instance total equally over `n` devices (as the seed scripts do), rounding down
+/// so that the per-device values never add up to more than the total.
+pub fn split_equal(total: u64, n: usize) -> u64 {
+    if n == 0 {
+        0
+    } else {
+        total / n as u64
+    }
+}
+
+/// The per-device limits of a tenant: the total split equally, then per-device overrides.
+pub fn io_per_device(
+    t: &Tenant,
+    devices: &[DevNum],
+    overrides: &BTreeMap<DevNum, IoLimits>,
+    problems: &mut Vec<Problem>,
+) -> BTreeMap<DevNum, IoLimits> {
+    let n = devices.len();
+    let share = |total: Option<u64>, key: &str, problems: &mut Vec<Problem>| {
+        let v = total.map(|t| split_equal(t, n));
+        if v == Some(0) && n > 0 {
+            problems.push(Problem::at(
+                &t.origin,
+                format!(
+                "tenant `{}`: io.{key} = {} is less than one unit per device over its {n} devices",
+                t.name,
+                total.unwrap_or(0)
+            ),
+            ));
+        }
+        v
+    };
+    let equal = IoLimits {
+        read_bps: share(t.io.read_bps, "read_bps", problems),
+        write_bps: share(t.io.write_bps, "write_bps", problems),
+        read_iops: share(t.io.read_iops, "read_iops", problems),
+        write_iops: share(t.io.write_iops, "write_iops", problems),
+    };
+    devices
+        .iter()
+        .map(|d| {
+            (
+                *d,
+                overrides
+                    .get(d)
+                    .map(|o| equal.overridden_by(o))
+                    .unwrap_or(equal),
+            )
+        })
+        .filter(|(_, l)| !l.is_empty())
+        .collect()
+}
+
+/// Resolves a tenant's cpu and memory-node sets against the NUMA topology and what the parent
+/// allows.
+fn cpu_sets(
+    t: &Tenant,
+    inv: &Inventory,
+    allowed_cpus: &CpuSet,
+    allowed_mems: &CpuSet,
+    problems: &mut Vec<Problem>,
+) -> (CpuSet, CpuSet) {
+    let mut cpus = allowed_cpus.clone();
+    let mut mems = allowed_mems.clone();
+    if let Some(nodes) = &t.cpu.numa_nodes {
+        match inv.numa.cpus_of(&nodes.value) {
+            Err(n) => problems.push(Problem::at(
+                &nodes.origin,
+                format!(
+                    "tenant `{}`: NUMA node {n} does not exist on this host (nodes: {})",
+                    t.name,
+                    inv.numa.node_set()
+                ),
+            )),
+            Ok(node_cpus) => {
+                if !nodes.value.is_subset(allowed_mems) {
+                    problems.push(Problem::at(&nodes.origin, format!(
+                        "tenant `{}`: NUMA nodes {} are outside the memory nodes the parent cgroup allows ({allowed_mems})",
+                        t.name, nodes.value
+                    )));
+                }
+                cpus = node_cpus.difference(&node_cpus.difference(allowed_cpus));
+                mems = nodes.value.clone();
+            }
+        }
+    }
+    if let Some(want) = &t.cpu.cpus {
+        if !want.value.is_subset(allowed_cpus) {
+            problems.push(Problem::at(&want.origin, format!(
+                "tenant `{}`: cpus {} include {} outside the cpus the parent cgroup allows ({allowed_cpus})",
+                t.name,
+                want.value,
+                want.value.difference(allowed_cpus)
+            )));
+        }
+        let within = want.value.difference(&want.value.difference(&cpus));
+        if within.is_empty() && t.cpu.numa_nodes.is_some() {
+            problems.push(Problem::at(
+                &want.origin,
+                format!(
+                    "tenant `{}`: cpus {} has no cpu on the chosen NUMA nodes ({cpus})",
+                    t.name, want.value
+                ),
+            ));
+        }
+        cpus = within;
+    }
+    (cpus, mems)
+}
+
+/// Builds the plan. Problems that only the host can reveal (cpus outside the parent's, a memory
+/// limit below current use, an IO total too small to split) are policy errors: nothing applies.
+pub fn build(
+    policy: &Policy,
+    inv: &Inventory,
+    layout: &Layout,
+    snap: &Snapshot,
+) -> Result<Plan, PolicyErrors> {
+    let mut problems = Vec::new();
+    let mut plan = Plan::default();
+    let allowed_cpus = snap
+        .parent_cpus
+        .clone()
+        .unwrap_or_else(|| inv.numa.online_cpus.clone());
+    let allowed_mems = snap
+        .parent_mems
+        .clone()
+        .unwrap_or_else(|| inv.numa.node_set());
+    let placements = classify(&policy.tenants, &inv.procs);
+    let has_memsw = layout
+        .setup
+        .hierarchy_of(Controller::Memory)
+        .is_some_and(|h| {
+            layout.setup.hierarchies[h].version == Version::V1
+                && layout.parents[h].join(v1::MEMSW_LIMIT).exists()
+        });
+
+    let mut specs: Vec<FileSpec> = Vec::new();
+    specs.extend(v1::root_files(&allowed_cpus, &allowed_mems));
+    for (ti, t) in policy.tenants.iter().enumerate() {
+        let td = &inv.tenants[ti];
+        let devnums: Vec<DevNum> = td.devices.iter().map(|d| d.devnum).collect();
+        let io = io_per_device(t, &devnums, &td.overrides, &mut problems);
+        let (cpus, mems) = cpu_sets(t, inv, &allowed_cpus, &allowed_mems, &mut problems);
+        let members: Vec<&Placement> = placements.iter().filter(|p| p.tenant == ti).collect();
+        if let Some(max) = &t.memory.max {
+            let used: u64 = members
+                .iter()
+                .filter_map(|p| snap.proc_rss.get(&p.pid))
+                .sum();
+            if used > max.value {
+                problems.push(Problem::at(&max.origin, format!(
+                    "tenant `{}`: memory.max {} is below the {} its {} processes already use (resident); raise it or stop them first",
+                    t.name,
+                    HumanBytes(max.value),
+                    HumanBytes(used),
+                    members.len()
+                )));
+            }
+        }
+        let settings = TenantSettings {
+            io,
+            cpu_cores: t.cpu.cores,
+            cpu_weight: t.cpu.weight.unwrap_or(100),
+            cpus,
+            mems,
+            memory_max: t.memory.max.as_ref().map(|m| m.value),
+            memory_high: t.memory.high,
+            memory_low: t.memory.low,
+            memory_swap_max: t.memory.swap_max,
+        };
+        specs.extend(v1::tenant_files(&t.name, &settings, has_memsw));
+        warn_tenant(&mut plan.warnings, t, layout, has_memsw);
+        plan.tenants.push(TenantSummary {
+            name: t.name.clone(),
+            settings,
+            processes: members.len(),
+        });
+    }
+    if !problems.is_empty() {
+        return Err(PolicyErrors(problems));
+    }
+    for c in &layout.setup.missing {
+        plan.warnings.push(format!(
+            "the {} controller is not available on this host; its limits are not applied",
+            c.v1_name()
+        ));
+    }
+    for stale in layout.existing_tenants() {
+        if !policy.tenants.iter().any(|t| t.name == stale) {
+            plan.warnings.push(format!(
+                "cgroup of tenant `{stale}` exists under `{}` but the policy no longer names it; `dbcage release {stale}` moves its processes out and removes it",
+                layout.root_name
+            ));
+        }
+    }
+
+    plan.steps.extend(mkdirs(policy, layout, snap));
+    plan.steps.extend(writes(&specs, layout, snap));
+    plan.steps
+        .extend(moves(policy, inv, layout, snap, &placements));
+    Ok(plan)
+}
+
+fn warn_tenant(warnings: &mut Vec<String>, t: &Tenant, layout: &Layout, has_memsw: bool) {
+    let version_of = |c| {
+        layout
+            .setup
+            .hierarchy_of(c)
+            .map(|h| layout.setup.hierarchies[h].version)
+    };
+    if t.sets_write_limits() && version_of(Controller::Io) == Some(Version::V1) {
+        warnings.push(format!(
+            "tenant `{}`: on cgroup v1 write limits bind only direct (O_DIRECT) and fsync'd writes; buffered writes without fsync are written back by the kernel, not charged to the writer, and pass the limit (measured here: about 1000 times past an 8 MiB/s limit). Databases that use O_DIRECT or fsync are limited; use cgroup v2 to limit buffered writes too",
+            t.name
+        ));
+    }
+    if version_of(Controller::Memory) == Some(Version::V1) {
+        if t.memory.low.is_some() {
+            warnings.push(format!("tenant `{}`: memory.low has no cgroup v1 equivalent and is not applied on this host", t.name));
+        }
+        if t.memory.high.is_some() {
+            warnings.push(format!(
+                "tenant `{}`: on cgroup v1 memory.high becomes memory.soft_limit_in_bytes, which only guides reclaim under host-wide memory pressure",
+                t.name
+            ));
+        }
+        if t.memory.swap_max.is_some() && !has_memsw {
+            warnings.push(format!(
+                "tenant `{}`: memory.swap_max needs swap accounting (memory.memsw.*, boot with swapaccount=1); not applied",
+                t.name
+            ));
+        }
+        if t.memory.swap_max.is_some() && t.memory.max.is_none() {
+            warnings.push(format!(
+                "tenant `{}`: on cgroup v1 memory.swap_max applies only together with memory.max",
+                t.name
+            ));
+        }
+    }
+}
+
+/// Groups to create, parents before children, in every hierarchy.
+fn mkdirs(policy: &Policy, layout: &Layout, snap: &Snapshot) -> Vec<Step> {
+    let mut out = Vec::new();
+    for h in 0..layout.setup.hierarchies.len() {
+        let mut groups = vec![(
+            GroupRef::Root,
+            format!("dbcage root `{}`", layout.root_name),
+        )];
+        for t in &policy.tenants {
+            groups.push((
+                GroupRef::Tenant(t.name.clone()),
+                format!("tenant `{}`", t.name),
+            ));
+            for leaf in [Leaf::Limited, Leaf::Exempt] {
+                groups.push((
+                    GroupRef::Leaf(t.name.clone(), leaf),
+                    format!("tenant `{}` {} leaf", t.name, leaf.dir()),
+                ));
+            }
+        }
+        for (g, reason) in groups {
+            let path = layout.dir(h, &g);
+            if !snap.dirs.contains(&path) {
+                out.push(Step::Mkdir { path, reason });
+            }
+        }
+    }
+    out
+}
+
+fn depth(g: &GroupRef) -> usize {
+    match g {
+        GroupRef::Root => 0,
+        GroupRef::Tenant(_) => 1,
+        GroupRef::Leaf(..) => 2,
+    }
+}
+
+fn reason_of(spec: &FileSpec) -> String {
+    match &spec.group {
+        GroupRef::Root => "dbcage root".to_string(),
+        GroupRef::Tenant(t) => format!("tenant `{t}`"),
+        GroupRef::Leaf(t, l) => format!("tenant `{t}` {} leaf", l.dir()),
+    }
+}
+
+/// The writes that turn the current files into the desired ones, ordered as the module
+/// comment describes.
+fn writes(specs: &[FileSpec], layout: &Layout, snap: &Snapshot) -> Vec<Step> {
+    let page = crate::cgroup::page_size();
+    // (phase, order within phase, step): phases run in order.
+    let mut staged: Vec<(u8, i64, Step)> = Vec::new();
+    for spec in specs {
+        let Some(h) = layout.setup.hierarchy_of(spec.controller) else {
+            continue;
+        };
+        let path = layout.dir(h, &spec.group).join(spec.file);
+        let current = snap.file(&path).map(|s| s.trim().to_string());
+        let reason = reason_of(spec);
+        let step = |value: String| Step::Write {
+            path: path.clone(),
+            value,
+            current: current.clone(),
+            reason: reason.clone(),
+        };
+        match &spec.value {
+            Desired::Text(v) => {
+                if current.as_deref() != Some(v.as_str()) {
+                    staged.push((1, 0, step(v.clone())));
+                }
+            }
+            Desired::List(want) => {
+                let have: CpuSet = current
+                    .as_deref()
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or_default();
+                if &have == want {
+                    continue;
+                }
+                // Widen top-down (phase 0), narrow bottom-up (phase 2).
+                let d = depth(&spec.group) as i64;
+                if !want.is_subset(&have) {
+                    let wide = have.union(want);
+                    staged.push((0, d, step(wide.to_string())));
+                    if &wide != want {
+                        staged.push((2, -d, step(want.to_string())));
+                    }
+                } else {
+                    staged.push((2, -d, step(want.to_string())));
+                }
+            }
+            Desired::Memory(want) => {
+                let have = current
+                    .as_deref()
+                    .and_then(|c| c.parse::<u64>().ok())
+                    .filter(|v| *v < v1::UNLIMITED_THRESHOLD);
+                let want_rounded = want.map(|w| w / page * page);
+                if have == want_rounded && current.is_some() {
+                    continue;
+                }
+                let value = want_rounded
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| v1::MEMORY_UNLIMITED.to_string());
+                // memsw must stay >= limit: when the limit rises, memsw goes first.
+                let raising = want_rounded.unwrap_or(u64::MAX) > have.unwrap_or(u64::MAX);
+                let order = match (spec.file == v1::MEMSW_LIMIT, raising) {
+                    (true, true) | (false, false) => 0,
+                    _ => 1,
+                };
+                staged.push((1, order, step(value)));
+            }
+            Desired::Devices(want) => {
+                let have = current
+                    .as_deref()
+                    .map(v1::parse_device_lines)
+                    .unwrap_or_default();
+                let devs: BTreeSet<DevNum> = want.keys().chain(have.keys()).copied().collect();
+                for d in devs {
+                    let (w, c) = (want.get(&d).copied(), have.get(&d).copied());
+                    if w == c {
+                        continue;
+                    }
+                    // Lowering (including a new limit on an unlimited device) before raising
+                    // (including clearing a limit).
+                    let lowering = w.unwrap_or(u64::MAX) < c.unwrap_or(u64::MAX);
+                    staged.push((if lowering { 1 } else { 3 }, 0, step(v1::device_line(d, w))));
+                }
+            }
+        }
+    }
+    staged.sort_by_key(|(phase, order, _)| (*phase, *order));
+    staged.into_iter().map(|(_, _, s)| s).collect()
+}
+
+fn moves(
+    policy: &Policy,
+    inv: &Inventory,
+    layout: &Layout,
+    snap: &Snapshot,
+    placements: &[Placement],
+) -> Vec<Step> {
+    let mut out = Vec::new();
+    for p in placements {
+        let Some(now) = snap.proc_dirs.get(&p.pid) else {
+            continue;
+        }; // gone since the scan
+        let t = &policy.tenants[p.tenant];
+        let targets: Vec<PathBuf> = (0..layout.setup.hierarchies.len())
+            .filter_map(|h| {
+                let want = layout.leaf_dir(h, &t.name, p.leaf);
+                (now.get(h).and_then(|d| d.as_ref()) != Some(&want))
+                    .then(|| want.join("cgroup.procs"))
+            })
+            .collect();
+        if targets.is_empty() {
+            continue;
+        }
+        let comm = inv
+            .procs
+            .iter()
+            .find(|q| q.pid == p.pid)
+            .map(|q| q.comm.clone())
+            .unwrap_or_default();
+        out.push(Step::Move {
+            pid: p.pid,
+            comm,
+            tenant: t.name.clone(),
+            leaf: p.leaf,
+            targets,
+            reason: p.reason.clone(),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,263 @@
+//! The policy: which processes form each tenant, which disks it uses, and the limits it gets.
+//!
+//! Reading happens in two steps (see `raw` and `validate`): serde reads TOML into raw types that
+//! keep every value's file, line and column; validation parses units, compiles regexes, resolves
+//! users and groups, and collects *every* problem before returning, so one run of `dbcage check`
+//! lists all of them. A policy with any error is never applied.
+
+mod raw;
+pub mod source;
+mod validate;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+
+use crate::kernel::CpuSet;
+pub use source::{Origin, Sourced};
+pub use validate::{check_group_name, Accounts, SystemAccounts};
+
+/// Default location of the policy.
+pub const DEFAULT_POLICY: &str = "/etc/dbcage/dbcage.toml";
+/// Default name of the cgroup that holds every tenant.
+pub const DEFAULT_ROOT: &str = "dbcage";
+
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub agent: Agent,
+    pub tenants: Vec<Tenant>,
+    /// The files read, main file first, then drop-ins in merge order.
+    pub files: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Agent {
+    pub root_name: String,
+    pub parent: ParentSpec,
+}
+
+/// Where dbcage's root cgroup is created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParentSpec {
+    /// Directly under each hierarchy's root (the production default).
+    HierarchyRoot,
+    /// Under the cgroup dbcage itself runs in, per controller (for shared hosts and delegation).
+    OwnCgroup,
+    /// Under this cgroup path (relative to each hierarchy's root, starting with `/`).
+    Path(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct Tenant {
+    pub name: String,
+    pub origin: Origin,
+    /// Any of these selects a process into the tenant's `limited` leaf.
+    pub rules: Vec<Rule>,
+    /// Any of these selects a process into the tenant's `exempt` leaf (no IO limits).
+    pub exempt: Vec<Rule>,
+    pub storage: Vec<Sourced<String>>,
+    pub storage_level: StorageLevel,
+    /// Instance totals over all the tenant's devices.
+    pub io: IoLimits,
+    pub io_devices: Vec<DeviceOverride>,
+    pub cpu: CpuPolicy,
+    pub memory: MemoryPolicy,
+}
+
+impl Tenant {
+    pub fn has_io_limits(&self) -> bool {
+        !self.io.is_empty() || self.io_devices.iter().any(|d| !d.limits.is_empty())
+    }
+    pub fn sets_write_limits(&self) -> bool {
+        self.io.write_bps.is_some()
+            || self.io.write_iops.is_some()
+            || self
+                .io_devices
+                .iter()
+                .any(|d| d.limits.write_bps.is_some() || d.limits.write_iops.is_some())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StorageLevel {
+    /// dm and md devices are limited as themselves.
+    Device,
+    /// dm and md devices are replaced by the whole disks they are built on.
+    Members,
+}
+
+/// The four IO limits; `None` means no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct IoLimits {
+    pub read_bps: Option<u64>,
+    pub write_bps: Option<u64>,
+    pub read_iops: Option<u64>,
+    pub write_iops: Option<u64>,
+}
+
+impl IoLimits {
+    pub fn is_empty(&self) -> bool {
+        self.read_bps.is_none()
+            && self.write_bps.is_none()
+            && self.read_iops.is_none()
+            && self.write_iops.is_none()
+    }
+
+    /// Keys set in `over` replace those here.
+    pub fn overridden_by(&self, over: &IoLimits) -> IoLimits {
+        IoLimits {
+            read_bps: over.read_bps.or(self.read_bps),
+            write_bps: over.write_bps.or(self.write_bps),
+            read_iops: over.read_iops.or(self.read_iops),
+            write_iops: over.write_iops.or(self.write_iops),
+        }
+    }
+}
+
+/// Limits for one device that replace the share of the total it would otherwise get.
+#[derive(Debug, Clone)]
+pub struct DeviceOverride {
+    pub path: Sourced<String>,
+    pub limits: IoLimits,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct CpuPolicy {
+    pub cpus: Option<Sourced<CpuSet>>,
+    pub numa_nodes: Option<Sourced<CpuSet>>,
+    /// Quota in cores (2.5 = two and a half cpus' worth of time per period).
+    pub cores: Option<f64>,
+    /// Relative share, 1..=10000, default 100.
+    pub weight: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct MemoryPolicy {
+    pub max: Option<Sourced<u64>>,
+    pub high: Option<u64>,
+    pub low: Option<u64>,
+    pub swap_max: Option<u64>,
+}
+
+/// One match rule: every field that is set must match (AND); a tenant's rules are ORed.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub cmdline: Option<Regex>,
+    pub comm: Option<Regex>,
+    pub exe: Option<PathBuf>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// Also take every existing descendant of a process this rule matches.
+    pub descendants: bool,
+    /// How the rule reads in plans and status (`match[1] comm=~^ora_p...`).
+    pub label: String,
+    pub origin: Origin,
+}
+
+/// Everything wrong with a policy, each with its location when one is known.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyErrors(pub Vec<Problem>);
+
+#[derive(Debug, Clone)]
+pub struct Problem {
+    pub origin: Option<Origin>,
+    pub message: String,
+}
+
+impl Problem {
+    pub fn at(origin: &Origin, message: impl Into<String>) -> Self {
+        Problem {
+            origin: Some(origin.clone()),
+            message: message.into(),
+        }
+    }
+    pub fn general(message: impl Into<String>) -> Self {
+        Problem {
+            origin: None,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.origin {
+            Some(o) => write!(f, "{o}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl fmt::Display for PolicyErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.len();
+        writeln!(
+            f,
+            "the policy has {n} error{}; nothing was applied:",
+            if n == 1 { "" } else { "s" }
+        )?;
+        for p in &self.0 {
+            writeln!(f, "  {p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for PolicyErrors {}
+
+/// A validated policy and the warnings found on the way (things that work but may surprise).
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub policy: Policy,
+    pub warnings: Vec<Problem>,
+}
+
+/// The drop-in directory for a policy file: `conf.d/` beside it.
+pub fn dropin_dir(policy_file: &Path) -> PathBuf {
+    policy_file
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("conf.d")
+}
+
+/// Reads the policy file and its drop-ins (`conf.d/*.toml`, in name order) and validates them.
+pub fn load(path: &Path, accounts: &dyn Accounts) -> Result<Loaded, PolicyErrors> {
+    let main = std::fs::read_to_string(path).map_err(|e| {
+        PolicyErrors(vec![Problem::general(format!(
+            "cannot read policy {}: {e}",
+            path.display()
+        ))])
+    })?;
+    let mut sources = vec![(path.to_path_buf(), main)];
+    let dir = dropin_dir(path);
+    if dir.is_dir() {
+        let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map_err(|e| {
+                PolicyErrors(vec![Problem::general(format!(
+                    "cannot list drop-in directory {}: {e}",
+                    dir.display()
+                ))])
+            })?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+        names.sort();
+        for p in names {
+            let text = std::fs::read_to_string(&p).map_err(|e| {
+                PolicyErrors(vec![Problem::general(format!(
+                    "cannot read drop-in {}: {e}",
+                    p.display()
+                ))])
+            })?;
+            sources.push((p, text));
+        }
+    }
+    validate::from_sources(&sources, accounts)
+}
+
+/// Validates policy text that is not on disk (tests, and `--config -`).
+pub fn from_str(name: &str, text: &str, accounts: &dyn Accounts) -> Result<Loaded, PolicyErrors> {
+    validate::from_sources(&[(PathBuf::from(name), text.to_string())], accounts)
+}

@@ -1,0 +1,191 @@
+//! The policy exactly as serde reads it: strings where the user wrote strings, every value with
+//! its location, unknown keys rejected. `super::validate` turns this into a `Policy`; nothing past
+//! that line sees a string that should have been a number.
+
+use serde::Deserialize;
+
+use super::source::Loc;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFile {
+    pub agent: Option<RawAgent>,
+    #[serde(default, rename = "tenant")]
+    pub tenants: Vec<Loc<RawTenant>>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAgent {
+    /// Name of the cgroup under which every tenant lives (default `dbcage`).
+    pub root: Option<Loc<String>>,
+    /// `"root"` (the hierarchy root), `"self"` (dbcage's own cgroup) or an absolute cgroup path.
+    pub parent: Option<Loc<String>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTenant {
+    pub name: Loc<String>,
+    #[serde(rename = "match")]
+    pub rules: Option<Vec<Loc<RawRule>>>,
+    pub exempt: Option<Vec<Loc<RawRule>>>,
+    pub storage: Option<Vec<Loc<String>>>,
+    /// `"device"` (default: dm/md devices themselves) or `"members"` (their member disks).
+    pub storage_level: Option<Loc<String>>,
+    pub io: Option<RawIo>,
+    pub cpu: Option<RawCpu>,
+    pub memory: Option<RawMemory>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRule {
+    pub cmdline: Option<Loc<String>>,
+    pub comm: Option<Loc<String>>,
+    pub exe: Option<Loc<String>>,
+    pub user: Option<Loc<Name>>,
+    pub group: Option<Loc<Name>>,
+    pub descendants: Option<bool>,
+}
+
+/// A user or group, by name or by number.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Name {
+    Id(i64),
+    Text(String),
+}
+
+/// A quantity as written: `8388608`, `1.5`, or `"50MiB"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Quantity {
+    Int(i64),
+    Float(f64),
+    Text(String),
+}
+
+/// The four IO limits, as they appear both in `[tenant.io]` and in each `[[tenant.io.device]]`.
+#[derive(Debug, Clone, Default)]
+pub struct RawIoValues {
+    pub read_bps: Option<Loc<Quantity>>,
+    pub write_bps: Option<Loc<Quantity>>,
+    pub read_iops: Option<Loc<Quantity>>,
+    pub write_iops: Option<Loc<Quantity>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIo {
+    pub read_bps: Option<Loc<Quantity>>,
+    pub write_bps: Option<Loc<Quantity>>,
+    pub read_iops: Option<Loc<Quantity>>,
+    pub write_iops: Option<Loc<Quantity>>,
+    /// Per-device overrides: `[[tenant.io.device]] path = "/dev/sdb" read_bps = "10MiB"`.
+    #[serde(default, rename = "device")]
+    pub devices: Vec<Loc<RawIoDevice>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIoDevice {
+    pub path: Loc<String>,
+    pub read_bps: Option<Loc<Quantity>>,
+    pub write_bps: Option<Loc<Quantity>>,
+    pub read_iops: Option<Loc<Quantity>>,
+    pub write_iops: Option<Loc<Quantity>>,
+}
+
+// serde's `flatten` cannot be combined with `deny_unknown_fields`, so the four keys are spelled
+// out in both tables and gathered here.
+macro_rules! io_values {
+    ($t:ty) => {
+        impl $t {
+            pub fn values(&self) -> RawIoValues {
+                RawIoValues {
+                    read_bps: self.read_bps.clone(),
+                    write_bps: self.write_bps.clone(),
+                    read_iops: self.read_iops.clone(),
+                    write_iops: self.write_iops.clone(),
+                }
+            }
+        }
+    };
+}
+io_values!(RawIo);
+io_values!(RawIoDevice);
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCpu {
+    pub cpus: Option<Loc<String>>,
+    pub numa_nodes: Option<Loc<Vec<i64>>>,
+    pub cores: Option<Loc<Quantity>>,
+    pub weight: Option<Loc<Quantity>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMemory {
+    pub max: Option<Loc<Quantity>>,
+    pub high: Option<Loc<Quantity>>,
+    pub low: Option<Loc<Quantity>>,
+    pub swap_max: Option<Loc<Quantity>>,
+}
+
+/// Replaces `into` with `from` when `from` is set: the drop-in merge rule for one key.
+fn take<T>(into: &mut Option<T>, from: Option<T>) {
+    if from.is_some() {
+        *into = from;
+    }
+}
+
+impl RawAgent {
+    pub fn merge(&mut self, later: RawAgent) {
+        take(&mut self.root, later.root);
+        take(&mut self.parent, later.parent);
+    }
+}
+
+impl RawTenant {
+    /// A drop-in that names an existing tenant changes only the keys it sets; lists (`match`,
+    /// `exempt`, `storage`, `io.device`) are replaced whole, since merging rule lists item by
+    /// item would make the result hard to predict.
+    pub fn merge(&mut self, later: RawTenant) {
+        take(&mut self.rules, later.rules);
+        take(&mut self.exempt, later.exempt);
+        take(&mut self.storage, later.storage);
+        take(&mut self.storage_level, later.storage_level);
+        match (&mut self.io, later.io) {
+            (Some(io), Some(l)) => {
+                take(&mut io.read_bps, l.read_bps);
+                take(&mut io.write_bps, l.write_bps);
+                take(&mut io.read_iops, l.read_iops);
+                take(&mut io.write_iops, l.write_iops);
+                if !l.devices.is_empty() {
+                    io.devices = l.devices;
+                }
+            }
+            (slot, l) => take(slot, l),
+        }
+        match (&mut self.cpu, later.cpu) {
+            (Some(c), Some(l)) => {
+                take(&mut c.cpus, l.cpus);
+                take(&mut c.numa_nodes, l.numa_nodes);
+                take(&mut c.cores, l.cores);
+                take(&mut c.weight, l.weight);
+            }
+            (slot, l) => take(slot, l),
+        }
+        match (&mut self.memory, later.memory) {
+            (Some(m), Some(l)) => {
+                take(&mut m.max, l.max);
+                take(&mut m.high, l.high);
+                take(&mut m.low, l.low);
+                take(&mut m.swap_max, l.swap_max);
+            }
+            (slot, l) => take(slot, l),
+        }
+    }
+}

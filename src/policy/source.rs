@@ -1,0 +1,116 @@
+//! Where a policy value came from: file, line and column. Every value that validation can reject
+//! carries its origin, so an error names the place a user has to edit.
+
+use std::cell::Cell;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Deserializer};
+
+/// The policy files read, in merge order, with their text (to turn byte spans into lines).
+#[derive(Debug, Default, Clone)]
+pub struct SourceMap {
+    files: Vec<(Arc<PathBuf>, Arc<str>)>,
+}
+
+impl SourceMap {
+    pub fn add(&mut self, path: &Path, text: &str) -> usize {
+        self.files
+            .push((Arc::new(path.to_path_buf()), Arc::from(text)));
+        self.files.len() - 1
+    }
+
+    pub fn paths(&self) -> impl Iterator<Item = &Path> {
+        self.files.iter().map(|(p, _)| p.as_path())
+    }
+
+    pub fn origin(&self, file: usize, span: &Range<usize>) -> Origin {
+        let (path, text) = &self.files[file];
+        let (line, col) = line_col(text, span.start);
+        Origin {
+            file: path.clone(),
+            line,
+            col,
+        }
+    }
+}
+
+/// 1-based line and column of a byte offset.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rfind('\n')
+        .map(|nl| offset - nl)
+        .unwrap_or(offset + 1);
+    (line, col)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub file: Arc<PathBuf>,
+    pub line: usize,
+    pub col: usize,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.file.display(), self.line, self.col)
+    }
+}
+
+/// A validated value and where it was written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sourced<T> {
+    pub value: T,
+    pub origin: Origin,
+}
+
+thread_local! {
+    /// The index (in the SourceMap) of the file being deserialized right now. `Loc` reads it so
+    /// that values from different drop-ins keep their own file after merging.
+    static CURRENT_FILE: Cell<usize> = const { Cell::new(0) };
+}
+
+pub(crate) fn with_current_file<R>(file: usize, f: impl FnOnce() -> R) -> R {
+    let previous = CURRENT_FILE.with(|c| c.replace(file));
+    let result = f();
+    CURRENT_FILE.with(|c| c.set(previous));
+    result
+}
+
+/// A raw value with its byte span and file, as deserialized.
+#[derive(Debug, Clone)]
+pub struct Loc<T> {
+    pub value: T,
+    pub file: usize,
+    pub span: Range<usize>,
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Loc<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let spanned = serde_spanned::Spanned::<T>::deserialize(d)?;
+        let span = spanned.span();
+        Ok(Loc {
+            value: spanned.into_inner(),
+            file: CURRENT_FILE.with(|c| c.get()),
+            span,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_and_column_are_one_based() {
+        let text = "a = 1\nbb = 2\n";
+        assert_eq!(line_col(text, 0), (1, 1));
+        assert_eq!(line_col(text, 6), (2, 1));
+        assert_eq!(line_col(text, 11), (2, 6));
+    }
+}

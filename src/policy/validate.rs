@@ -1,0 +1,647 @@
+//! Raw policy → `Policy`: parse units, compile regexes, resolve users and groups, check names and
+//! ranges. Every problem is collected with its location; the caller gets all of them at once.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+
+use super::raw::{Name, Quantity, RawFile, RawIoValues, RawRule, RawTenant};
+use super::source::{with_current_file, Loc, SourceMap};
+use super::*;
+use crate::units::{parse_bytes, parse_count};
+
+/// Looks up users and groups. The system implementation asks NSS (so LDAP users work); tests
+/// use a fixed table.
+pub trait Accounts {
+    fn uid(&self, name: &str) -> Option<u32>;
+    fn gid(&self, name: &str) -> Option<u32>;
+}
+
+pub struct SystemAccounts;
+
+impl Accounts for SystemAccounts {
+    fn uid(&self, name: &str) -> Option<u32> {
+        nix::unistd::User::from_name(name)
+            .ok()
+            .flatten()
+            .map(|u| u.uid.as_raw())
+    }
+    fn gid(&self, name: &str) -> Option<u32> {
+        nix::unistd::Group::from_name(name)
+            .ok()
+            .flatten()
+            .map(|g| g.gid.as_raw())
+    }
+}
+
+/// Longest tenant name: it becomes a directory name and a metric label.
+pub const MAX_TENANT_NAME: usize = 64;
+
+/// Prefixes of control-file names: a tenant named like one would collide with a kernel file
+/// in the v1 directory that holds it.
+const RESERVED_PREFIXES: &[&str] = &[
+    "cgroup.",
+    "cpu.",
+    "cpuacct.",
+    "cpuset.",
+    "memory.",
+    "blkio.",
+    "io.",
+    "pids.",
+    "hugetlb.",
+    "rdma.",
+    "misc.",
+    "devices.",
+    "freezer.",
+    "net_cls.",
+    "net_prio.",
+    "perf_event.",
+];
+const RESERVED_NAMES: &[&str] = &["tasks", "notify_on_release", "release_agent"];
+
+/// Checks a name that becomes a cgroup directory: letters, digits, `_ . -`, 1 to 64 characters,
+/// not `.`/`..`, not starting with a dot, and not a control-file name.
+pub fn check_group_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("a name must not be empty".into());
+    }
+    if name.len() > MAX_TENANT_NAME {
+        return Err(format!(
+            "`{name}` is {} characters long; at most {MAX_TENANT_NAME} are allowed",
+            name.len()
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+    {
+        return Err(format!(
+            "`{name}` contains {c:?}; use only letters, digits, `_`, `.` and `-` (it becomes a directory name)"
+        ));
+    }
+    if name.starts_with('.') {
+        return Err(format!("`{name}` must not start with `.`"));
+    }
+    if RESERVED_NAMES.contains(&name) || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        return Err(format!(
+            "`{name}` would collide with a cgroup control file; choose another name"
+        ));
+    }
+    Ok(())
+}
+
+struct Ctx<'a> {
+    map: &'a SourceMap,
+    accounts: &'a dyn Accounts,
+    problems: Vec<Problem>,
+    warnings: Vec<Problem>,
+}
+
+impl Ctx<'_> {
+    fn origin<T>(&self, loc: &Loc<T>) -> Origin {
+        self.map.origin(loc.file, &loc.span)
+    }
+    fn error<T>(&mut self, loc: &Loc<T>, msg: impl Into<String>) {
+        let o = self.origin(loc);
+        self.problems.push(Problem::at(&o, msg));
+    }
+}
+
+pub(super) fn from_sources(
+    sources: &[(PathBuf, String)],
+    accounts: &dyn Accounts,
+) -> Result<Loaded, PolicyErrors> {
+    let mut map = SourceMap::default();
+    let mut problems = Vec::new();
+    let mut files = Vec::new();
+    for (path, text) in sources {
+        let idx = map.add(path, text);
+        match with_current_file(idx, || toml::from_str::<RawFile>(text)) {
+            Ok(f) => files.push(f),
+            Err(e) => {
+                let msg = e.message().trim().to_string();
+                problems.push(match e.span() {
+                    Some(span) => Problem::at(&map.origin(idx, &span), msg),
+                    None => Problem::general(format!("{}: {msg}", path.display())),
+                });
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return Err(PolicyErrors(problems));
+    }
+
+    let mut ctx = Ctx {
+        map: &map,
+        accounts,
+        problems,
+        warnings: Vec::new(),
+    };
+    let (agent, tenants) = merge(&mut ctx, files);
+    let agent = validate_agent(&mut ctx, agent);
+    let mut out = Vec::new();
+    for t in tenants {
+        if let Some(t) = validate_tenant(&mut ctx, t) {
+            out.push(t);
+        }
+    }
+    warn_static_overlaps(&mut ctx, &out);
+    if ctx.problems.is_empty() {
+        Ok(Loaded {
+            policy: Policy {
+                agent,
+                tenants: out,
+                files: map.paths().map(Path::to_path_buf).collect(),
+            },
+            warnings: ctx.warnings,
+        })
+    } else {
+        Err(PolicyErrors(ctx.problems))
+    }
+}
+
+/// Drop-ins merge into the main file in order. Within one file a tenant name may appear once;
+/// a later file that names an existing tenant changes only the keys it sets.
+fn merge(ctx: &mut Ctx, files: Vec<RawFile>) -> (super::raw::RawAgent, Vec<Loc<RawTenant>>) {
+    let mut agent = super::raw::RawAgent::default();
+    let mut tenants: Vec<Loc<RawTenant>> = Vec::new();
+    for file in files {
+        if let Some(a) = file.agent {
+            agent.merge(a);
+        }
+        let mut seen_here: HashMap<String, Origin> = HashMap::new();
+        for t in file.tenants {
+            let name = t.value.name.value.clone();
+            let here = ctx.origin(&t.value.name);
+            if let Some(first) = seen_here.get(&name) {
+                let msg =
+                    format!("tenant `{name}` is defined twice in this file (first at {first})");
+                ctx.problems.push(Problem::at(&here, msg));
+                continue;
+            }
+            seen_here.insert(name.clone(), here);
+            match tenants.iter_mut().find(|e| e.value.name.value == name) {
+                Some(existing) => existing.value.merge(t.value),
+                None => tenants.push(t),
+            }
+        }
+    }
+    (agent, tenants)
+}
+
+fn validate_agent(ctx: &mut Ctx, raw: super::raw::RawAgent) -> Agent {
+    let root_name = match raw.root {
+        Some(r) => {
+            if let Err(e) = check_group_name(&r.value) {
+                ctx.error(&r, format!("agent.root: {e}"));
+            }
+            r.value
+        }
+        None => DEFAULT_ROOT.to_string(),
+    };
+    let parent = match raw.parent {
+        None => ParentSpec::HierarchyRoot,
+        Some(p) => match p.value.as_str() {
+            "root" => ParentSpec::HierarchyRoot,
+            "self" => ParentSpec::OwnCgroup,
+            path if path.starts_with('/') => {
+                let bad = path.split('/').filter(|c| !c.is_empty()).find_map(|c| {
+                    check_group_name(c)
+                        .err()
+                        .or_else(|| (c == "..").then(|| "`..`".into()))
+                });
+                match bad {
+                    Some(e) => {
+                        ctx.error(&p, format!("agent.parent: {e}"));
+                        ParentSpec::HierarchyRoot
+                    }
+                    None => ParentSpec::Path(path.trim_end_matches('/').to_string()),
+                }
+            }
+            other => {
+                ctx.error(&p, format!(
+                    "agent.parent: `{other}` is not valid; use \"root\" (the hierarchy root), \"self\" (dbcage's own cgroup) or an absolute cgroup path such as \"/system.slice/dbcage.service\""
+                ));
+                ParentSpec::HierarchyRoot
+            }
+        },
+    };
+    Agent { root_name, parent }
+}
+
+fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
+    let before = ctx.problems.len();
+    let t = raw.value;
+    let name = t.name.value.clone();
+    if let Err(e) = check_group_name(&name) {
+        ctx.error(&t.name, format!("tenant name: {e}"));
+    }
+    let origin = ctx.origin(&t.name);
+    let rules = validate_rules(ctx, &name, "match", t.rules.as_deref().unwrap_or(&[]));
+    let exempt = validate_rules(ctx, &name, "exempt", t.exempt.as_deref().unwrap_or(&[]));
+    if rules.is_empty() && exempt.is_empty() {
+        ctx.warnings.push(Problem::at(
+            &origin,
+            format!("tenant `{name}` has no match rules: no process will be placed in it"),
+        ));
+    }
+
+    let mut storage = Vec::new();
+    for s in t.storage.iter().flatten() {
+        if !s.value.starts_with('/') {
+            ctx.error(
+                s,
+                format!(
+                    "tenant `{name}`: storage path `{}` must be absolute",
+                    s.value
+                ),
+            );
+        } else {
+            storage.push(Sourced {
+                value: s.value.clone(),
+                origin: ctx.origin(s),
+            });
+        }
+    }
+    let storage_level = match &t.storage_level {
+        None => StorageLevel::Device,
+        Some(l) => match l.value.as_str() {
+            "device" => StorageLevel::Device,
+            "members" => StorageLevel::Members,
+            other => {
+                ctx.error(l, format!("tenant `{name}`: storage_level `{other}` is not valid; use \"device\" or \"members\""));
+                StorageLevel::Device
+            }
+        },
+    };
+
+    let (io, io_devices) = match &t.io {
+        None => (IoLimits::default(), Vec::new()),
+        Some(io) => {
+            let total = validate_io(ctx, &name, "io", &io.values());
+            let mut devices = Vec::new();
+            for d in &io.devices {
+                let dv = &d.value;
+                if !dv.path.value.starts_with('/') {
+                    ctx.error(
+                        &dv.path,
+                        format!(
+                            "tenant `{name}`: io.device path `{}` must be absolute",
+                            dv.path.value
+                        ),
+                    );
+                }
+                let limits = validate_io(ctx, &name, "io.device", &dv.values());
+                devices.push(DeviceOverride {
+                    path: Sourced {
+                        value: dv.path.value.clone(),
+                        origin: ctx.origin(&dv.path),
+                    },
+                    limits,
+                });
+            }
+            (total, devices)
+        }
+    };
+    if (!io.is_empty() || !io_devices.is_empty()) && storage.is_empty() {
+        ctx.problems.push(Problem::at(&origin, format!(
+            "tenant `{name}` sets IO limits but has no `storage`: list the paths of its data (mount points, directories, block devices or globs)"
+        )));
+    }
+
+    let cpu = match &t.cpu {
+        None => CpuPolicy::default(),
+        Some(c) => validate_cpu(ctx, &name, c),
+    };
+    let memory = match &t.memory {
+        None => MemoryPolicy::default(),
+        Some(m) => validate_memory(ctx, &name, m),
+    };
+
+    if ctx.problems.len() > before {
+        return None;
+    }
+    Some(Tenant {
+        name,
+        origin,
+        rules,
+        exempt,
+        storage,
+        storage_level,
+        io,
+        io_devices,
+        cpu,
+        memory,
+    })
+}
+
+fn validate_rules(ctx: &mut Ctx, tenant: &str, list: &str, raw: &[Loc<RawRule>]) -> Vec<Rule> {
+    let accounts = ctx.accounts;
+    let mut out = Vec::new();
+    for (i, r) in raw.iter().enumerate() {
+        let rv = &r.value;
+        let mut parts = Vec::new();
+        let mut regex = |ctx: &mut Ctx, key: &str, v: &Option<Loc<String>>| -> Option<Regex> {
+            let v = v.as_ref()?;
+            parts.push(format!("{key}=~{}", v.value));
+            match Regex::new(&v.value) {
+                Ok(re) => Some(re),
+                Err(e) => {
+                    let first = e
+                        .to_string()
+                        .lines()
+                        .last()
+                        .unwrap_or("")
+                        .trim()
+                        .to_string();
+                    ctx.error(
+                        v,
+                        format!(
+                            "tenant `{tenant}`: {list}[{i}].{key}: invalid regex `{}`: {first}",
+                            v.value
+                        ),
+                    );
+                    None
+                }
+            }
+        };
+        let cmdline = regex(ctx, "cmdline", &rv.cmdline);
+        let comm = regex(ctx, "comm", &rv.comm);
+        let exe = rv.exe.as_ref().map(|e| {
+            parts.push(format!("exe={}", e.value));
+            if !e.value.starts_with('/') {
+                ctx.error(
+                    e,
+                    format!(
+                        "tenant `{tenant}`: {list}[{i}].exe `{}` must be an absolute path",
+                        e.value
+                    ),
+                );
+            }
+            PathBuf::from(&e.value)
+        });
+        let uid = rv.user.as_ref().and_then(|u| {
+            parts.push(format!("user={}", name_text(&u.value)));
+            resolve_name(ctx, u, tenant, list, i, "user", |n| accounts.uid(n))
+        });
+        let gid = rv.group.as_ref().and_then(|g| {
+            parts.push(format!("group={}", name_text(&g.value)));
+            resolve_name(ctx, g, tenant, list, i, "group", |n| accounts.gid(n))
+        });
+        let descendants = rv.descendants.unwrap_or(false);
+        if parts.is_empty() {
+            ctx.error(r, format!(
+                "tenant `{tenant}`: {list}[{i}] matches nothing: give at least one of cmdline, comm, exe, user, group"
+            ));
+            continue;
+        }
+        if descendants {
+            parts.push("+descendants".into());
+        }
+        out.push(Rule {
+            cmdline,
+            comm,
+            exe,
+            uid,
+            gid,
+            descendants,
+            label: format!("{list}[{i}] {}", parts.join(" ")),
+            origin: ctx.origin(r),
+        });
+    }
+    out
+}
+
+fn name_text(n: &Name) -> String {
+    match n {
+        Name::Id(i) => i.to_string(),
+        Name::Text(s) => s.clone(),
+    }
+}
+
+fn resolve_name(
+    ctx: &mut Ctx,
+    loc: &Loc<Name>,
+    tenant: &str,
+    list: &str,
+    i: usize,
+    key: &str,
+    lookup: impl Fn(&str) -> Option<u32>,
+) -> Option<u32> {
+    match &loc.value {
+        Name::Id(id) if (0..=u32::MAX as i64).contains(id) => Some(*id as u32),
+        Name::Id(id) => {
+            ctx.error(
+                loc,
+                format!("tenant `{tenant}`: {list}[{i}].{key}: {id} is not a valid id"),
+            );
+            None
+        }
+        Name::Text(s) => {
+            match s.parse::<u32>().ok().or_else(|| lookup(s)) {
+                Some(id) => Some(id),
+                None => {
+                    ctx.error(loc, format!("tenant `{tenant}`: {list}[{i}].{key}: no {key} named `{s}` on this host"));
+                    None
+                }
+            }
+        }
+    }
+}
+
+fn quantity(ctx: &mut Ctx, tenant: &str, key: &str, q: &Loc<Quantity>, bytes: bool) -> Option<u64> {
+    let parsed = match &q.value {
+        Quantity::Int(i) if *i >= 0 => Ok(*i as u64),
+        Quantity::Int(i) => Err(format!("{i} is negative")),
+        Quantity::Float(f) => Err(format!(
+            "{f} is not a whole number; write it as a string with a unit, e.g. \"1.5GiB\""
+        )),
+        Quantity::Text(s) => if bytes {
+            parse_bytes(s)
+        } else {
+            parse_count(s)
+        }
+        .map_err(|e| e.to_string()),
+    };
+    match parsed {
+        Ok(0) => {
+            ctx.error(q, format!("tenant `{tenant}`: {key} = 0 would stop all IO or memory use; remove the key for no limit"));
+            None
+        }
+        Ok(v) => Some(v),
+        Err(e) => {
+            ctx.error(q, format!("tenant `{tenant}`: {key}: {e}"));
+            None
+        }
+    }
+}
+
+fn validate_io(ctx: &mut Ctx, tenant: &str, prefix: &str, raw: &RawIoValues) -> IoLimits {
+    let mut get = |key: &str, v: &Option<Loc<Quantity>>, bytes: bool| {
+        v.as_ref()
+            .and_then(|q| quantity(ctx, tenant, &format!("{prefix}.{key}"), q, bytes))
+    };
+    IoLimits {
+        read_bps: get("read_bps", &raw.read_bps, true),
+        write_bps: get("write_bps", &raw.write_bps, true),
+        read_iops: get("read_iops", &raw.read_iops, false),
+        write_iops: get("write_iops", &raw.write_iops, false),
+    }
+}
+
+fn validate_cpu(ctx: &mut Ctx, tenant: &str, c: &super::raw::RawCpu) -> CpuPolicy {
+    let cpus = c
+        .cpus
+        .as_ref()
+        .and_then(|s| match s.value.parse::<CpuSet>() {
+            Ok(set) if set.is_empty() => {
+                ctx.error(
+                    s,
+                    format!(
+                        "tenant `{tenant}`: cpu.cpus is empty; remove the key to allow every cpu"
+                    ),
+                );
+                None
+            }
+            Ok(set) => Some(Sourced {
+                value: set,
+                origin: ctx.origin(s),
+            }),
+            Err(e) => {
+                ctx.error(s, format!("tenant `{tenant}`: cpu.cpus: {e}"));
+                None
+            }
+        });
+    let numa_nodes = c.numa_nodes.as_ref().and_then(|n| {
+        if n.value.is_empty() {
+            ctx.error(n, format!("tenant `{tenant}`: cpu.numa_nodes is empty"));
+            return None;
+        }
+        if let Some(bad) = n.value.iter().find(|v| !(0..=1024).contains(*v)) {
+            ctx.error(
+                n,
+                format!("tenant `{tenant}`: cpu.numa_nodes: {bad} is not a node number"),
+            );
+            return None;
+        }
+        Some(Sourced {
+            value: CpuSet::from_iter(n.value.iter().map(|v| *v as u32)),
+            origin: ctx.origin(n),
+        })
+    });
+    let cores = c.cores.as_ref().and_then(|q| {
+        let v = match &q.value {
+            Quantity::Int(i) => *i as f64,
+            Quantity::Float(f) => *f,
+            Quantity::Text(s) => match s.trim().parse::<f64>() {
+                Ok(v) => v,
+                Err(_) => {
+                    ctx.error(
+                        q,
+                        format!("tenant `{tenant}`: cpu.cores `{s}` is not a number (e.g. 2.5)"),
+                    );
+                    return None;
+                }
+            },
+        };
+        // The kernel refuses quotas under 1 ms; with the 100 ms period that is 0.01 cores.
+        if !(0.01..=4096.0).contains(&v) {
+            ctx.error(
+                q,
+                format!("tenant `{tenant}`: cpu.cores = {v} is out of range (0.01 to 4096)"),
+            );
+            return None;
+        }
+        Some(v)
+    });
+    let weight = c.weight.as_ref().and_then(|q| match &q.value {
+        Quantity::Int(i) if (1..=10000).contains(i) => Some(*i as u32),
+        _ => {
+            ctx.error(q, format!("tenant `{tenant}`: cpu.weight must be a whole number from 1 to 10000 (default 100)"));
+            None
+        }
+    });
+    if cpus.is_some() && numa_nodes.is_some() {
+        let o = ctx.origin(c.numa_nodes.as_ref().unwrap());
+        ctx.warnings.push(Problem::at(&o, format!(
+            "tenant `{tenant}`: both cpu.cpus and cpu.numa_nodes are set; the cpus are limited to those of the nodes"
+        )));
+    }
+    CpuPolicy {
+        cpus,
+        numa_nodes,
+        cores,
+        weight,
+    }
+}
+
+fn validate_memory(ctx: &mut Ctx, tenant: &str, m: &super::raw::RawMemory) -> MemoryPolicy {
+    let mut get = |key: &str, v: &Option<Loc<Quantity>>| {
+        v.as_ref().and_then(|q| {
+            quantity(ctx, tenant, &format!("memory.{key}"), q, true).map(|b| (b, ctx.origin(q)))
+        })
+    };
+    let max = get("max", &m.max);
+    let high = get("high", &m.high);
+    let low = get("low", &m.low);
+    let swap_max = get("swap_max", &m.swap_max);
+    if let (Some((max, _)), Some((high, o))) = (&max, &high) {
+        if high > max {
+            ctx.warnings.push(Problem::at(
+                o,
+                format!("tenant `{tenant}`: memory.high is above memory.max and will never apply"),
+            ));
+        }
+    }
+    if let (Some((max, _)), Some((low, o))) = (&max, &low) {
+        if low > max {
+            ctx.problems.push(Problem::at(
+                o,
+                format!("tenant `{tenant}`: memory.low is above memory.max"),
+            ));
+        }
+    }
+    MemoryPolicy {
+        max: max.map(|(v, origin)| Sourced { value: v, origin }),
+        high: high.map(|h| h.0),
+        low: low.map(|l| l.0),
+        swap_max: swap_max.map(|s| s.0),
+    }
+}
+
+/// Rules that are spelled the same in two tenants always overlap; the first tenant in file order
+/// wins, which is rarely what was meant.
+fn warn_static_overlaps(ctx: &mut Ctx, tenants: &[Tenant]) {
+    let key = |r: &Rule| {
+        format!(
+            "{:?}|{:?}|{:?}|{:?}|{:?}",
+            r.cmdline.as_ref().map(|x| x.as_str()),
+            r.comm.as_ref().map(|x| x.as_str()),
+            r.exe,
+            r.uid,
+            r.gid
+        )
+    };
+    for (i, a) in tenants.iter().enumerate() {
+        for b in &tenants[i + 1..] {
+            for ra in a.rules.iter().chain(&a.exempt) {
+                for rb in b.rules.iter().chain(&b.exempt) {
+                    let same = key(ra) == key(rb);
+                    let user_only = ra.cmdline.is_none() && ra.comm.is_none() && ra.exe.is_none();
+                    let shares_account = (ra.uid.is_some() && ra.uid == rb.uid)
+                        || (ra.gid.is_some() && ra.gid == rb.gid);
+                    if same || (user_only && shares_account) {
+                        ctx.warnings.push(Problem::at(&rb.origin, format!(
+                            "rule `{}` of tenant `{}` overlaps rule `{}` of tenant `{}` ({}); processes matching both go to `{}`, the first in file order",
+                            rb.label, b.name, ra.label, a.name, ra.origin, a.name
+                        )));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
