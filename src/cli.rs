@@ -484,7 +484,7 @@ fn status(
                         .find(|x| x.pid == pid && x.tenant == ti)
                         .map(|x| x.reason.clone())
                         .unwrap_or_else(|| {
-                            "no longer matches; stays until released (children inherit)".into()
+                            "inherited from its parent (no rule matches it; new children stay in their parent's group)".into()
                         });
                     members.push(Member {
                         pid,

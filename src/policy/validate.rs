@@ -557,7 +557,12 @@ fn validate_cpu(ctx: &mut Ctx, tenant: &str, c: &super::raw::RawCpu) -> CpuPolic
     });
     let weight = c.weight.as_ref().and_then(|q| match &q.value {
         Quantity::Int(i) if (1..=10000).contains(i) => Some(*i as u32),
-        _ => {
+        other => {
+            let shown = match other {
+                Quantity::Int(i) => i.to_string(),
+                Quantity::Float(f) => f.to_string(),
+                Quantity::Text(s) => format!("{s:?}"),
+            };
             ctx.error(q, format!("tenant `{tenant}`: cpu.weight must be a whole number from 1 to 10000 (default 100)"));
             None
         }
@@ -598,7 +603,11 @@ fn validate_memory(ctx: &mut Ctx, tenant: &str, m: &super::raw::RawMemory) -> Me
         if low > max {
             ctx.problems.push(Problem::at(
                 o,
-                format!("tenant `{tenant}`: memory.low is above memory.max"),
+                format!(
+                    "tenant `{tenant}`: memory.low {} is above memory.max {}",
+                    crate::units::HumanBytes(*low),
+                    crate::units::HumanBytes(*max)
+                ),
             ));
         }
     }

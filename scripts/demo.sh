@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Installs what dbcage needs, builds it, and runs it on examples/dbcage.toml against this host:
+# check, plan, apply, a throttled reader in tenant DEMO measured through `status`, then release.
+# Run as root. Leaves nothing behind (the demo groups are released at the end).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need cargo; then
+  echo "cargo is missing: install Rust (https://rustup.rs) or Debian's cargo package" >&2
+  exit 1
+fi
+if ! need python3; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3 >/dev/null
+fi
+[ "$(id -u)" = 0 ] || { echo "run as root: dbcage writes cgroups" >&2; exit 1; }
+
+cargo build --release --quiet
+bin=$PWD/target/release/dbcage
+policy=$PWD/examples/dbcage.toml
+data=/var/tmp/dbcage-demo.dat
+reader=""
+
+cleanup() {
+  [ -n "$reader" ] && kill "$reader" 2>/dev/null && wait "$reader" 2>/dev/null
+  "$bin" -c "$policy" release --all >/dev/null 2>&1 || true
+  rm -f "$data"
+}
+trap cleanup EXIT
+
+echo "== dbcage check"
+"$bin" -c "$policy" check
+echo
+echo "== a reader that looks like an Oracle parallel slave of DEMO (O_DIRECT reads)"
+dd if=/dev/zero of="$data" bs=1M count=512 oflag=direct status=none
+# the reader rereads the file until stopped; dd children inherit its group
+bash -c "exec -a ora_p001_DEMO bash -c 'while :; do dd if=$data of=/dev/null bs=1M iflag=direct status=none; done'" &
+reader=$!
+echo
+echo "== dbcage plan"
+"$bin" -c "$policy" plan
+echo
+echo "== dbcage apply"
+"$bin" -c "$policy" apply
+echo
+echo "== dbcage apply (again: nothing to do)"
+"$bin" -c "$policy" apply
+echo
+echo "== measured: DEMO's read rate through status --json over 3 s (limit 50 MiB/s)"
+read_bytes() { "$bin" -c "$policy" status DEMO --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(x["read_bytes"] for x in d["tenants"][0]["devices"]))'; }
+a=$(read_bytes); sleep 3; b=$(read_bytes)
+python3 -c "print(f'DEMO read {($b-$a)/3/1048576:.1f} MiB/s')"
+echo
+echo "== dbcage status -v"
+"$bin" -c "$policy" status -v
+echo
+echo "== dbcage release --all"
+kill "$reader" 2>/dev/null || true; wait "$reader" 2>/dev/null || true; reader=""
+"$bin" -c "$policy" release --all

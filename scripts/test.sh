@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs every test of dbcage: formatting, lints, unit tests, the real-kernel integration tests
+# (root: cgroup v1 on this host, loop devices, fio) and the cgroup v2 smoke run in a qemu VM.
+# Installs what the tests need with apt on a fresh Debian machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+for pair in fio:fio mkfs.ext4:e2fsprogs losetup:mount python3:python3 qemu-system-x86_64:qemu-system-x86 busybox:busybox-static; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --check
+echo "== cargo clippy"
+cargo clippy --all-targets --quiet -- -D warnings
+echo "== unit tests"
+cargo test --lib --quiet
+echo "== integration tests on this host's kernel (root)"
+cargo test --test it --quiet -- --test-threads=2
+echo "== cgroup v2 in a VM"
+cargo build --release --quiet
+tests/vm/run.sh target/release/dbcage tests/vm/smoke.sh
