@@ -6,15 +6,17 @@
 # usage: tests/vm/run.sh BINARY GUEST_SCRIPT [EXTRA_FILE...]
 #
 # Environment (all optional):
-#   DBCAGE_VM_CACHE         kernel cache dir            (default /var/cache/dbcage-vm)
-#   DBCAGE_VM_TIMEOUT       hard timeout in seconds     (default 300)
-#   DBCAGE_VM_KERNEL_PKG    kernel package to use       (default: what linux-image-amd64 depends on)
-#   DBCAGE_VM_DISKS         number of virtio disks      (default 3, minimum 3)
-#   DBCAGE_VM_DISK_SIZE     size of each sparse disk    (default 256M)
+#   DBCAGE_VM_CACHE         cache dir (kernel, base initramfs)  (default /var/cache/dbcage-vm)
+#   DBCAGE_VM_TIMEOUT       hard timeout in seconds             (default 300)
+#   DBCAGE_VM_KERNEL_PKG    kernel package to use   (default: what linux-image-amd64 depends on)
+#   DBCAGE_VM_DISKS         number of virtio disks              (default 3, minimum 3)
+#   DBCAGE_VM_DISK_SIZE     size of each sparse disk            (default 256M)
 #   DBCAGE_VM_MODULES       extra kernel modules to load in the guest, space separated (e.g. "bfq")
 #   DBCAGE_VM_APPEND        extra kernel command line arguments
-#   DBCAGE_VM_NO_FIO=1      do not put fio (about 85 MB with its libraries) into the initramfs
-#   DBCAGE_VM_KEEP=1        keep the temp dir (initramfs, disks, log) and print its path
+#   DBCAGE_VM_QEMU_OPTS     extra qemu options (word-split)
+#   DBCAGE_VM_PVH=0         boot the compressed vmlinuz instead of the extracted vmlinux (slower)
+#   DBCAGE_VM_NO_FIO=1      leave fio (about 85 MB with its libraries) out of the initramfs
+#   DBCAGE_VM_KEEP=1        keep the temp dir (initramfs, disks, console log) and print its path
 #
 # Exit code: the guest script's exit code (from the DBCAGE-VM-EXIT=<n> marker);
 # 124 on timeout; 125 if the marker is missing (kernel panic, /init died, ...);
@@ -36,20 +38,23 @@ EXTRAS=("$@")
 [ -f "$GUEST_SCRIPT" ] || die "guest script not found: $GUEST_SCRIPT" 2
 for f in "${EXTRAS[@]}"; do [ -e "$f" ] || die "extra file not found: $f" 2; done
 
+SELF=$(readlink -f "${BASH_SOURCE[0]}")
 CACHE=${DBCAGE_VM_CACHE:-/var/cache/dbcage-vm}
 TIMEOUT=${DBCAGE_VM_TIMEOUT:-300}
 NDISKS=${DBCAGE_VM_DISKS:-3}
 DISK_SIZE=${DBCAGE_VM_DISK_SIZE:-256M}
+NO_FIO=${DBCAGE_VM_NO_FIO:-0}
+# Modules loaded in the guest, in this order (dependencies are added first).
+MODULES="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk
+         loop dm_mod dm_multipath dm_round_robin ${DBCAGE_VM_MODULES:-}"
 [ "$NDISKS" -ge 3 ] 2>/dev/null || die "DBCAGE_VM_DISKS must be a number >= 3" 2
 
 T_START=$(date +%s%N)
 ms_since() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 
-SUDO=
-if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null 2>&1 && SUDO=sudo
-fi
 export DEBIAN_FRONTEND=noninteractive
+SUDO=
+if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo -E"; fi
 
 APT_UPDATED=0
 apt_update_once() {
@@ -61,9 +66,7 @@ apt_update_once() {
 }
 
 # ---------------------------------------------------------------- packages
-is_static_busybox() {
-    [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1
-}
+is_static_busybox() { [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; }
 ensure_packages() {
     local need=()
     command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
@@ -71,12 +74,9 @@ ensure_packages() {
     command -v cpio >/dev/null 2>&1 || need+=(cpio)
     command -v xz >/dev/null 2>&1 || need+=(xz-utils)
     command -v zstd >/dev/null 2>&1 || need+=(zstd)
-    command -v timeout >/dev/null 2>&1 || need+=(coreutils)
     command -v flock >/dev/null 2>&1 || need+=(util-linux)
     command -v dmsetup >/dev/null 2>&1 || need+=(dmsetup)
-    if [ "${DBCAGE_VM_NO_FIO:-0}" != 1 ]; then
-        command -v fio >/dev/null 2>&1 || need+=(fio)
-    fi
+    if [ "$NO_FIO" != 1 ]; then command -v fio >/dev/null 2>&1 || need+=(fio); fi
     if [ ${#need[@]} -gt 0 ]; then
         apt_update_once
         log "installing: ${need[*]}"
@@ -88,171 +88,88 @@ ensure_packages() {
 }
 
 # ---------------------------------------------------------------- kernel
-# $CACHE/kernel holds the extracted linux-image package (boot/ and lib/modules/)
-# and a .complete stamp containing the package name.
+# $CACHE/kernel: the extracted linux-image package (boot/, lib/modules/), a
+# .complete stamp holding the package name, and vmlinux (uncompressed kernel).
+kernel_pkg_name() {
+    apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image/{print $2; exit}' || true
+}
 ensure_kernel() {
-    $SUDO mkdir -p "$CACHE"
-    local want=${DBCAGE_VM_KERNEL_PKG:-}
+    local want=${DBCAGE_VM_KERNEL_PKG:-} dl
     if [ -f "$CACHE/kernel/.complete" ]; then
-        if [ -z "$want" ] || [ "$(cat "$CACHE/kernel/.complete")" = "$want" ]; then
-            return 0
-        fi
+        if [ -z "$want" ] || [ "$(cat "$CACHE/kernel/.complete")" = "$want" ]; then return 0; fi
     fi
     if [ -z "$want" ]; then
-        want=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image/{print $2; exit}' || true)
-        if [ -z "$want" ]; then
-            apt_update_once
-            want=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image/{print $2; exit}' || true)
-        fi
+        want=$(kernel_pkg_name)
+        if [ -z "$want" ]; then apt_update_once; want=$(kernel_pkg_name); fi
         [ -n "$want" ] || die "cannot determine the kernel package (apt-cache depends linux-image-amd64)"
     fi
     log "downloading kernel package $want into $CACHE"
-    local dl
-    dl=$($SUDO mktemp -d "$CACHE/download.XXXXXX")
-    $SUDO chmod 755 "$dl"
-    ( cd "$dl" && $SUDO apt-get download "$want" >&2 2>/dev/null ) || {
+    dl=$(mktemp -d "$CACHE/download.XXXXXX")
+    chmod 755 "$dl"   # apt's _apt user must be able to write there
+    if ! ( cd "$dl" && apt-get download "$want" >&2 ); then
         apt_update_once
-        ( cd "$dl" && $SUDO apt-get download "$want" >&2 )
-    } || { $SUDO rm -rf "$dl"; die "apt-get download $want failed"; }
-    $SUDO mkdir "$dl/x"
-    $SUDO dpkg -x "$dl"/*.deb "$dl/x" || { $SUDO rm -rf "$dl"; die "dpkg -x failed"; }
-    echo "$want" | $SUDO tee "$dl/x/.complete" >/dev/null
-    $SUDO rm -rf "$CACHE/kernel"
-    $SUDO mv "$dl/x" "$CACHE/kernel"
-    $SUDO rm -rf "$dl"
+        ( cd "$dl" && apt-get download "$want" >&2 ) || { rm -rf "$dl"; die "apt-get download $want failed"; }
+    fi
+    mkdir "$dl/x"
+    dpkg -x "$dl"/*.deb "$dl/x" || { rm -rf "$dl"; die "dpkg -x failed"; }
+    echo "$want" >"$dl/x/.complete"
+    rm -rf "$CACHE/kernel"
+    mv "$dl/x" "$CACHE/kernel"
+    rm -rf "$dl"
 }
-
-mkdir -p "$CACHE" 2>/dev/null || $SUDO mkdir -p "$CACHE"
-(
-    # Serialize concurrent runs while installing / populating the cache.
-    flock 9
-    ensure_packages
-    ensure_kernel
-) 9>>"$CACHE/.lock" || exit $?
-
-KDIR=$CACHE/kernel
-VMLINUZ=$(ls "$KDIR"/boot/vmlinuz-* 2>/dev/null | head -n1)
-[ -n "$VMLINUZ" ] || die "no vmlinuz in $KDIR/boot"
-KVER=${VMLINUZ##*/vmlinuz-}
-MODDIR=$KDIR/lib/modules/$KVER
-[ -d "$MODDIR" ] || die "no modules dir $MODDIR"
-log "kernel $KVER ($(cat "$KDIR/.complete"))"
-
-# ---------------------------------------------------------------- temp dir
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/dbcage-test-vm.XXXXXX")
-QPID=
-RPID=
-cleanup() {
-    # Stop qemu (via its timeout wrapper, which forwards the signal) and the
-    # output reader if we are leaving early (signal or error).
-    if [ -n "$QPID" ] && kill -0 "$QPID" 2>/dev/null; then
-        kill -TERM "$QPID" 2>/dev/null || true
-        wait "$QPID" 2>/dev/null || true
-    fi
-    if [ -n "$RPID" ] && kill -0 "$RPID" 2>/dev/null; then
-        kill -TERM "$RPID" 2>/dev/null || true
-        wait "$RPID" 2>/dev/null || true
-    fi
-    if [ "${DBCAGE_VM_KEEP:-0}" = 1 ]; then
-        log "keeping $WORK"
-    else
-        rm -rf "$WORK"
-    fi
+# qemu boots the uncompressed vmlinux directly (PVH entry), which skips the
+# in-guest decompression of the xz bzImage: that takes ~3 s under TCG.
+ensure_vmlinux() {
+    local z out=$CACHE/kernel/vmlinux off magic
+    [ -s "$out" ] && return 0
+    z=$(ls "$CACHE"/kernel/boot/vmlinuz-* 2>/dev/null | head -n1)
+    [ -n "$z" ] || return 0
+    for magic in xz zstd gzip; do
+        case $magic in
+            xz)   off=$(LC_ALL=C grep -abo $'\xfd7zXZ' "$z" | head -n1 | cut -d: -f1) ;;
+            zstd) off=$(LC_ALL=C grep -abo $'\x28\xb5\x2f\xfd' "$z" | head -n1 | cut -d: -f1) ;;
+            gzip) off=$(LC_ALL=C grep -abo $'\x1f\x8b\x08' "$z" | head -n1 | cut -d: -f1) ;;
+        esac
+        [ -n "$off" ] || continue
+        case $magic in
+            xz)   tail -c +$((off + 1)) "$z" | xz -dc --single-stream ;;
+            zstd) tail -c +$((off + 1)) "$z" | zstd -qdc ;;
+            gzip) tail -c +$((off + 1)) "$z" | gzip -dc ;;
+        esac >"$out.tmp" 2>/dev/null || true
+        if [ "$(head -c 4 "$out.tmp" 2>/dev/null | od -An -c | tr -d ' ')" = '177ELF' ]; then
+            mv "$out.tmp" "$out"
+            return 0
+        fi
+    done
+    rm -f "$out.tmp"
+    log "note: could not extract vmlinux from $z, booting the compressed kernel"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-ROOT=$WORK/root
-mkdir -p "$ROOT"/{bin,sbin,usr/bin,usr/sbin,lib,lib64,etc,proc,sys,dev,tmp,run,root,extra,var/tmp}
-chmod 1777 "$ROOT/tmp" "$ROOT/var/tmp"
 
 # ---------------------------------------------------------------- initramfs
+# The initramfs is two concatenated cpio archives (the kernel unpacks both):
+# a base (busybox, GNU tools, fio, dmsetup, modules, /init, /etc) cached in
+# $CACHE, rebuilt when this script, the installed packages or the kernel
+# change; and a per-run overlay (/bin/dbcage, /test.sh, /extra).
 declare -A COPIED=()
-copy_libs() { # copy the shared libraries of ELF $1 to the same paths in $ROOT
-    local out lib
-    out=$(ldd "$1" 2>/dev/null) || return 0   # static or not an ELF: nothing to do
+copy_libs() { # copy_libs ROOT ELF: the ELF's shared libraries, at the same paths
+    local root=$1 out lib
+    out=$(ldd "$2" 2>/dev/null) || return 0   # static, or not an ELF
     while read -r lib; do
         [ -n "$lib" ] && [ -e "$lib" ] || continue
-        [ -n "${COPIED[$lib]:-}" ] && continue
-        COPIED[$lib]=1
-        mkdir -p "$ROOT$(dirname "$lib")"
-        cp -L "$lib" "$ROOT$lib"
+        [ -n "${COPIED[$root$lib]:-}" ] && continue
+        COPIED[$root$lib]=1
+        mkdir -p "$root${lib%/*}"
+        cp -L "$lib" "$root$lib"
     done < <(printf '%s\n' "$out" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}')
 }
-install_bin() { # install_bin SRC DEST_PATH_IN_GUEST
-    mkdir -p "$ROOT$(dirname "$2")"
-    rm -f "$ROOT$2"
-    cp -L "$1" "$ROOT$2"
-    chmod 755 "$ROOT$2"
-    copy_libs "$1"
+install_bin() { # install_bin ROOT SRC DEST
+    mkdir -p "$1${3%/*}"
+    rm -f "$1$3"
+    cp -L "$2" "$1$3"
+    chmod 755 "$1$3"
+    copy_libs "$1" "$2"
 }
-
-T_BUILD=$(date +%s%N)
-# busybox with an applet symlink for every applet it has
-cp /bin/busybox "$ROOT/bin/busybox"
-while read -r applet; do
-    [ -n "$applet" ] || continue
-    [ -e "$ROOT/$applet" ] || [ -L "$ROOT/$applet" ] && continue
-    mkdir -p "$ROOT/$(dirname "$applet")"
-    ln -s /bin/busybox "$ROOT/$applet"
-done < <(/bin/busybox --list-full)
-
-# GNU tools that replace busybox applets: dd (status=, iflag=direct, rates),
-# date (+%s%N, busybox lacks %N), sleep and yes (real binaries, so a symlink
-# with another name, e.g. ora_p001_BX1, still works: busybox dispatches on
-# argv[0] and would fail with "applet not found").
-# Note: busybox sh (Debian's is built with FEATURE_SH_STANDALONE) still runs
-# its own applet for a bare "dd" in a script; call /bin/dd to get GNU dd.
-for t in dd date sleep yes; do
-    src=$(command -v "$t" || true)
-    if [ -n "$src" ] && ldd "$src" >/dev/null 2>&1; then
-        install_bin "$src" "/bin/$t"
-        for d in sbin usr/bin usr/sbin; do
-            if [ -L "$ROOT/$d/$t" ]; then ln -sf "/bin/$t" "$ROOT/$d/$t"; fi
-        done
-    fi
-done
-for t in dmsetup; do
-    src=$(command -v "$t" || true)
-    [ -n "$src" ] && install_bin "$src" "/sbin/$t"
-done
-if [ "${DBCAGE_VM_NO_FIO:-0}" != 1 ] && command -v fio >/dev/null 2>&1; then
-    install_bin "$(command -v fio)" /usr/bin/fio
-fi
-
-install_bin "$BINARY" /bin/dbcage
-cp "$GUEST_SCRIPT" "$ROOT/test.sh"
-chmod 755 "$ROOT/test.sh"
-for f in "${EXTRAS[@]}"; do
-    cp -a "$f" "$ROOT/extra/"
-    if [ -f "$f" ] && [ -x "$f" ]; then copy_libs "$f"; fi
-done
-
-cat >"$ROOT/etc/passwd" <<'EOF'
-root:x:0:0:root:/root:/bin/sh
-nobody:x:65534:65534:nobody:/nonexistent:/bin/false
-EOF
-cat >"$ROOT/etc/group" <<'EOF'
-root:x:0:
-nogroup:x:65534:
-EOF
-echo 'passwd: files
-group: files' >"$ROOT/etc/nsswitch.conf"
-echo dbcage-vm >"$ROOT/etc/hostname"
-mknod -m 600 "$ROOT/dev/console" c 5 1 2>/dev/null || true
-mknod -m 666 "$ROOT/dev/null" c 1 3 2>/dev/null || true
-
-# Kernel modules: resolve dependencies from the .ko "depends=" modinfo field,
-# skip built-ins, decompress .ko.xz / .ko.zst (busybox insmod can't).
-declare -A MODFILE=()
-while read -r f; do
-    b=${f##*/}; b=${b%%.ko*}; b=${b//-/_}
-    MODFILE[$b]=$f
-done < <(find "$MODDIR/kernel" -name '*.ko*')
-BUILTIN=$(sed 's,.*/,,; s,\.ko$,,; s,-,_,g' "$MODDIR/modules.builtin" 2>/dev/null || true)
-declare -A MODSEEN=()
-MODORDER=()
-mod_decompress() { # mod_decompress SRC > stdout
+mod_cat() {
     case "$1" in
         *.ko.xz)  xz -dc "$1" ;;
         *.ko.zst) zstd -qdc "$1" ;;
@@ -260,29 +177,86 @@ mod_decompress() { # mod_decompress SRC > stdout
         *)        cat "$1" ;;
     esac
 }
-add_module() {
-    local m=${1//-/_} f deps d
-    [ -n "${MODSEEN[$m]:-}" ] && return 0
-    MODSEEN[$m]=1
-    if printf '%s\n' "$BUILTIN" | grep -qx "$m"; then
-        log "module $m is built in"
-        return 0
-    fi
-    f=${MODFILE[$m]:-}
-    [ -n "$f" ] || die "kernel module $m not found in $MODDIR"
-    deps=$(mod_decompress "$f" | grep -a -o 'depends=[A-Za-z0-9_,-]*' | head -n1 | cut -d= -f2 | tr ',' ' ')
-    for d in $deps; do add_module "$d"; done
-    mkdir -p "$ROOT/lib/modules"
-    mod_decompress "$f" >"$ROOT/lib/modules/$m.ko"
-    MODORDER+=("$m")
-}
-for m in virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk \
-         loop dm_mod dm_multipath dm_round_robin ${DBCAGE_VM_MODULES:-}; do
-    add_module "$m"
-done
-printf '%s\n' "${MODORDER[@]}" >"$ROOT/etc/modules.order"
+make_cpio() { ( cd "$1" && find . -print0 | cpio --null -o -H newc --quiet -R 0:0 ); }
 
-cat >"$ROOT/init" <<'EOF'
+build_base() { # build_base OUT.cpio
+    local root t src d m f
+    root=$(mktemp -d "$CACHE/base-build.XXXXXX")
+    BASE_ROOT=$root
+    mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,lib,lib64,lib/modules,etc,proc,sys,dev,tmp,run,root,extra,var/tmp}
+    chmod 755 "$root"
+    chmod 1777 "$root/tmp" "$root/var/tmp"
+
+    # busybox with a symlink for each applet
+    cp /bin/busybox "$root/bin/busybox"
+    local applets
+    applets=$(/bin/busybox --list-full)
+    mkdir -p $(printf '%s\n' "$applets" | sed -n "s,/[^/]*\$,,p" | sort -u | sed "s,^,$root/,")
+    while read -r t; do
+        [ -n "$t" ] && { [ -e "$root/$t" ] || [ -L "$root/$t" ] || ln -s /bin/busybox "$root/$t"; }
+    done <<<"$applets"
+
+    # GNU tools in place of busybox applets: dd (iflag=direct, status=, rates),
+    # date (+%s%N; busybox has no %N), sleep and yes (real binaries: a
+    # symlink to them under another name, e.g. ora_p001_BX1, runs fine,
+    # whereas busybox dispatches on argv[0] and says "applet not found").
+    # Note: Debian's busybox sh is built with FEATURE_SH_STANDALONE, so in a
+    # busybox sh script a bare "dd" still runs the applet: use /bin/dd.
+    for t in dd date sleep yes; do
+        src=$(command -v "$t" || true)
+        if [ -n "$src" ] && ldd "$src" >/dev/null 2>&1; then
+            install_bin "$root" "$src" "/bin/$t"
+            for d in sbin usr/bin usr/sbin; do
+                if [ -L "$root/$d/$t" ]; then ln -sf "/bin/$t" "$root/$d/$t"; fi
+            done
+        fi
+    done
+    src=$(command -v dmsetup || true)
+    [ -n "$src" ] && install_bin "$root" "$src" /sbin/dmsetup
+    if [ "$NO_FIO" != 1 ] && command -v fio >/dev/null 2>&1; then
+        install_bin "$root" "$(command -v fio)" /usr/bin/fio
+    fi
+
+    cat >"$root/etc/passwd" <<'EOF'
+root:x:0:0:root:/root:/bin/sh
+nobody:x:65534:65534:nobody:/nonexistent:/bin/false
+EOF
+    cat >"$root/etc/group" <<'EOF'
+root:x:0:
+nogroup:x:65534:
+EOF
+    printf 'passwd: files\ngroup: files\n' >"$root/etc/nsswitch.conf"
+    echo dbcage-vm >"$root/etc/hostname"
+    mknod -m 600 "$root/dev/console" c 5 1 2>/dev/null || true
+    mknod -m 666 "$root/dev/null" c 1 3 2>/dev/null || true
+
+    # Kernel modules, dependencies first (from the .ko's "depends=" modinfo
+    # field), built-ins skipped, .ko.xz/.ko.zst decompressed (busybox insmod
+    # can't read them).
+    local -A modfile=() seen=()
+    local order=() builtin
+    while read -r f; do
+        m=${f##*/}; m=${m%%.ko*}; m=${m//-/_}
+        modfile[$m]=$f
+    done < <(find "$MODDIR/kernel" -name '*.ko*')
+    builtin=$(sed 's,.*/,,; s,\.ko$,,; s,-,_,g' "$MODDIR/modules.builtin" 2>/dev/null || true)
+    add_module() {
+        local m=${1//-/_} f dep
+        [ -n "${seen[$m]:-}" ] && return 0
+        seen[$m]=1
+        if printf '%s\n' "$builtin" | grep -qx "$m"; then log "module $m is built in"; return 0; fi
+        f=${modfile[$m]:-}
+        [ -n "$f" ] || die "kernel module $m not found in $MODDIR"
+        for dep in $(mod_cat "$f" | grep -a -o 'depends=[A-Za-z0-9_,-]*' | head -n1 | cut -d= -f2 | tr ',' ' '); do
+            add_module "$dep"
+        done
+        mod_cat "$f" >"$root/lib/modules/$m.ko"
+        order+=("$m")
+    }
+    for m in $MODULES; do add_module "$m"; done
+    printf '%s\n' "${order[@]}" >"$root/etc/modules.order"
+
+    cat >"$root/init" <<'EOF'
 #!/bin/sh
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root TERM=dumb
@@ -290,6 +264,7 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 exec </dev/console >/dev/console 2>&1
+echo
 echo "dbcage-vm: init started, kernel $(uname -r), uptime $(cut -d' ' -f1 /proc/uptime)s"
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
@@ -318,13 +293,84 @@ sync
 poweroff -f
 sleep 5
 EOF
-chmod 755 "$ROOT/init"
+    chmod 755 "$root/init"
+    make_cpio "$root" >"$1.tmp.$$"
+    mv "$1.tmp.$$" "$1"
+    rm -rf "$root"
+    BASE_ROOT=
+}
 
+# ---------------------------------------------------------------- cache setup
+mkdir -p "$CACHE" 2>/dev/null || $SUDO mkdir -p "$CACHE"
+[ -w "$CACHE" ] || die "cache dir $CACHE is not writable (set DBCAGE_VM_CACHE)"
+BASE_ROOT=
+trap 'rm -rf "$BASE_ROOT"' EXIT   # replaced by cleanup() below
+(
+    # One run at a time installs packages and fills the cache.
+    flock 9
+    ensure_packages
+    ensure_kernel
+    ensure_vmlinux
+) 9>>"$CACHE/.lock" || exit $?
+
+KDIR=$CACHE/kernel
+VMLINUZ=$(ls "$KDIR"/boot/vmlinuz-* 2>/dev/null | head -n1)
+[ -n "$VMLINUZ" ] || die "no vmlinuz in $KDIR/boot"
+KVER=${VMLINUZ##*/vmlinuz-}
+MODDIR=$KDIR/lib/modules/$KVER
+[ -d "$MODDIR" ] || die "no modules dir $MODDIR"
+KIMAGE=$VMLINUZ
+if [ "${DBCAGE_VM_PVH:-1}" != 0 ] && [ -s "$KDIR/vmlinux" ]; then KIMAGE=$KDIR/vmlinux; fi
+log "kernel $KVER ($(cat "$KDIR/.complete")), booting ${KIMAGE##*/}"
+
+T_BUILD=$(date +%s%N)
+KEY=$( { sha256sum "$SELF"; stat -c '%s %Y' /var/lib/dpkg/status /bin/busybox; cat "$KDIR/.complete";
+         echo "$MODULES $NO_FIO"; } | sha256sum | cut -c1-16)
+BASE=$CACHE/initramfs-base-$KEY.cpio
+exec 9>>"$CACHE/.lock"
+flock 9
+if [ ! -s "$BASE" ]; then
+    log "building base initramfs $BASE"
+    rm -f "$CACHE"/initramfs-base-*.cpio
+    build_base "$BASE"
+fi
+
+# ---------------------------------------------------------------- per-run files
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dbcage-test-vm.XXXXXX")
+QPID=
+RPID=
+cleanup() {
+    # Stop qemu (via its timeout wrapper, which passes the signal on) and the
+    # console reader if we leave early (signal or error).
+    if [ -n "$QPID" ] && kill -0 "$QPID" 2>/dev/null; then
+        kill -TERM "$QPID" 2>/dev/null || true
+        wait "$QPID" 2>/dev/null || true
+    fi
+    if [ -n "$RPID" ] && kill -0 "$RPID" 2>/dev/null; then
+        kill -TERM "$RPID" 2>/dev/null || true
+        wait "$RPID" 2>/dev/null || true
+    fi
+    if [ "${DBCAGE_VM_KEEP:-0}" = 1 ]; then log "keeping $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+OVL=$WORK/overlay
+mkdir -p "$OVL/bin" "$OVL/extra"
+install_bin "$OVL" "$BINARY" /bin/dbcage
+cp "$GUEST_SCRIPT" "$OVL/test.sh"
+chmod 755 "$OVL/test.sh"
+for f in "${EXTRAS[@]}"; do
+    cp -a "$f" "$OVL/extra/"
+    if [ -f "$f" ] && [ -x "$f" ]; then copy_libs "$OVL" "$f"; fi
+done
 INITRD=$WORK/initramfs.cpio
-( cd "$ROOT" && find . -print0 | cpio --null -o -H newc --quiet -R 0:0 ) >"$INITRD"
-log "initramfs $(( $(stat -c %s "$INITRD") / 1024 / 1024 )) MiB built in $(ms_since "$T_BUILD") ms"
+{ cat "$BASE"; make_cpio "$OVL"; } >"$INITRD"
+flock -u 9
+exec 9>&-
+log "initramfs $(( $(stat -c %s "$INITRD") / 1048576 )) MiB ready in $(ms_since "$T_BUILD") ms"
 
-# ---------------------------------------------------------------- disks
 DRIVES=()
 for i in $(seq 0 $((NDISKS - 1))); do
     truncate -s "$DISK_SIZE" "$WORK/dbcage-test-disk$i.img"
@@ -332,8 +378,9 @@ for i in $(seq 0 $((NDISKS - 1))); do
 done
 
 # ---------------------------------------------------------------- boot
-# No -enable-kvm: KVM hangs on these machines, TCG boots in a few seconds.
-# 2 vCPUs on 2 NUMA nodes, 512 MiB each.
+# No -enable-kvm: KVM hangs on these machines; TCG boots in a few seconds.
+# 2 vCPUs on 2 NUMA nodes with 512 MiB each.
+# shellcheck disable=SC2206
 QEMU=(qemu-system-x86_64 -nographic -no-reboot -nic none
       -smp 2 -m 1G
       -object memory-backend-ram,id=m0,size=512M
@@ -341,22 +388,22 @@ QEMU=(qemu-system-x86_64 -nographic -no-reboot -nic none
       -numa node,nodeid=0,cpus=0,memdev=m0
       -numa node,nodeid=1,cpus=1,memdev=m1
       ${DBCAGE_VM_QEMU_OPTS:-}
-      -kernel "$VMLINUZ" -initrd "$INITRD"
+      -kernel "$KIMAGE" -initrd "$INITRD"
       -append "console=ttyS0 panic=-1 quiet ${DBCAGE_VM_APPEND:-}"
       "${DRIVES[@]}")
 
 LOG=$WORK/console.log
-log "booting qemu (timeout ${TIMEOUT}s)"
-T_BOOT=$(date +%s%N)
-# qemu and the output reader run in the background and we `wait` for them,
-# so that a signal to this script is handled at once (bash defers traps while
-# a foreground pipeline runs) and the trap can stop qemu.
-# The reader strips CRs and the terminal escapes the firmware prints (ESC c
-# resets the terminal, ESC[?7l turns off line wrapping), streams the console
-# to stdout and to $LOG, and notes when /init starts.
 FIFO=$WORK/console.fifo
 mkfifo "$FIFO"
 : >"$LOG"
+log "booting qemu (timeout ${TIMEOUT}s)"
+T_BOOT=$(date +%s%N)
+# qemu and the console reader run in the background while we `wait`, so a
+# signal to this script is handled at once (bash defers traps while a
+# foreground pipeline runs) and the trap stops qemu. The reader drops CRs and
+# the terminal escapes the firmware prints (ESC c resets the terminal,
+# ESC[?7l turns off line wrapping), streams the console to stdout and $LOG,
+# and notes when /init starts.
 (
     sed -u -e 's/\r$//' -e 's/\x1bc//g' -e 's/\x1b\[[0-9;?]*[A-Za-z]//g' <"$FIFO" | {
         booted=
@@ -380,17 +427,17 @@ wait "$RPID"
 set -e
 QPID=
 RPID=
+
 RUN_MS=$(ms_since "$T_BOOT")
 BOOT_MS=$(cat "$WORK/boot_ms" 2>/dev/null || echo "?")
-
 MARK=$(grep -a -o 'DBCAGE-VM-EXIT=[0-9]*' "$LOG" 2>/dev/null | tail -n1 | cut -d= -f2 || true)
-log "qemu exit $QRC; boot to /init ${BOOT_MS} ms; qemu total ${RUN_MS} ms; whole run $(ms_since "$T_START") ms"
+log "qemu exit $QRC; qemu start to /init ${BOOT_MS} ms; qemu total ${RUN_MS} ms; whole run $(ms_since "$T_START") ms"
 if [ "$QRC" = 124 ] || [ "$QRC" = 137 ]; then
     log "error: timed out after ${TIMEOUT}s"
     exit 124
 fi
 if [ -z "$MARK" ]; then
-    log "error: no DBCAGE-VM-EXIT marker in guest output (kernel panic or /init died?)"
+    log "error: no DBCAGE-VM-EXIT marker in the guest output (kernel panic or /init died?)"
     exit 125
 fi
 log "guest script exit code $MARK"
