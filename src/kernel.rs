@@ -7,7 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// A block device number, printed as the kernel prints it: `MAJ:MIN`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DevNum {
     pub major: u32,
     pub minor: u32,
@@ -156,6 +156,13 @@ impl FromStr for CpuSet {
             set.extend(lo..=hi);
         }
         Ok(CpuSet(set))
+    }
+}
+
+/// As text (`"7:0"`): device numbers are map keys in plans, and JSON keys must be strings.
+impl serde::Serialize for DevNum {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
 }
 

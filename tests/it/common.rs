@@ -1,0 +1,562 @@
+//! Helpers for the integration tests: guards that undo everything a test creates (loop disks,
+//! mounts, cgroups, processes, temp dirs) even when the test panics, and readers of /proc.
+//!
+//! Everything a test creates has `dbcage-test` in its name. Cgroups are nested under the test
+//! process's own cgroup in each hierarchy (`[agent] parent = "self"`), never elsewhere.
+
+use std::collections::BTreeMap;
+use std::io::Read as _;
+use std::os::unix::fs::MetadataExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub const DBCAGE: &str = env!("CARGO_BIN_EXE_dbcage");
+pub const IOLOAD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/ioload.py");
+
+/// The controllers dbcage drives (v1 names).
+pub const CONTROLLERS: [&str; 5] = ["blkio", "cpu", "cpuacct", "cpuset", "memory"];
+
+/// Tests that measure throughput or cpu time (and the ones that load the machine with many
+/// processes) hold this for their whole run, so they never overlap.
+static MEASURE: Mutex<()> = Mutex::new(());
+
+pub fn measure_lock() -> MutexGuard<'static, ()> {
+    MEASURE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// True when the test cannot run here (prints why): it needs root and cgroup v1 controllers.
+pub fn skip() -> bool {
+    if !nix::unistd::Uid::effective().is_root() {
+        println!("skipped: needs root");
+        return true;
+    }
+    let h = hierarchies();
+    if let Some(c) = CONTROLLERS.iter().find(|c| !h.contains_key(**c)) {
+        println!("skipped: needs the cgroup v1 {c} controller mounted");
+        return true;
+    }
+    false
+}
+
+/// A tag unique to this test process and call: `T<pid><letters>` (letters, so that no tag is a
+/// prefix of another one followed by a word character).
+pub fn sid() -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let mut n = N.fetch_add(1, Ordering::SeqCst);
+    let mut letters = String::new();
+    loop {
+        letters.insert(0, (b'a' + (n % 26) as u8) as char);
+        n /= 26;
+        if n == 0 {
+            break;
+        }
+        n -= 1;
+    }
+    format!("T{}{letters}", std::process::id())
+}
+
+/// A regex (as TOML string content) that matches exactly the processes named `name ...`.
+pub fn name_rule(name: &str) -> String {
+    format!("^{name}( |$)")
+}
+
+/// The system python (a pyenv shim would re-exec and lose argv[0]).
+pub fn python() -> &'static str {
+    if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    }
+}
+
+/// Polls `f` every 10 ms until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() > end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// cgroups
+
+/// A mounted v1 hierarchy: its mount point and the cgroup path mounted there.
+#[derive(Debug, Clone)]
+pub struct Hierarchy {
+    pub mount_point: PathBuf,
+    pub mount_root: String,
+}
+
+/// v1 controller name → its hierarchy, for the controllers dbcage drives.
+pub fn hierarchies() -> BTreeMap<String, Hierarchy> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let l: Vec<&str> = left.split(' ').collect();
+        let r: Vec<&str> = right.split(' ').collect();
+        if l.len() < 5 || r.len() < 3 || r[0] != "cgroup" {
+            continue;
+        }
+        for opt in r[2].split(',') {
+            if CONTROLLERS.contains(&opt) {
+                out.entry(opt.to_string()).or_insert(Hierarchy {
+                    mount_point: PathBuf::from(l[4]),
+                    mount_root: l[3].to_string(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// /proc/PID/cgroup as controller → cgroup path (v1 lines only; co-mounted controllers each
+/// get the line's path). Empty if the process is gone.
+pub fn proc_cgroups(pid: u32) -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        for c in ctrls.split(',').filter(|c| !c.is_empty()) {
+            out.insert(c.to_string(), path.to_string());
+        }
+    }
+    out
+}
+
+pub fn own_cgroups() -> BTreeMap<String, String> {
+    proc_cgroups(std::process::id())
+}
+
+/// The directory of a cgroup path in a controller's hierarchy.
+pub fn cgroup_dir(controller: &str, cgroup_path: &str) -> PathBuf {
+    let h = &hierarchies()[controller];
+    let root = h.mount_root.trim_end_matches('/');
+    let rel = cgroup_path.strip_prefix(root).unwrap_or(cgroup_path);
+    h.mount_point.join(rel.trim_start_matches('/'))
+}
+
+/// The directory of this test process's own cgroup in a controller's hierarchy.
+pub fn own_dir(controller: &str) -> PathBuf {
+    cgroup_dir(controller, &own_cgroups()[controller])
+}
+
+pub fn procs_in(dir: &Path) -> Vec<u32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// Removes a directory tree of cgroups depth-first. Processes still inside (only ever the
+/// test's own) are moved to `parent` first, which is inside the test's own cgroup.
+fn remove_cgroup_tree(dir: &Path, parent: &Path) {
+    if !dir.is_dir() {
+        return;
+    }
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_cgroup_tree(&e.path(), parent);
+            }
+        }
+    }
+    for _ in 0..100 {
+        for pid in procs_in(dir) {
+            let _ = std::fs::write(parent.join("cgroup.procs"), pid.to_string());
+        }
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    eprintln!("cleanup: could not remove {}", dir.display());
+}
+
+// ---------------------------------------------------------------------------------------------
+// the policy and the binary
+
+/// A policy in a `dbcage-test-*` temp dir with its own root group `dbcage-test-<tag>` under the
+/// test's own cgroups. Dropping it runs `release --all` and removes whatever is left.
+pub struct Tenancy {
+    _dir: tempfile::TempDir,
+    pub policy: PathBuf,
+    pub root: String,
+}
+
+impl Tenancy {
+    /// `body` is the policy without its `[agent]` table, which this adds.
+    pub fn new(tag: &str, body: &str) -> Tenancy {
+        let dir = tempfile::Builder::new()
+            .prefix("dbcage-test-")
+            .tempdir()
+            .expect("temp dir");
+        let t = Tenancy {
+            policy: dir.path().join("dbcage.toml"),
+            root: format!("dbcage-test-{tag}-{}", std::process::id()),
+            _dir: dir,
+        };
+        t.set_policy(body);
+        t
+    }
+
+    /// The full text written for `body`, `[agent]` table first.
+    pub fn policy_text(&self, body: &str) -> String {
+        format!(
+            "[agent]\nparent = \"self\"\nroot = \"{}\"\n\n{body}",
+            self.root
+        )
+    }
+
+    pub fn set_policy(&self, body: &str) {
+        std::fs::write(&self.policy, self.policy_text(body)).expect("write policy");
+    }
+
+    /// Runs `dbcage -c POLICY ARGS...`.
+    pub fn run(&self, args: &[&str]) -> Output {
+        Command::new(DBCAGE)
+            .arg("-c")
+            .arg(&self.policy)
+            .args(args)
+            .env_remove("DBCAGE_CONFIG")
+            .output()
+            .expect("run dbcage")
+    }
+
+    /// Runs it, asserts exit 0, returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "dbcage {args:?} failed ({}):\nstdout:\n{stdout}\nstderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let text = self.ok(args);
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{args:?}: bad JSON ({e}):\n{text}"))
+    }
+
+    pub fn root_dir(&self, controller: &str) -> PathBuf {
+        own_dir(controller).join(&self.root)
+    }
+
+    pub fn tenant_dir(&self, controller: &str, tenant: &str) -> PathBuf {
+        self.root_dir(controller).join(tenant)
+    }
+
+    pub fn leaf_dir(&self, controller: &str, tenant: &str, leaf: &str) -> PathBuf {
+        self.tenant_dir(controller, tenant).join(leaf)
+    }
+
+    /// A string that a process's cgroup path contains once it is in `tenant`'s `leaf`.
+    pub fn marker(&self, tenant: &str, leaf: &str) -> String {
+        format!("/{}/{tenant}/{leaf}", self.root)
+    }
+}
+
+impl Drop for Tenancy {
+    fn drop(&mut self) {
+        if !CONTROLLERS.iter().any(|c| self.root_dir(c).exists()) {
+            return; // nothing was created (an invalid policy, or released already)
+        }
+        let out = self.run(&["release", "--all"]);
+        if !out.status.success() {
+            eprintln!(
+                "cleanup: dbcage release --all: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        for c in CONTROLLERS {
+            let own = own_dir(c);
+            remove_cgroup_tree(&own.join(&self.root), &own);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// processes
+
+/// A child process that is killed (by its pid) and reaped when dropped.
+pub struct Child {
+    inner: std::process::Child,
+    pub pid: u32,
+    pub name: String,
+    done: Option<ExitStatus>,
+}
+
+impl Child {
+    pub fn spawn(mut cmd: Command, name: &str) -> Child {
+        let inner = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {name}: {e}"));
+        Child {
+            pid: inner.id(),
+            inner,
+            name: name.to_string(),
+            done: None,
+        }
+    }
+
+    /// `program args...` with argv[0] = `name`, stdout and stderr captured.
+    pub fn named(name: &str, program: &str, args: &[&str]) -> Child {
+        let mut cmd = Command::new(program);
+        cmd.arg0(name)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        Child::spawn(cmd, name)
+    }
+
+    /// ioload.py with argv[0] = `name`.
+    pub fn ioload(name: &str, args: &[&str]) -> Child {
+        let mut all = vec![IOLOAD];
+        all.extend_from_slice(args);
+        Child::named(name, python(), &all)
+    }
+
+    /// Waits for the process to exit and returns its status and stdout (panics after timeout,
+    /// with its stderr).
+    pub fn finish(&mut self, timeout: Duration) -> (ExitStatus, String) {
+        let end = Instant::now() + timeout;
+        let status = loop {
+            if let Some(s) = self.inner.try_wait().expect("try_wait") {
+                break s;
+            }
+            if Instant::now() > end {
+                panic!(
+                    "{} (pid {}) did not finish in {timeout:?}",
+                    self.name, self.pid
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        self.done = Some(status);
+        let mut out = String::new();
+        let mut err = String::new();
+        if let Some(mut s) = self.inner.stdout.take() {
+            let _ = s.read_to_string(&mut out);
+        }
+        if let Some(mut s) = self.inner.stderr.take() {
+            let _ = s.read_to_string(&mut err);
+        }
+        if !err.trim().is_empty() {
+            eprintln!("{} stderr: {}", self.name, err.trim());
+        }
+        (status, out)
+    }
+
+    /// Finishes an ioload run that must succeed and returns its JSON line.
+    pub fn load_result(&mut self, timeout: Duration) -> serde_json::Value {
+        let (status, out) = self.finish(timeout);
+        assert!(
+            status.success(),
+            "{} exited with {status}: {out}",
+            self.name
+        );
+        let line = out.lines().last().unwrap_or("");
+        serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("{}: bad output ({e}): {out}", self.name))
+    }
+
+    pub fn alive(&mut self) -> bool {
+        self.done.is_none() && matches!(self.inner.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if self.done.is_none() {
+            let _ = self.inner.kill();
+            let _ = self.inner.wait();
+        }
+    }
+}
+
+/// utime + stime of a process, in clock ticks.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read stat");
+    let rest: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    // rest[0] is field 3 (state); utime and stime are fields 14 and 15.
+    rest[11].parse::<u64>().unwrap() + rest[12].parse::<u64>().unwrap()
+}
+
+pub fn clock_ticks() -> u64 {
+    let out = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .expect("getconf");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("CLK_TCK")
+}
+
+/// A field of /proc/PID/status, e.g. `Cpus_allowed_list`.
+pub fn status_field(pid: u32, key: &str) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .map(|v| v.trim().to_string())
+}
+
+// ---------------------------------------------------------------------------------------------
+// disks
+
+fn sh(program: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{program}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(format!(
+            "{program} {args:?}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// An ext4 file system on a loop device over a sparse file, mounted in a `dbcage-test-*` temp
+/// dir. Dropping it unmounts and detaches; a half-built one undoes what was done.
+pub struct LoopDisk {
+    dir: tempfile::TempDir,
+    /// `/dev/loopN`, once attached.
+    pub dev: Option<String>,
+    pub mount: PathBuf,
+    mounted: bool,
+}
+
+impl LoopDisk {
+    pub fn new(size_mib: u64) -> LoopDisk {
+        let dir = tempfile::Builder::new()
+            .prefix("dbcage-test-disk-")
+            .tempdir()
+            .expect("temp dir");
+        let mut d = LoopDisk {
+            mount: dir.path().join("dbcage-test-mnt"),
+            dir,
+            dev: None,
+            mounted: false,
+        };
+        let img = d.dir.path().join("dbcage-test.img");
+        std::fs::File::create(&img)
+            .and_then(|f| f.set_len(size_mib << 20))
+            .expect("sparse image");
+        let img = img.to_string_lossy().into_owned();
+        let dev = sh("losetup", &["--find", "--show", &img]).expect("losetup");
+        d.dev = Some(dev.clone());
+        sh("mkfs.ext4", &["-q", "-F", &dev]).expect("mkfs.ext4");
+        std::fs::create_dir(&d.mount).expect("mount dir");
+        sh("mount", &[&dev, &d.mount.to_string_lossy()]).expect("mount");
+        d.mounted = true;
+        d
+    }
+
+    pub fn dev(&self) -> &str {
+        self.dev.as_deref().unwrap()
+    }
+
+    /// `MAJ:MIN` of the loop device.
+    pub fn devnum(&self) -> String {
+        let rdev = std::fs::metadata(self.dev()).expect("stat dev").rdev();
+        format!(
+            "{}:{}",
+            nix::sys::stat::major(rdev),
+            nix::sys::stat::minor(rdev)
+        )
+    }
+
+    /// Kernel name (`loop3`).
+    pub fn name(&self) -> String {
+        self.dev().trim_start_matches("/dev/").to_string()
+    }
+
+    pub fn mount_str(&self) -> String {
+        self.mount.to_string_lossy().into_owned()
+    }
+
+    /// Writes a file of `mib` MiB through to the disk (O_DIRECT), so reads of it hit the device.
+    pub fn fill(&self, name: &str, mib: u64) -> String {
+        let path = self.mount.join(name).to_string_lossy().into_owned();
+        sh(
+            "dd",
+            &[
+                "if=/dev/zero",
+                &format!("of={path}"),
+                "bs=1M",
+                &format!("count={mib}"),
+                "oflag=direct",
+                "conv=fsync",
+                "status=none",
+            ],
+        )
+        .expect("dd");
+        path
+    }
+}
+
+impl Drop for LoopDisk {
+    fn drop(&mut self) {
+        if self.mounted {
+            let m = self.mount_str();
+            let ok = (0..50).any(|_| {
+                sh("umount", &[&m]).is_ok() || {
+                    std::thread::sleep(Duration::from_millis(100));
+                    false
+                }
+            });
+            if !ok {
+                eprintln!("cleanup: could not unmount {m}; detaching lazily");
+                let _ = sh("umount", &["-l", &m]);
+            }
+        }
+        if let Some(dev) = &self.dev {
+            if let Err(e) = sh("losetup", &["-d", dev]) {
+                eprintln!("cleanup: {e}");
+            }
+        }
+    }
+}
+
+/// Throughput in MiB/s from an ioload result.
+pub fn mib_per_s(r: &serde_json::Value) -> f64 {
+    r["bytes"].as_f64().unwrap() / r["seconds"].as_f64().unwrap() / (1 << 20) as f64
+}
+
+pub fn iops(r: &serde_json::Value) -> f64 {
+    r["ios"].as_f64().unwrap() / r["seconds"].as_f64().unwrap()
+}
+
+/// Asserts `value` is within `[want*(1-below), want*(1+above)]`.
+pub fn assert_near(what: &str, value: f64, want: f64, below: f64, above: f64) {
+    let (lo, hi) = (want * (1.0 - below), want * (1.0 + above));
+    assert!(
+        (lo..=hi).contains(&value),
+        "{what}: measured {value:.3}, expected {want} (from {lo:.3} to {hi:.3})"
+    );
+}

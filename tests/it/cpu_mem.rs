@@ -1,0 +1,171 @@
+//! CPU quota and cpuset, and memory limits that kill inside the tenant only.
+
+use std::os::unix::process::ExitStatusExt as _;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+fn cpu_policy(name: &str, cpu: &str) -> String {
+    format!(
+        "[[tenant]]\nname = \"cpu\"\nmatch = [{{ cmdline = \"{}\" }}]\n\n[tenant.cpu]\n{cpu}\n",
+        name_rule(name)
+    )
+}
+
+#[test]
+fn cpu_quota() {
+    if skip() {
+        return;
+    }
+    let _m = measure_lock();
+    let name = format!("ora_p002_{}", sid());
+    let t = Tenancy::new("cpu", &cpu_policy(&name, "cores = 0.5"));
+    let mut spin = Child::named(&name, "/bin/sh", &["-c", "while :; do :; done"]);
+    t.ok(&["apply"]);
+    let groups = proc_cgroups(spin.pid);
+    for c in ["cpu", "cpuacct", "cpuset"] {
+        assert!(
+            groups[c].ends_with(&t.marker("cpu", "limited")),
+            "{c}: {}",
+            groups[c]
+        );
+    }
+
+    // Measured from outside, over 5 s, from the process's own utime + stime.
+    let hz = clock_ticks() as f64;
+    let (t0, c0) = (Instant::now(), cpu_ticks(spin.pid));
+    std::thread::sleep(Duration::from_secs(5));
+    let (c1, secs) = (cpu_ticks(spin.pid), t0.elapsed().as_secs_f64());
+    let cores = (c1 - c0) as f64 / hz / secs;
+    println!("cpu cores = 0.5: busy loop used {cores:.3} cores over {secs:.2}s");
+    assert!(spin.alive());
+    assert!(
+        (0.45..=0.55).contains(&cores),
+        "busy loop used {cores:.3} cores under a 0.5-core quota"
+    );
+    let status = t.json(&["status", "--json"]);
+    assert_eq!(status["tenants"][0]["cpu_quota_cores"], 0.5);
+    assert!(
+        status["tenants"][0]["cpu"]["nr_throttled"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "{status:#}"
+    );
+
+    // Now pin the tenant to cpu 1: the running process's affinity follows.
+    t.set_policy(&cpu_policy(&name, "cores = 0.5\ncpus = \"1\""));
+    t.ok(&["apply"]);
+    let mut last = None;
+    let pinned = wait_until(Duration::from_secs(5), || {
+        last = status_field(spin.pid, "Cpus_allowed_list");
+        last.as_deref() == Some("1")
+    });
+    println!("cpus = \"1\": Cpus_allowed_list = {last:?}");
+    assert!(pinned, "Cpus_allowed_list is {last:?}, expected 1");
+    let cpuset =
+        std::fs::read_to_string(t.leaf_dir("cpuset", "cpu", "limited").join("cpuset.cpus"))
+            .unwrap();
+    assert_eq!(cpuset.trim(), "1");
+}
+
+#[test]
+fn memory_max_kills_inside_tenant_only() {
+    if skip() {
+        return;
+    }
+    let _m = measure_lock();
+    let sid = sid();
+    let (name_a, name_b) = (format!("ora_p003_{sid}"), format!("ora_p004_{sid}"));
+    let body = format!(
+        "[[tenant]]\nname = \"a\"\nmatch = [{{ cmdline = \"{}\" }}]\n\n[tenant.memory]\nmax = \"64MiB\"\n\n\
+         [[tenant]]\nname = \"b\"\nmatch = [{{ cmdline = \"{}\" }}]\n",
+        name_rule(&name_a),
+        name_rule(&name_b)
+    );
+    let t = Tenancy::new("mem", &body);
+    let (ma, mb) = (t.marker("a", "limited"), t.marker("b", "limited"));
+    let load = |name: &str, marker: &str, mib: &str| {
+        Child::ioload(
+            name,
+            &[
+                "--controller",
+                "memory",
+                "--marker",
+                marker,
+                "--delay",
+                "0.5",
+                "--mib",
+                mib,
+                "mem",
+            ],
+        )
+    };
+    let mut hog = load(&name_a, &ma, "256");
+    let mut fine = load(&name_b, &mb, "100");
+    t.ok(&["apply"]);
+
+    // Both groups are nested under the test's own memory cgroup (parent = "self").
+    let own = own_cgroups()["memory"].clone();
+    let hog_path = proc_cgroups(hog.pid)["memory"].clone();
+    println!("own memory cgroup {own}; tenant a's process in {hog_path}");
+    assert!(
+        hog_path.starts_with(&format!("{}/", own.trim_end_matches('/'))) && hog_path.ends_with(&ma),
+        "{hog_path} is not {ma} under {own}"
+    );
+    let limit =
+        std::fs::read_to_string(t.tenant_dir("memory", "a").join("memory.limit_in_bytes")).unwrap();
+    assert_eq!(limit.trim(), (64u64 << 20).to_string());
+    let failcnt_before =
+        std::fs::read_to_string(t.tenant_dir("memory", "a").join("memory.failcnt"))
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap();
+
+    let (status, out) = hog.finish(Duration::from_secs(60));
+    println!(
+        "tenant a (max 64MiB) allocating 256 MiB: {status} {}",
+        out.trim()
+    );
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "the 256 MiB process should be OOM-killed, got {status}: {out}"
+    );
+    let r = fine.load_result(Duration::from_secs(60));
+    println!(
+        "tenant b (no limit) allocating 100 MiB: done in {:.2}s in {}",
+        r["seconds"], r["cgroup"]
+    );
+    assert_eq!(r["bytes"], 100u64 << 20);
+    assert!(
+        r["cgroup"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{}/", own.trim_end_matches('/'))),
+        "{r}"
+    );
+
+    let st = t.json(&["status", "--json"]);
+    let a = st["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "a")
+        .unwrap();
+    let kills = a["memory"]["oom_kills"].as_u64().unwrap_or(0);
+    let hits = a["memory"]["limit_hits"].as_u64().unwrap_or(0);
+    println!("status: tenant a oom_kills {kills}, failcnt {failcnt_before} -> {hits}");
+    // The kill is counted in the leaf the process was in; status adds the leaves up.
+    assert!(kills >= 1, "no OOM kill reported for tenant a: {a:#}");
+    assert!(hits > failcnt_before, "memory.failcnt did not grow: {a:#}");
+    let b = st["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "b")
+        .unwrap();
+    assert_eq!(b["memory"]["oom_kills"], 0, "{b:#}");
+    assert_eq!(a["memory_limit_bytes"], 64u64 << 20);
+}

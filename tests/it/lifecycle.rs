@@ -1,0 +1,335 @@
+//! Apply, re-apply, release, races with exiting processes, scale, and bad input.
+
+use std::collections::BTreeSet;
+use std::os::unix::process::CommandExt as _;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+/// `sleep 120` with argv[0] = `name`.
+fn sleeper(name: &str) -> Child {
+    let mut cmd = Command::new("sleep");
+    cmd.arg0(name)
+        .arg("120")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    Child::spawn(cmd, name)
+}
+
+fn tenant(name: &str, matches: &str, extra: &str) -> String {
+    format!(
+        "[[tenant]]\nname = \"{name}\"\nmatch = [{{ cmdline = \"{}\" }}]\n{extra}\n",
+        name_rule(matches)
+    )
+}
+
+/// Asserts that `pid` is in `dir` (relative to each hierarchy) in every controller.
+fn assert_in_everywhere(pid: u32, want: impl Fn(&str) -> String) {
+    let groups = proc_cgroups(pid);
+    for c in CONTROLLERS {
+        assert_eq!(groups[c], want(c), "pid {pid} in the {c} hierarchy");
+    }
+}
+
+fn join(parent: &str, child: &str) -> String {
+    format!("{}/{child}", parent.trim_end_matches('/'))
+}
+
+#[test]
+fn idempotent_apply() {
+    if skip() {
+        return;
+    }
+    let sid = sid();
+    let (main, lgwr) = (format!("ora_p001_{sid}"), format!("ora_lgwr_{sid}"));
+    let body = format!(
+        "[[tenant]]\nname = \"db\"\nmatch = [{{ cmdline = \"{}\" }}]\nexempt = [{{ cmdline = \"{}\" }}]\n\n\
+         [tenant.cpu]\ncores = 1.5\nweight = 200\n\n[tenant.memory]\nmax = \"1000000000\"\nhigh = \"512MiB\"\n",
+        name_rule(&main),
+        name_rule(&lgwr)
+    );
+    let t = Tenancy::new("idem", &body);
+    let p = sleeper(&main);
+    let q = sleeper(&lgwr);
+
+    let plan = t.json(&["plan", "--json"]);
+    let steps = plan["steps"].as_array().unwrap();
+    let mv = |pid: u32| {
+        steps
+            .iter()
+            .find(|s| s["action"] == "move" && s["pid"] == pid)
+            .unwrap_or_else(|| panic!("no move of {pid} in the plan: {plan:#}"))
+    };
+    let (mp, mq) = (mv(p.pid), mv(q.pid));
+    println!(
+        "plan: {} steps; move {} -> {} ({}); move {} -> {} ({})",
+        steps.len(),
+        p.pid,
+        mp["leaf"],
+        mp["reason"],
+        q.pid,
+        mq["leaf"],
+        mq["reason"]
+    );
+    assert_eq!(mp["tenant"], "db");
+    assert_eq!(mp["leaf"], "limited");
+    assert_eq!(
+        mp["reason"],
+        format!("match[0] cmdline=~{}", name_rule(&main))
+    );
+    assert_eq!(mq["leaf"], "exempt");
+    assert_eq!(
+        mq["reason"],
+        format!("exempt[0] cmdline=~{}", name_rule(&lgwr))
+    );
+    assert_eq!(mp["targets"].as_array().unwrap().len(), CONTROLLERS.len());
+
+    let first = t.ok(&["apply"]);
+    assert!(first.contains("applied:"), "{first}");
+    assert!(first.contains("2 processes moved"), "{first}");
+    let second = t.ok(&["apply"]);
+    println!("second apply: {}", second.trim());
+    assert!(second.contains("nothing to do"), "{second}");
+    let third = t.json(&["apply", "--json"]);
+    assert_eq!(third["plan"]["steps"], serde_json::json!([]), "{third:#}");
+    assert_eq!(third["outcome"]["moved"], 0);
+    assert_eq!(third["outcome"]["written"], 0);
+    assert_eq!(third["outcome"]["created"], 0);
+    let plan = t.ok(&["plan"]);
+    assert!(plan.contains("no changes"), "{plan}");
+
+    let own = own_cgroups();
+    assert_in_everywhere(p.pid, |c| join(&own[c], &format!("{}/db/limited", t.root)));
+    assert_in_everywhere(q.pid, |c| join(&own[c], &format!("{}/db/exempt", t.root)));
+}
+
+#[test]
+fn release_moves_back_and_removes() {
+    if skip() {
+        return;
+    }
+    let sid = sid();
+    let (n1, n2) = (format!("ora_p001_{sid}"), format!("ora_p002_{sid}"));
+    let body = format!(
+        "{}{}",
+        tenant("one", &n1, "[tenant.cpu]\ncores = 1\n"),
+        tenant("two", &n2, "[tenant.memory]\nmax = \"512MiB\"\n")
+    );
+    let t = Tenancy::new("release", &body);
+    let p1 = sleeper(&n1);
+    let p2 = sleeper(&n2);
+    t.ok(&["apply"]);
+    let own = own_cgroups();
+    assert_in_everywhere(p1.pid, |c| {
+        join(&own[c], &format!("{}/one/limited", t.root))
+    });
+    assert_in_everywhere(p2.pid, |c| {
+        join(&own[c], &format!("{}/two/limited", t.root))
+    });
+
+    let out = t.ok(&["release", "one"]);
+    println!("release one: {}", out.trim().replace('\n', "; "));
+    assert!(out.contains("1 processes moved back"), "{out}");
+    assert_in_everywhere(p1.pid, |c| own[c].clone());
+    assert_in_everywhere(p2.pid, |c| {
+        join(&own[c], &format!("{}/two/limited", t.root))
+    });
+    for c in CONTROLLERS {
+        let gone = t.tenant_dir(c, "one");
+        assert!(!gone.exists(), "{} still exists", gone.display());
+        assert!(t.leaf_dir(c, "two", "limited").is_dir());
+    }
+    let status = t.json(&["status", "--json", "two"]);
+    assert_eq!(status["tenants"][0]["processes"], 1);
+
+    // Releasing it again is an input error: it has no groups any more.
+    let again = t.run(&["release", "one"]);
+    assert_eq!(again.status.code(), Some(2));
+
+    let out = t.ok(&["release", "--all"]);
+    println!("release --all: {}", out.trim().replace('\n', "; "));
+    assert_in_everywhere(p2.pid, |c| own[c].clone());
+    for c in CONTROLLERS {
+        let root = t.root_dir(c);
+        assert!(!root.exists(), "{} still exists", root.display());
+    }
+}
+
+#[test]
+fn process_exits_between_scan_and_move() {
+    if skip() {
+        return;
+    }
+    // Hundreds of short-lived processes load the machine: keep measurements away.
+    let _m = measure_lock();
+    let name = format!("ora_p001_{}", sid());
+    let t = Tenancy::new("race", &tenant("db", &name, "[tenant.cpu]\nweight = 50\n"));
+    t.ok(&["apply"]);
+    let started = std::sync::atomic::AtomicBool::new(false);
+    let finished = std::sync::atomic::AtomicBool::new(false);
+    let (mut applies, mut moved, mut vanished) = (0, 0, 0);
+    std::thread::scope(|s| {
+        let spawner = s.spawn(|| {
+            let mut spawned = 0;
+            // Batches of 20 alive at once; half exit at once, half after a few milliseconds.
+            for batch in 0..10 {
+                let mut kids: Vec<Child> = (0..20)
+                    .map(|i| {
+                        let script = if i % 2 == 0 { "exit 0" } else { "sleep 0.0$1" };
+                        let mut cmd = Command::new("/bin/sh");
+                        cmd.arg0(&name)
+                            .args(["-c", script, "sh", &(batch % 9 + 1).to_string()])
+                            .stdin(Stdio::null())
+                            .stdout(Stdio::null())
+                            .stderr(Stdio::null());
+                        Child::spawn(cmd, &name)
+                    })
+                    .collect();
+                spawned += kids.len();
+                started.store(true, std::sync::atomic::Ordering::SeqCst);
+                for k in &mut kids {
+                    let (status, _) = k.finish(Duration::from_secs(30));
+                    assert!(status.success(), "{status}");
+                }
+            }
+            finished.store(true, std::sync::atomic::Ordering::SeqCst);
+            spawned
+        });
+        wait_until(Duration::from_secs(10), || {
+            started.load(std::sync::atomic::Ordering::SeqCst)
+        });
+        while applies < 5 || !finished.load(std::sync::atomic::Ordering::SeqCst) {
+            let out = t.run(&["apply", "--json"]);
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "apply failed while processes came and went ({}):\n{text}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(v["outcome"]["errors"], serde_json::json!([]), "{v:#}");
+            moved += v["outcome"]["moved"].as_u64().unwrap();
+            vanished += v["outcome"]["vanished"].as_u64().unwrap();
+            applies += 1;
+        }
+        let spawned = spawner.join().expect("spawner");
+        println!(
+            "{spawned} short-lived processes, {applies} applies, all exit 0: {moved} moved, {vanished} exited before their move"
+        );
+    });
+    // Nothing of them is left in the group, and the group still works.
+    let final_apply = t.ok(&["apply"]);
+    assert!(final_apply.contains("nothing to do"), "{final_apply}");
+}
+
+#[test]
+fn two_thousand_processes() {
+    if skip() {
+        return;
+    }
+    // Thousands of processes load the machine: keep measurements away.
+    let _m = measure_lock();
+    const N: usize = 2000;
+    let name = format!("ora_p001_{}", sid());
+    let t = Tenancy::new("many", &tenant("db", &name, ""));
+    let t0 = Instant::now();
+    let kids: Vec<Child> = (0..N).map(|_| sleeper(&name)).collect();
+    let spawn_time = t0.elapsed();
+
+    let t0 = Instant::now();
+    let out = t.ok(&["apply"]);
+    let apply_time = t0.elapsed();
+    println!(
+        "{N} processes: started in {:.2}s; apply took {:.2}s: {}",
+        spawn_time.as_secs_f64(),
+        apply_time.as_secs_f64(),
+        out.trim()
+    );
+    assert!(out.contains(&format!("{N} processes moved")), "{out}");
+    let want: BTreeSet<u32> = kids.iter().map(|k| k.pid).collect();
+    for c in CONTROLLERS {
+        let inside: BTreeSet<u32> = procs_in(&t.leaf_dir(c, "db", "limited"))
+            .into_iter()
+            .collect();
+        let missing: Vec<&u32> = want.difference(&inside).take(5).collect();
+        assert!(
+            missing.is_empty(),
+            "{c}: {} of {N} processes are not in the limited leaf, e.g. {missing:?}",
+            want.difference(&inside).count()
+        );
+    }
+    let status = t.json(&["status", "--json"]);
+    assert_eq!(status["tenants"][0]["processes"], N);
+    let t0 = Instant::now();
+    drop(kids);
+    println!(
+        "{N} processes killed and reaped in {:.2}s",
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn bad_input_changes_nothing() {
+    if skip() {
+        return;
+    }
+    let sid = sid();
+    let name = format!("ora_p001_{sid}");
+    let p = sleeper(&name);
+    let own = own_cgroups();
+    let good = tenant("db", &name, "");
+    let cases = [
+        (
+            "invalid regex",
+            format!(
+                "{good}[[tenant]]\nname = \"other\"\nmatch = [{{ cmdline = \"^ora_p009_{sid}(\" }}]\n"
+            ),
+            format!("^ora_p009_{sid}("),
+        ),
+        (
+            "missing storage path",
+            format!(
+                "[[tenant]]\nname = \"db\"\nmatch = [{{ cmdline = \"{}\" }}]\nstorage = [\"/nonexistent/dbcage-test-{sid}\"]\n\n[tenant.io]\nread_bps = \"8MiB\"\n",
+                name_rule(&name)
+            ),
+            format!("/nonexistent/dbcage-test-{sid}"),
+        ),
+    ];
+    for (what, body, bad) in cases {
+        let t = Tenancy::new("bad", &body);
+        // Where the bad value starts: its opening quote, 1-based.
+        let text = t.policy_text(&body);
+        let (line, col) = text
+            .lines()
+            .enumerate()
+            .find_map(|(i, l)| l.find(&format!("\"{bad}\"")).map(|c| (i + 1, c + 1)))
+            .unwrap();
+        let location = format!("{}:{line}:{col}", t.policy.display());
+        for cmd in [&["apply"][..], &["check"], &["plan", "--json"]] {
+            let out = t.run(cmd);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{what}: {cmd:?}: {stderr}");
+            assert!(
+                stderr.contains(&location),
+                "{what}: {cmd:?}: stderr does not name {location}:\n{stderr}"
+            );
+            assert!(out.stdout.is_empty(), "{what}: {cmd:?} printed a plan");
+        }
+        println!(
+            "{what}: exit 2, {}",
+            String::from_utf8_lossy(&t.run(&["apply"]).stderr)
+                .lines()
+                .find(|l| l.contains(&location))
+                .unwrap()
+                .trim()
+        );
+        for c in CONTROLLERS {
+            let root = t.root_dir(c);
+            assert!(!root.exists(), "{what}: {} was created", root.display());
+        }
+        assert_in_everywhere(p.pid, |c| own[c].clone());
+    }
+}

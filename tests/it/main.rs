@@ -1,0 +1,13 @@
+//! Integration tests against the real kernel: dbcage builds cgroups under the test process's
+//! own cgroups, places processes the tests start, and the tests measure what the kernel then
+//! does (IO throughput, IOPS, cpu time, OOM kills).
+//!
+//! They need root and cgroup v1 controllers; elsewhere each test prints "skipped: ..." and
+//! passes. Run them with `cargo test --test it -- --test-threads=2 --nocapture` to see the
+//! measured figures. Everything they create has `dbcage-test` in its name and is removed by
+//! guards even when a test fails (see `common`).
+
+mod common;
+mod cpu_mem;
+mod lifecycle;
+mod throttle;
