@@ -1,1 +1,240 @@
+//! Hierarchy detection and layout on fixture hosts (tests/fixtures/hosts). Nothing here touches
+//! a real cgroup.
 
+use super::*;
+use crate::policy::DEFAULT_ROOT;
+
+fn fixture(name: &str) -> HostFs {
+    HostFs::with_root(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/hosts")
+            .join(name),
+    )
+}
+
+fn detect(fs: &HostFs) -> Setup {
+    let mounts = MountTable::read(fs).unwrap();
+    Setup::detect(fs, &mounts).unwrap()
+}
+
+fn hierarchy(setup: &Setup, c: Controller) -> &Hierarchy {
+    let h = setup
+        .hierarchy_of(c)
+        .unwrap_or_else(|| panic!("{c:?} not detected: {setup:?}"));
+    &setup.hierarchies[h]
+}
+
+fn agent(parent: ParentSpec) -> Agent {
+    Agent {
+        root_name: DEFAULT_ROOT.into(),
+        parent,
+    }
+}
+
+const OWN_MEMORY: &str = "/process_api/7b40f560c5365a304fbcc0bb1749574c";
+
+#[test]
+fn debian_vm_v1() {
+    let fs = fixture("debian-vm-v1");
+    let setup = detect(&fs);
+    // one hierarchy per controller; devices, freezer, pids and name=systemd are not ours,
+    // and the cgroup2 mount offers only hugetlb
+    assert_eq!(setup.hierarchies.len(), 5, "{setup:#?}");
+    assert!(setup.hierarchies.iter().all(|h| h.version == Version::V1));
+    assert!(setup.missing.is_empty(), "{:?}", setup.missing);
+    for c in CONTROLLERS {
+        let h = hierarchy(&setup, c);
+        assert_eq!(h.controllers, vec![c]);
+        assert_eq!(h.mount_controllers, vec![c.v1_name().to_string()]);
+        assert_eq!(
+            h.mount_point,
+            fs.path(format!("/sys/fs/cgroup/{}", c.v1_name()))
+        );
+        assert_eq!(h.mount_root, "/");
+    }
+    assert_eq!(hierarchy(&setup, Controller::Memory).own_path, OWN_MEMORY);
+    assert_eq!(hierarchy(&setup, Controller::Cpu).own_path, "/");
+    assert_eq!(hierarchy(&setup, Controller::Io).own_path, "/");
+    assert_eq!(
+        setup.describe(),
+        "blkio=v1 cpu=v1 cpuacct=v1 cpuset=v1 memory=v1"
+    );
+}
+
+#[test]
+fn debian_vm_layout_under_own_cgroup() {
+    let fs = fixture("debian-vm-v1");
+    let setup = detect(&fs);
+    let mem = setup.hierarchy_of(Controller::Memory).unwrap();
+    let cpu = setup.hierarchy_of(Controller::Cpu).unwrap();
+
+    let l = Layout::new(setup.clone(), &agent(ParentSpec::OwnCgroup)).unwrap();
+    assert_eq!(
+        l.root_dir(mem),
+        fs.path(format!("/sys/fs/cgroup/memory{OWN_MEMORY}/dbcage"))
+    );
+    assert_eq!(l.root_dir(cpu), fs.path("/sys/fs/cgroup/cpu/dbcage"));
+
+    let l = Layout::new(setup.clone(), &agent(ParentSpec::HierarchyRoot)).unwrap();
+    assert_eq!(
+        l.leaf_dir(mem, "bx1", Leaf::Exempt),
+        fs.path("/sys/fs/cgroup/memory/dbcage/bx1/exempt")
+    );
+
+    let l = Layout::new(setup, &agent(ParentSpec::Path("/system.slice/x".into()))).unwrap();
+    assert_eq!(
+        l.tenant_dir(cpu, "bx1"),
+        fs.path("/sys/fs/cgroup/cpu/system.slice/x/dbcage/bx1")
+    );
+    // nothing exists under the fixture's cgroup mounts
+    assert!(l.existing_tenants().is_empty());
+}
+
+#[test]
+fn hybrid_memory_stays_v1_cpu_and_io_go_to_v2() {
+    let fs = fixture("hybrid-synthetic");
+    let setup = detect(&fs);
+    assert_eq!(setup.hierarchies.len(), 3, "{setup:#?}");
+    let cpuset = hierarchy(&setup, Controller::Cpuset);
+    assert_eq!(cpuset.version, Version::V1);
+    assert_eq!(cpuset.own_path, "/");
+    let mem = hierarchy(&setup, Controller::Memory);
+    assert_eq!(mem.version, Version::V1);
+    assert_eq!(mem.mount_point, fs.path("/sys/fs/cgroup/memory"));
+    assert_eq!(mem.own_path, "/");
+    let v2 = hierarchy(&setup, Controller::Cpu);
+    assert_eq!(v2.version, Version::V2);
+    assert_eq!(v2.controllers, vec![Controller::Io, Controller::Cpu]);
+    assert_eq!(v2.mount_point, fs.path("/sys/fs/cgroup/unified"));
+    assert_eq!(v2.own_path, "/system.slice/db.service");
+    assert_eq!(
+        setup.hierarchy_of(Controller::Io),
+        setup.hierarchy_of(Controller::Cpu)
+    );
+    // cpu time comes from cpu.stat on v2: cpuacct is neither driven nor missing
+    assert_eq!(setup.hierarchy_of(Controller::Cpuacct), None);
+    assert!(setup.missing.is_empty(), "{:?}", setup.missing);
+    assert_eq!(setup.describe(), "blkio=v2 cpu=v2 cpuset=v1 memory=v1");
+}
+
+#[test]
+fn pure_v2() {
+    let fs = fixture("v2-synthetic");
+    let setup = detect(&fs);
+    assert_eq!(setup.hierarchies.len(), 1, "{setup:#?}");
+    let h = &setup.hierarchies[0];
+    assert_eq!(h.version, Version::V2);
+    assert_eq!(
+        h.controllers,
+        vec![
+            Controller::Io,
+            Controller::Cpu,
+            Controller::Cpuset,
+            Controller::Memory
+        ]
+    );
+    assert_eq!(h.mount_point, fs.path("/sys/fs/cgroup"));
+    assert_eq!(h.own_path, "/user.slice/user-1000.slice/session-3.scope");
+    assert!(setup.missing.is_empty());
+
+    let l = Layout::new(setup, &agent(ParentSpec::OwnCgroup)).unwrap();
+    assert_eq!(
+        l.root_dir(0),
+        fs.path("/sys/fs/cgroup/user.slice/user-1000.slice/session-3.scope/dbcage")
+    );
+}
+
+/// A host tree written by the test: mountinfo, /proc/self/cgroup and cgroup2's controllers.
+fn host(mountinfo: &str, own: &str, v2_controllers: Option<(&str, &str)>) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = HostFs::with_root(tmp.path());
+    std::fs::create_dir_all(fs.path("/proc/self")).unwrap();
+    std::fs::write(fs.path("/proc/self/mountinfo"), mountinfo).unwrap();
+    std::fs::write(fs.path("/proc/self/cgroup"), own).unwrap();
+    if let Some((mp, list)) = v2_controllers {
+        std::fs::create_dir_all(fs.path(mp)).unwrap();
+        std::fs::write(fs.path(mp).join("cgroup.controllers"), list).unwrap();
+    }
+    tmp
+}
+
+#[test]
+fn combined_and_duplicate_v1_mounts() {
+    let tmp = host(
+        "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n\
+         33 31 0:29 / /mnt/cpu-again rw,relatime - cgroup cgroup rw,cpu,cpuacct\n\
+         35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n",
+        "4:memory:/a\n2:cpu,cpuacct:/b\n0::/\n",
+        None,
+    );
+    let fs = HostFs::with_root(tmp.path());
+    let setup = detect(&fs);
+    assert_eq!(setup.hierarchies.len(), 2, "{setup:#?}");
+    let cpu = hierarchy(&setup, Controller::Cpu);
+    assert_eq!(cpu.controllers, vec![Controller::Cpu, Controller::Cpuacct]);
+    assert_eq!(cpu.mount_point, fs.path("/sys/fs/cgroup/cpu,cpuacct"));
+    assert_eq!(cpu.own_path, "/b");
+    assert_eq!(hierarchy(&setup, Controller::Memory).own_path, "/a");
+    assert_eq!(setup.missing, vec![Controller::Io, Controller::Cpuset]);
+    assert_eq!(
+        setup.describe(),
+        "blkio=missing cpu=v1 cpuacct=v1 cpuset=missing memory=v1"
+    );
+}
+
+#[test]
+fn a_container_sees_only_part_of_the_hierarchy() {
+    // mount root /docker/abc: only paths under it are visible
+    let tmp = host(
+        "35 31 0:32 /docker/abc /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n",
+        "4:memory:/docker/abc/app\n",
+        None,
+    );
+    let fs = HostFs::with_root(tmp.path());
+    let setup = detect(&fs);
+    let h = hierarchy(&setup, Controller::Memory).clone();
+    assert_eq!(h.mount_root, "/docker/abc");
+    assert_eq!(
+        h.dir_of("/docker/abc/app"),
+        Some(fs.path("/sys/fs/cgroup/memory/app"))
+    );
+    assert_eq!(
+        h.dir_of("/docker/abc"),
+        Some(fs.path("/sys/fs/cgroup/memory"))
+    );
+    assert_eq!(h.dir_of("/docker/abcdef"), None);
+    assert_eq!(h.dir_of("/other"), None);
+
+    let l = Layout::new(setup.clone(), &agent(ParentSpec::OwnCgroup)).unwrap();
+    assert_eq!(l.root_dir(0), fs.path("/sys/fs/cgroup/memory/app/dbcage"));
+    let l = Layout::new(setup.clone(), &agent(ParentSpec::HierarchyRoot)).unwrap();
+    assert_eq!(l.root_dir(0), fs.path("/sys/fs/cgroup/memory/dbcage"));
+    let err = Layout::new(setup, &agent(ParentSpec::Path("/system.slice".into()))).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("/system.slice") && msg.contains("/docker/abc"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn missing_proc_self_cgroup_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = HostFs::with_root(tmp.path());
+    let err = Setup::detect(&fs, &MountTable::default()).unwrap_err();
+    assert!(err.to_string().contains("/proc/self/cgroup"), "{err}");
+}
+
+#[test]
+fn proc_cgroup_lines() {
+    let lines = parse_proc_cgroup("12:cpu,cpuacct:/a:b\n1:name=systemd:/\n0::/x\nbogus\n");
+    assert_eq!(lines.len(), 3);
+    assert_eq!(
+        lines[0],
+        (
+            vec!["cpu".to_string(), "cpuacct".to_string()],
+            "/a:b".to_string()
+        )
+    );
+    assert_eq!(lines[2], (Vec::<String>::new(), "/x".to_string()));
+}

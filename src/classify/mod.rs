@@ -79,18 +79,19 @@ pub fn classify(tenants: &[Tenant], procs: &[ProcInfo]) -> Vec<Placement> {
     let by_pid: HashMap<u32, &ProcInfo> = procs.iter().map(|p| (p.pid, p)).collect();
     // Direct claims, and which processes pass their tenant on to descendants.
     let mut direct: HashMap<u32, (usize, Leaf, String)> = HashMap::new();
-    let mut ancestors_for: HashMap<u32, (usize, String)> = HashMap::new();
+    // (tenant, leaf its descendants get at least, label); an exempt rule passes on `exempt`
+    let mut ancestors_for: HashMap<u32, (usize, Leaf, String)> = HashMap::new();
     for p in procs {
         for (ti, t) in tenants.iter().enumerate() {
             if let Some((leaf, rule)) = direct_claim(t, p) {
                 direct.insert(p.pid, (ti, leaf, rule.label.clone()));
-                if let Some(r) = t
-                    .rules
-                    .iter()
-                    .chain(&t.exempt)
-                    .find(|r| r.descendants && r.matches(p))
+                let exempt = t.exempt.iter().find(|r| r.descendants && r.matches(p));
+                let limited = t.rules.iter().find(|r| r.descendants && r.matches(p));
+                if let Some((l, r)) = exempt
+                    .map(|r| (Leaf::Exempt, r))
+                    .or(limited.map(|r| (Leaf::Limited, r)))
                 {
-                    ancestors_for.insert(p.pid, (ti, r.label.clone()));
+                    ancestors_for.insert(p.pid, (ti, l, r.label.clone()));
                 }
                 break;
             }
@@ -99,13 +100,13 @@ pub fn classify(tenants: &[Tenant], procs: &[ProcInfo]) -> Vec<Placement> {
     let mut out = Vec::new();
     for p in procs {
         // The nearest-claiming ancestor that passes its tenant on, if any.
-        let mut inherited: Option<(usize, String)> = None;
+        let mut inherited: Option<(usize, Leaf, String)> = None;
         let mut cur = p.ppid;
         let mut hops = 0;
         while cur > 1 && hops < 4096 {
-            if let Some((ti, label)) = ancestors_for.get(&cur) {
-                if inherited.as_ref().is_none_or(|(best, _)| ti < best) {
-                    inherited = Some((*ti, format!("descendant of {cur} ({label})")));
+            if let Some((ti, l, label)) = ancestors_for.get(&cur) {
+                if inherited.as_ref().is_none_or(|(best, _, _)| ti < best) {
+                    inherited = Some((*ti, *l, format!("descendant of {cur} ({label})")));
                 }
             }
             match by_pid.get(&cur) {
@@ -117,11 +118,17 @@ pub fn classify(tenants: &[Tenant], procs: &[ProcInfo]) -> Vec<Placement> {
         let own = direct.get(&p.pid);
         let chosen = match (own, inherited) {
             // an earlier tenant claims it through an ancestor; that tenant's exempt rules apply
-            (Some((ti, _, _)), Some((ai, alabel))) if ai < *ti => {
-                Some((ai, leaf_within(&tenants[ai], p), alabel))
+            (Some((ti, _, _)), Some((ai, al, alabel))) if ai < *ti => {
+                Some((ai, al.max(leaf_within(&tenants[ai], p)), alabel))
+            }
+            // within one tenant, exempt wins: also when it comes through an ancestor
+            (Some((ti, Leaf::Limited, _)), Some((ai, Leaf::Exempt, alabel))) if ai == *ti => {
+                Some((ai, Leaf::Exempt, alabel))
             }
             (Some((ti, leaf, label)), _) => Some((*ti, *leaf, label.clone())),
-            (None, Some((ai, alabel))) => Some((ai, leaf_within(&tenants[ai], p), alabel)),
+            (None, Some((ai, al, alabel))) => {
+                Some((ai, al.max(leaf_within(&tenants[ai], p)), alabel))
+            }
             (None, None) => None,
         };
         if let Some((tenant, leaf, reason)) = chosen {

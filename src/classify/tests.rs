@@ -1,1 +1,499 @@
+//! Classification on hand-made processes: rule fields, AND within a rule, OR across rules, tenant
+//! order, exempt leaves and descendants.
 
+use std::path::PathBuf;
+
+use super::*;
+use crate::policy::Accounts;
+
+struct FakeAccounts;
+
+impl Accounts for FakeAccounts {
+    fn uid(&self, name: &str) -> Option<u32> {
+        match name {
+            "oracle" => Some(54321),
+            "postgres" => Some(104),
+            _ => None,
+        }
+    }
+    fn gid(&self, name: &str) -> Option<u32> {
+        match name {
+            "dba" => Some(54322),
+            "postgres" => Some(110),
+            _ => None,
+        }
+    }
+}
+
+fn tenants(text: &str) -> Vec<Tenant> {
+    match crate::policy::from_str("test.toml", text, &FakeAccounts) {
+        Ok(l) => l.policy.tenants,
+        Err(e) => panic!("bad test policy:\n{e}"),
+    }
+}
+
+/// A process with uid/gid 0, no exe, parent 1.
+fn proc(pid: u32, comm: &str, cmdline: &str) -> ProcInfo {
+    ProcInfo {
+        pid,
+        ppid: 1,
+        comm: comm.into(),
+        cmdline: cmdline.into(),
+        exe: None,
+        uid: 0,
+        gid: 0,
+        start_time: 1000 + pid as u64,
+    }
+}
+
+fn child(pid: u32, ppid: u32, comm: &str) -> ProcInfo {
+    ProcInfo {
+        ppid,
+        ..proc(pid, comm, comm)
+    }
+}
+
+fn owned(mut p: ProcInfo, uid: u32, gid: u32) -> ProcInfo {
+    p.uid = uid;
+    p.gid = gid;
+    p
+}
+
+/// pid → (tenant, leaf) for every placed process.
+fn placed(ts: &[Tenant], procs: &[ProcInfo]) -> HashMap<u32, (usize, Leaf)> {
+    classify(ts, procs)
+        .into_iter()
+        .map(|p| (p.pid, (p.tenant, p.leaf)))
+        .collect()
+}
+
+fn placement(ts: &[Tenant], procs: &[ProcInfo], pid: u32) -> Placement {
+    classify(ts, procs)
+        .into_iter()
+        .find(|p| p.pid == pid)
+        .unwrap_or_else(|| panic!("pid {pid} was not placed"))
+}
+
+#[test]
+fn cmdline_regex() {
+    let ts = tenants("[[tenant]]\nname = \"a\"\n[[tenant.match]]\ncmdline = \"LOCAL=NO\"\n");
+    let procs = [
+        proc(10, "oracle", "oracleBX1 (LOCAL=NO)"),
+        proc(11, "oracle", "oracleBX1 (LOCAL=YES)"),
+    ];
+    let got = placed(&ts, &procs);
+    assert_eq!(got.get(&10), Some(&(0, Leaf::Limited)));
+    assert_eq!(got.get(&11), None);
+    assert_eq!(got.len(), 1);
+}
+
+#[test]
+fn comm_regex_looks_at_comm_not_cmdline() {
+    let ts = tenants("[[tenant]]\nname = \"a\"\n[[tenant.match]]\ncomm = \"^postgres$\"\n");
+    let procs = [
+        proc(10, "postgres", "postgres: checkpointer"),
+        // cmdline says postgres, comm does not
+        proc(11, "psql", "postgres"),
+        proc(12, "postgres2", "x"),
+    ];
+    let got = placed(&ts, &procs);
+    assert_eq!(got.keys().copied().collect::<Vec<_>>(), vec![10]);
+}
+
+#[test]
+fn exe_is_compared_as_a_whole_path() {
+    let ts = tenants(
+        "[[tenant]]\nname = \"a\"\n[[tenant.match]]\nexe = \"/u01/app/oracle/bin/oracle\"\n",
+    );
+    let mut a = proc(10, "oracle", "oracleBX1");
+    a.exe = Some(PathBuf::from("/u01/app/oracle/bin/oracle"));
+    let mut b = proc(11, "oracle", "oracleBX1");
+    b.exe = Some(PathBuf::from("/u01/app/oracle/bin/oracle.old"));
+    let c = proc(12, "oracle", "oracleBX1"); // exe unreadable
+    let got = placed(&ts, &[a, b, c]);
+    assert_eq!(got.keys().copied().collect::<Vec<_>>(), vec![10]);
+}
+
+#[test]
+fn user_and_group() {
+    let ts = tenants(
+        "[[tenant]]\nname = \"ora\"\n[[tenant.match]]\nuser = \"oracle\"\n\
+         [[tenant]]\nname = \"pg\"\n[[tenant.match]]\ngroup = \"postgres\"\n",
+    );
+    let procs = [
+        owned(proc(10, "x", "x"), 54321, 1),
+        owned(proc(11, "y", "y"), 1, 110),
+        owned(proc(12, "z", "z"), 1, 1),
+    ];
+    let got = placed(&ts, &procs);
+    assert_eq!(got.get(&10), Some(&(0, Leaf::Limited)));
+    assert_eq!(got.get(&11), Some(&(1, Leaf::Limited)));
+    assert_eq!(got.get(&12), None);
+}
+
+#[test]
+fn fields_of_one_rule_are_anded() {
+    let ts = tenants(
+        "[[tenant]]\nname = \"a\"\n[[tenant.match]]\ncomm = \"^ora_\"\nuser = \"oracle\"\n\
+         cmdline = \"BX1\"\n",
+    );
+    let procs = [
+        owned(proc(10, "ora_pmon_BX1", "ora_pmon_BX1"), 54321, 0),
+        // right comm and cmdline, wrong user
+        owned(proc(11, "ora_pmon_BX1", "ora_pmon_BX1"), 1000, 0),
+        // right user and cmdline, wrong comm
+        owned(proc(12, "sqlplus", "sqlplus BX1"), 54321, 0),
+        // right user and comm, wrong cmdline
+        owned(proc(13, "ora_pmon_BX2", "ora_pmon_BX2"), 54321, 0),
+    ];
+    let got = placed(&ts, &procs);
+    assert_eq!(got.keys().copied().collect::<Vec<_>>(), vec![10]);
+}
+
+#[test]
+fn rules_of_one_tenant_are_ored() {
+    let ts = tenants(
+        "[[tenant]]\nname = \"a\"\n[[tenant.match]]\ncomm = \"^ora_\"\n\
+         [[tenant.match]]\nuser = \"postgres\"\n",
+    );
+    let procs = [
+        proc(10, "ora_pmon_BX1", "ora_pmon_BX1"),
+        owned(proc(11, "anything", "anything"), 104, 0),
+        proc(12, "bash", "bash"),
+    ];
+    let got = placed(&ts, &procs);
+    let mut pids: Vec<u32> = got.keys().copied().collect();
+    pids.sort();
+    assert_eq!(pids, vec![10, 11]);
+    assert_eq!(placement(&ts, &procs, 10).reason, "match[0] comm=~^ora_");
+    assert_eq!(placement(&ts, &procs, 11).reason, "match[1] user=postgres");
+}
+
+#[test]
+fn first_tenant_in_file_order_wins() {
+    let ts = tenants(
+        "[[tenant]]\nname = \"first\"\n[[tenant.match]]\ncomm = \"^ora_\"\n\
+         [[tenant]]\nname = \"second\"\n[[tenant.match]]\ncomm = \"BX1$\"\n",
+    );
+    let procs = [
+        proc(10, "ora_pmon_BX1", "x"), // both
+        proc(11, "sqlplus_BX1", "x"),  // second only
+    ];
+    let got = placed(&ts, &procs);
+    assert_eq!(got.get(&10), Some(&(0, Leaf::Limited)));
+    assert_eq!(got.get(&11), Some(&(1, Leaf::Limited)));
+    assert_eq!(claims(&ts, &procs[0]), vec![0, 1]);
+    assert_eq!(claims(&ts, &procs[1]), vec![1]);
+}
+
+#[test]
+fn exempt_wins_over_match_within_a_tenant() {
+    let ts = tenants(
+        "[[tenant]]\nname = \"bx1\"\n[[tenant.match]]\ncomm = \"_BX1$\"\n\
+         [[tenant.exempt]]\ncomm = \"^ora_lgwr_\"\n",
+    );
+    let procs = [proc(10, "ora_lgwr_BX1", "x"), proc(11, "ora_p001_BX1", "x")];
+    let p = placement(&ts, &procs, 10);
+    assert_eq!((p.tenant, p.leaf), (0, Leaf::Exempt));
+    assert_eq!(p.reason, "exempt[0] comm=~^ora_lgwr_");
+    let p = placement(&ts, &procs, 11);
+    assert_eq!((p.tenant, p.leaf), (0, Leaf::Limited));
+}
+
+#[test]
+fn exempt_rules_alone_select_into_the_exempt_leaf() {
+    let ts = tenants("[[tenant]]\nname = \"bx1\"\n[[tenant.exempt]]\ncomm = \"^ora_lgwr_BX1$\"\n");
+    let procs = [proc(10, "ora_lgwr_BX1", "x"), proc(11, "ora_p001_BX1", "x")];
+    let got = placed(&ts, &procs);
+    assert_eq!(got.get(&10), Some(&(0, Leaf::Exempt)));
+    assert_eq!(got.get(&11), None);
+}
+
+#[test]
+fn descendants_take_children_and_grandchildren() {
+    let ts = tenants(
+        "[[tenant]]\nname = \"pg\"\n[[tenant.match]]\ncomm = \"^postmaster$\"\ndescendants = true\n",
+    );
+    let procs = [
+        proc(100, "postmaster", "/usr/bin/postgres -D /data"),
+        child(101, 100, "postgres"),
+        child(102, 101, "worker"),
+        child(103, 102, "sh"),
+        // not below the postmaster
+        proc(200, "postgres", "postgres"),
+        child(201, 200, "worker"),
+    ];
+    let got = placed(&ts, &procs);
+    let mut pids: Vec<u32> = got.keys().copied().collect();
+    pids.sort();
+    assert_eq!(pids, vec![100, 101, 102, 103]);
+    assert!(got.values().all(|v| *v == (0, Leaf::Limited)));
+    assert_eq!(
+        placement(&ts, &procs, 100).reason,
+        "match[0] comm=~^postmaster$ +descendants"
+    );
+    for pid in [101, 102, 103] {
+        let reason = placement(&ts, &procs, pid).reason;
+        assert!(
+            reason.starts_with("descendant of 100 (match[0] comm=~^postmaster$"),
+            "{pid}: {reason}"
+        );
+    }
+}
+
+#[test]
+fn without_descendants_children_stay_out() {
+    let ts = tenants("[[tenant]]\nname = \"pg\"\n[[tenant.match]]\ncomm = \"^postmaster$\"\n");
+    let procs = [proc(100, "postmaster", "x"), child(101, 100, "postgres")];
+    let got = placed(&ts, &procs);
+    assert_eq!(got.keys().copied().collect::<Vec<_>>(), vec![100]);
+}
+
+#[test]
+fn descendant_matching_the_exempt_rule_lands_in_exempt() {
+    let ts = tenants(
+        "[[tenant]]\nname = \"pg\"\n[[tenant.match]]\ncomm = \"^postmaster$\"\ndescendants = true\n\
+         [[tenant.exempt]]\ncomm = \"^walwriter$\"\n",
+    );
+    let procs = [
+        proc(100, "postmaster", "x"),
+        child(101, 100, "walwriter"),
+        child(102, 100, "checkpointer"),
+    ];
+    let got = placed(&ts, &procs);
+    assert_eq!(got.get(&101), Some(&(0, Leaf::Exempt)));
+    assert_eq!(got.get(&102), Some(&(0, Leaf::Limited)));
+}
+
+#[test]
+fn descendants_of_an_exempt_rule_stay_exempt() {
+    // an RMAN backup and the channels it starts must all stay free of the IO limits
+    let ts = tenants(
+        "[[tenant]]\nname = \"bx1\"\n[[tenant.match]]\ncmdline = \"BX1\"\n\
+         [[tenant.exempt]]\ncomm = \"^rman$\"\ndescendants = true\n",
+    );
+    let procs = [
+        proc(300, "rman", "rman target /"),
+        // a channel: matches the tenant's match rule too
+        ProcInfo {
+            ppid: 300,
+            ..proc(301, "oracle_301_bx1", "oracleBX1 (DESCRIPTION=(LOCAL=YES))")
+        },
+        child(302, 301, "sh"),
+        proc(400, "ora_p000_BX1", "ora_p000_BX1"),
+    ];
+    let got = placed(&ts, &procs);
+    assert_eq!(got.get(&300), Some(&(0, Leaf::Exempt)));
+    assert_eq!(got.get(&301), Some(&(0, Leaf::Exempt)));
+    assert_eq!(got.get(&302), Some(&(0, Leaf::Exempt)));
+    assert_eq!(got.get(&400), Some(&(0, Leaf::Limited)));
+    assert_eq!(
+        placement(&ts, &procs, 301).reason,
+        "descendant of 300 (exempt[0] comm=~^rman$ +descendants)"
+    );
+    assert_eq!(
+        placement(&ts, &procs, 302).reason,
+        "descendant of 300 (exempt[0] comm=~^rman$ +descendants)"
+    );
+}
+
+#[test]
+fn descendants_of_a_match_rule_are_limited_even_if_the_parent_is_exempt() {
+    // the parent is exempt by its own rule; what it passes on is the match rule's claim
+    let ts = tenants(
+        "[[tenant]]\nname = \"pg\"\n[[tenant.match]]\ncomm = \"^postmaster$\"\ndescendants = true\n\
+         [[tenant.exempt]]\ncomm = \"^postmaster$\"\n",
+    );
+    let procs = [proc(100, "postmaster", "x"), child(101, 100, "worker")];
+    let got = placed(&ts, &procs);
+    assert_eq!(got.get(&100), Some(&(0, Leaf::Exempt)));
+    assert_eq!(got.get(&101), Some(&(0, Leaf::Limited)));
+}
+
+#[test]
+fn descendants_through_an_unlisted_parent() {
+    // the middle process exited or was not scanned: the chain stops there
+    let ts = tenants(
+        "[[tenant]]\nname = \"pg\"\n[[tenant.match]]\ncomm = \"^postmaster$\"\ndescendants = true\n",
+    );
+    let procs = [proc(100, "postmaster", "x"), child(102, 101, "orphan")];
+    let got = placed(&ts, &procs);
+    assert_eq!(got.keys().copied().collect::<Vec<_>>(), vec![100]);
+}
+
+#[test]
+fn earlier_tenants_descendant_claim_beats_later_direct_match() {
+    let ts = tenants(
+        "[[tenant]]\nname = \"pg\"\n[[tenant.match]]\ncomm = \"^postmaster$\"\ndescendants = true\n\
+         [[tenant]]\nname = \"shells\"\n[[tenant.match]]\ncomm = \"^sh$\"\n",
+    );
+    let procs = [
+        proc(100, "postmaster", "x"),
+        child(101, 100, "sh"),
+        proc(200, "sh", "sh"),
+    ];
+    let got = placed(&ts, &procs);
+    assert_eq!(got.get(&101), Some(&(0, Leaf::Limited)));
+    assert!(placement(&ts, &procs, 101)
+        .reason
+        .starts_with("descendant of 100"));
+    assert_eq!(got.get(&200), Some(&(1, Leaf::Limited)));
+}
+
+#[test]
+fn earlier_tenants_direct_match_beats_later_descendant_claim() {
+    let ts = tenants(
+        "[[tenant]]\nname = \"shells\"\n[[tenant.match]]\ncomm = \"^sh$\"\n\
+         [[tenant]]\nname = \"pg\"\n[[tenant.match]]\ncomm = \"^postmaster$\"\ndescendants = true\n",
+    );
+    let procs = [
+        proc(100, "postmaster", "x"),
+        child(101, 100, "sh"),
+        child(102, 100, "worker"),
+        // a grandchild through the shell that tenant 0 took: still pg's descendant
+        child(103, 101, "worker"),
+    ];
+    let got = placed(&ts, &procs);
+    assert_eq!(got.get(&100), Some(&(1, Leaf::Limited)));
+    assert_eq!(got.get(&101), Some(&(0, Leaf::Limited)));
+    assert_eq!(placement(&ts, &procs, 101).reason, "match[0] comm=~^sh$");
+    assert_eq!(got.get(&102), Some(&(1, Leaf::Limited)));
+    assert_eq!(got.get(&103), Some(&(1, Leaf::Limited)));
+}
+
+#[test]
+fn the_earliest_tenant_among_ancestors_wins() {
+    let ts = tenants(
+        "[[tenant]]\nname = \"outer\"\n[[tenant.match]]\ncomm = \"^supervisor$\"\ndescendants = true\n\
+         [[tenant]]\nname = \"inner\"\n[[tenant.match]]\ncomm = \"^postmaster$\"\ndescendants = true\n",
+    );
+    let procs = [
+        proc(10, "supervisor", "x"),
+        child(100, 10, "postmaster"),
+        child(101, 100, "worker"),
+    ];
+    let got = placed(&ts, &procs);
+    // the postmaster itself: tenant 1 matches it directly, tenant 0 claims it as a descendant
+    assert_eq!(got.get(&100), Some(&(0, Leaf::Limited)));
+    assert_eq!(got.get(&101), Some(&(0, Leaf::Limited)));
+    assert!(placement(&ts, &procs, 101)
+        .reason
+        .starts_with("descendant of 10 "));
+}
+
+#[test]
+fn a_nearer_ancestor_of_an_earlier_tenant_beats_a_farther_one_of_a_later_tenant() {
+    let ts = tenants(
+        "[[tenant]]\nname = \"pg\"\n[[tenant.match]]\ncomm = \"^postmaster$\"\ndescendants = true\n\
+         [[tenant]]\nname = \"outer\"\n[[tenant.match]]\ncomm = \"^supervisor$\"\ndescendants = true\n",
+    );
+    let procs = [
+        proc(10, "supervisor", "x"),
+        child(100, 10, "postmaster"),
+        child(101, 100, "worker"),
+        child(11, 10, "cron"),
+    ];
+    let got = placed(&ts, &procs);
+    assert_eq!(got.get(&100), Some(&(0, Leaf::Limited)));
+    assert_eq!(got.get(&101), Some(&(0, Leaf::Limited)));
+    assert!(placement(&ts, &procs, 101)
+        .reason
+        .starts_with("descendant of 100 "));
+    assert_eq!(got.get(&11), Some(&(1, Leaf::Limited)));
+}
+
+#[test]
+fn within_one_tenant_the_nearest_ancestor_is_named() {
+    let ts = tenants(
+        "[[tenant]]\nname = \"pg\"\n[[tenant.match]]\ncomm = \"^supervisor$\"\ndescendants = true\n\
+         [[tenant.match]]\ncomm = \"^postmaster$\"\ndescendants = true\n",
+    );
+    let procs = [
+        proc(10, "supervisor", "x"),
+        child(100, 10, "postmaster"),
+        child(101, 100, "worker"),
+    ];
+    assert_eq!(
+        placement(&ts, &procs, 101).reason,
+        "descendant of 100 (match[1] comm=~^postmaster$ +descendants)"
+    );
+}
+
+#[test]
+fn unmatched_processes_are_absent() {
+    let ts = tenants("[[tenant]]\nname = \"a\"\n[[tenant.match]]\ncomm = \"^nothing-here$\"\n");
+    let procs = [proc(10, "bash", "bash"), proc(11, "sshd", "sshd")];
+    assert!(classify(&ts, &procs).is_empty());
+    assert!(classify(&[], &procs).is_empty());
+}
+
+#[test]
+fn seed_style_oracle_instance() {
+    let ts = tenants(
+        r#"
+[[tenant]]
+name = "bx1"
+[[tenant.match]]
+comm = "^ora_p[0-9a-z]{3}_BX1$"
+[[tenant.match]]
+cmdline = "^oracleBX1 \\(LOCAL=NO\\)"
+[[tenant.exempt]]
+comm = "^ora_(lgwr|dbw[0-9a-z]|ckpt)_BX1$"
+"#,
+    );
+    let ora = |pid, comm: &str, cmdline: &str| owned(proc(pid, comm, cmdline), 54321, 54322);
+    let procs = [
+        ora(10, "ora_p001_BX1", "ora_p001_BX1"),
+        ora(11, "ora_p00a_BX1", "ora_p00a_BX1"),
+        ora(12, "oracle_12_bx1", "oracleBX1 (LOCAL=NO)"),
+        ora(13, "ora_lgwr_BX1", "ora_lgwr_BX1"),
+        ora(
+            14,
+            "tnslsnr",
+            "/u01/app/oracle/product/19c/bin/tnslsnr LISTENER -inherit",
+        ),
+        // another instance on the same host
+        ora(15, "ora_p001_BX2", "ora_p001_BX2"),
+        ora(16, "oracle_16_bx2", "oracleBX2 (LOCAL=NO)"),
+    ];
+    let got = placed(&ts, &procs);
+    assert_eq!(got.get(&10), Some(&(0, Leaf::Limited)));
+    assert_eq!(got.get(&11), Some(&(0, Leaf::Limited)));
+    assert_eq!(got.get(&12), Some(&(0, Leaf::Limited)));
+    assert_eq!(got.get(&13), Some(&(0, Leaf::Exempt)));
+    assert_eq!(got.get(&14), None);
+    assert_eq!(got.get(&15), None);
+    assert_eq!(got.get(&16), None);
+    assert_eq!(got.len(), 4);
+    assert_eq!(
+        placement(&ts, &procs, 12).reason,
+        r"match[1] cmdline=~^oracleBX1 \(LOCAL=NO\)"
+    );
+}
+
+#[test]
+fn placements_follow_process_order() {
+    let ts = tenants("[[tenant]]\nname = \"a\"\n[[tenant.match]]\ncomm = \"^w\"\n");
+    let procs = [
+        proc(30, "w3", "x"),
+        proc(10, "w1", "x"),
+        proc(20, "w2", "x"),
+    ];
+    let pids: Vec<u32> = classify(&ts, &procs).iter().map(|p| p.pid).collect();
+    assert_eq!(pids, vec![30, 10, 20]);
+}
+
+#[test]
+fn a_parent_cycle_terminates() {
+    // pid reuse can make ppid chains odd; classification must still end
+    let ts = tenants(
+        "[[tenant]]\nname = \"a\"\n[[tenant.match]]\ncomm = \"^root$\"\ndescendants = true\n",
+    );
+    let procs = [
+        child(10, 11, "x"),
+        child(11, 10, "y"),
+        proc(12, "root", "x"),
+    ];
+    let got = placed(&ts, &procs);
+    assert_eq!(got.keys().copied().collect::<Vec<_>>(), vec![12]);
+}

@@ -1,1 +1,986 @@
+//! The plan on synthetic values: a hand-made layout of v1 hierarchies under a tempdir, a
+//! hand-made inventory and snapshot. Nothing here writes to a cgroup; the tempdir only holds
+//! the few files the planner looks at (memsw presence, stale tenant directories).
 
+use std::path::Path;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::cgroup::{Hierarchy, Setup};
+use crate::inventory::{BlockDevice, NumaTopology, ProcInfo, TenantDevices};
+use crate::policy::Accounts;
+
+struct FakeAccounts;
+
+impl Accounts for FakeAccounts {
+    fn uid(&self, name: &str) -> Option<u32> {
+        (name == "oracle").then_some(54321)
+    }
+    fn gid(&self, _: &str) -> Option<u32> {
+        None
+    }
+}
+
+const FILE: &str = "dbcage.toml";
+
+fn policy(text: &str) -> Policy {
+    match crate::policy::from_str(FILE, text, &FakeAccounts) {
+        Ok(l) => l.policy,
+        Err(e) => panic!("bad test policy:\n{e}"),
+    }
+}
+
+/// Five v1 hierarchies, one per controller, mounted under a tempdir.
+struct Host {
+    tmp: tempfile::TempDir,
+    layout: Layout,
+}
+
+const HIERARCHIES: [(Controller, &str); 5] = [
+    (Controller::Io, "blkio"),
+    (Controller::Cpu, "cpu"),
+    (Controller::Cpuacct, "cpuacct"),
+    (Controller::Cpuset, "cpuset"),
+    (Controller::Memory, "memory"),
+];
+
+impl Host {
+    fn new(policy: &Policy) -> Host {
+        Self::with(policy, false)
+    }
+
+    /// `memsw`: whether the memory hierarchy has swap accounting.
+    fn with(policy: &Policy, memsw: bool) -> Host {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut hierarchies = Vec::new();
+        for (c, name) in HIERARCHIES {
+            let mp = tmp.path().join(name);
+            std::fs::create_dir_all(&mp).unwrap();
+            hierarchies.push(Hierarchy {
+                version: Version::V1,
+                mount_point: mp,
+                mount_root: "/".into(),
+                controllers: vec![c],
+                mount_controllers: vec![name.into()],
+                own_path: "/".into(),
+            });
+        }
+        if memsw {
+            std::fs::write(tmp.path().join("memory").join(v1::MEMSW_LIMIT), "").unwrap();
+        }
+        let setup = Setup {
+            hierarchies,
+            missing: Vec::new(),
+        };
+        let layout = Layout::new(setup, &policy.agent).unwrap();
+        Host { tmp, layout }
+    }
+
+    fn h(&self, c: Controller) -> usize {
+        self.layout.setup.hierarchy_of(c).unwrap()
+    }
+
+    fn mount(&self, c: Controller) -> PathBuf {
+        self.layout.setup.hierarchies[self.h(c)].mount_point.clone()
+    }
+
+    fn tenant_file(&self, c: Controller, tenant: &str, file: &str) -> PathBuf {
+        self.layout.tenant_dir(self.h(c), tenant).join(file)
+    }
+
+    fn leaf_file(&self, c: Controller, tenant: &str, leaf: Leaf, file: &str) -> PathBuf {
+        self.layout.leaf_dir(self.h(c), tenant, leaf).join(file)
+    }
+
+    /// A snapshot with every group of `policy` present and every process at the hierarchy root.
+    fn snapshot_with_groups(&self, policy: &Policy, pids: &[u32]) -> Snapshot {
+        let mut snap = Snapshot::default();
+        for h in 0..self.layout.setup.hierarchies.len() {
+            snap.dirs.insert(self.layout.root_dir(h));
+            for t in &policy.tenants {
+                snap.dirs.insert(self.layout.tenant_dir(h, &t.name));
+                for leaf in [Leaf::Limited, Leaf::Exempt] {
+                    snap.dirs.insert(self.layout.leaf_dir(h, &t.name, leaf));
+                }
+            }
+        }
+        self.at_root(&mut snap, pids);
+        snap
+    }
+
+    fn at_root(&self, snap: &mut Snapshot, pids: &[u32]) {
+        for &pid in pids {
+            let dirs = self
+                .layout
+                .setup
+                .hierarchies
+                .iter()
+                .map(|h| Some(h.mount_point.clone()))
+                .collect();
+            snap.proc_dirs.insert(pid, dirs);
+        }
+    }
+
+    /// What the kernel would hold after the plan's steps, as a snapshot.
+    fn apply(&self, snap: &mut Snapshot, steps: &[Step]) {
+        for s in steps {
+            match s {
+                Step::Mkdir { path, .. } => {
+                    snap.dirs.insert(path.clone());
+                }
+                Step::Write { path, value, .. } => {
+                    let name = path.file_name().unwrap().to_string_lossy();
+                    if name.starts_with("blkio.throttle.") {
+                        // device files hold one line per device; `MAJ:MIN 0` removes the line
+                        let mut lines = v1::parse_device_lines(snap.file(path).unwrap_or_default());
+                        let (dev, v) = value.split_once(' ').unwrap();
+                        let dev: DevNum = dev.parse().unwrap();
+                        let v: u64 = v.parse().unwrap();
+                        if v == 0 {
+                            lines.remove(&dev);
+                        } else {
+                            lines.insert(dev, v);
+                        }
+                        let text: String =
+                            lines.iter().map(|(d, v)| format!("{d} {v}\n")).collect();
+                        snap.files.insert(path.clone(), text);
+                    } else {
+                        snap.files.insert(path.clone(), format!("{value}\n"));
+                    }
+                }
+                Step::Move { pid, targets, .. } => {
+                    let dirs = snap.proc_dirs.get_mut(pid).expect("moved pid is known");
+                    for t in targets {
+                        assert_eq!(t.file_name().unwrap(), "cgroup.procs");
+                        let leaf = t.parent().unwrap();
+                        let h = self
+                            .layout
+                            .parents
+                            .iter()
+                            .position(|p| leaf.starts_with(p))
+                            .expect("target in a hierarchy");
+                        dirs[h] = Some(leaf.to_path_buf());
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn inventory(policy: &Policy, devices: &[Vec<DevNum>], procs: Vec<ProcInfo>) -> Inventory {
+    assert_eq!(policy.tenants.len(), devices.len());
+    Inventory {
+        tenants: devices
+            .iter()
+            .map(|ds| TenantDevices {
+                devices: ds
+                    .iter()
+                    .map(|d| BlockDevice {
+                        devnum: *d,
+                        name: format!("loop{}", d.minor),
+                    })
+                    .collect(),
+                overrides: BTreeMap::new(),
+            })
+            .collect(),
+        numa: NumaTopology {
+            nodes: [(0, "0-1".parse().unwrap())].into_iter().collect(),
+            online_cpus: "0-1".parse().unwrap(),
+        },
+        procs,
+        mounts: Default::default(),
+    }
+}
+
+fn proc(pid: u32, comm: &str) -> ProcInfo {
+    ProcInfo {
+        pid,
+        ppid: 1,
+        comm: comm.into(),
+        cmdline: comm.into(),
+        exe: None,
+        uid: 54321,
+        gid: 54321,
+        start_time: pid as u64,
+    }
+}
+
+fn dev(minor: u32) -> DevNum {
+    DevNum::new(7, minor)
+}
+
+const MIB: u64 = 1 << 20;
+
+/// The index of the write of `value` to `path`.
+fn write_index(steps: &[Step], path: &Path, value: &str) -> usize {
+    steps
+        .iter()
+        .position(|s| matches!(s, Step::Write { path: p, value: v, .. } if p == path && v == value))
+        .unwrap_or_else(|| panic!("no write of `{value}` to {}:\n{steps:#?}", path.display()))
+}
+
+fn writes_to<'a>(steps: &'a [Step], path: &Path) -> Vec<&'a str> {
+    steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Write { path: p, value, .. } if p == path => Some(value.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn error_text(r: Result<Plan, PolicyErrors>) -> Vec<String> {
+    match r {
+        Ok(p) => panic!("plan should fail, got {:#?}", p.steps),
+        Err(e) => e.0.iter().map(|p| p.to_string()).collect(),
+    }
+}
+
+// ---------------------------------------------------------------- split and per-device limits
+
+proptest! {
+    #[test]
+    fn split_equal_never_exceeds_the_total(total in any::<u64>(), n in 1usize..64) {
+        let share = split_equal(total, n);
+        let sum = share as u128 * n as u128;
+        prop_assert!(sum <= total as u128);
+        prop_assert!(total as u128 - sum < n as u128);
+    }
+}
+
+#[test]
+fn split_equal_edges() {
+    assert_eq!(split_equal(100, 0), 0);
+    assert_eq!(split_equal(100, 3), 33);
+    assert_eq!(split_equal(2, 3), 0);
+    assert_eq!(split_equal(u64::MAX, 1), u64::MAX);
+}
+
+const IO_TENANT: &str = r#"
+[[tenant]]
+name = "bx1"
+storage = ["/u01"]
+[[tenant.match]]
+comm = "^ora_"
+[tenant.io]
+read_bps = "100MiB"
+write_iops = 1000
+"#;
+
+#[test]
+fn io_per_device_splits_and_applies_overrides() {
+    let p = policy(IO_TENANT);
+    let t = &p.tenants[0];
+    let devices = [dev(0), dev(1), dev(2)];
+    let overrides: BTreeMap<DevNum, IoLimits> = [(
+        dev(1),
+        IoLimits {
+            read_bps: Some(10 * MIB),
+            read_iops: Some(50),
+            ..Default::default()
+        },
+    )]
+    .into_iter()
+    .collect();
+    let mut problems = Vec::new();
+    let got = io_per_device(t, &devices, &overrides, &mut problems);
+    assert!(problems.is_empty(), "{problems:?}");
+    let share = 100 * MIB / 3;
+    assert_eq!(
+        got.get(&dev(0)),
+        Some(&IoLimits {
+            read_bps: Some(share),
+            write_iops: Some(333),
+            ..Default::default()
+        })
+    );
+    assert_eq!(
+        got.get(&dev(1)),
+        Some(&IoLimits {
+            read_bps: Some(10 * MIB),
+            read_iops: Some(50),
+            write_iops: Some(333),
+            write_bps: None,
+        })
+    );
+    assert_eq!(got.get(&dev(2)), got.get(&dev(0)));
+    assert_eq!(got.len(), 3);
+}
+
+#[test]
+fn io_per_device_without_totals_keeps_only_overridden_devices() {
+    let p = policy(
+        "[[tenant]]\nname = \"bx1\"\nstorage = [\"/u01\"]\n\
+         [[tenant.io.device]]\npath = \"/dev/loop1\"\nwrite_bps = \"1MiB\"\n",
+    );
+    let overrides: BTreeMap<DevNum, IoLimits> = [(
+        dev(1),
+        IoLimits {
+            write_bps: Some(MIB),
+            ..Default::default()
+        },
+    )]
+    .into_iter()
+    .collect();
+    let mut problems = Vec::new();
+    let got = io_per_device(&p.tenants[0], &[dev(0), dev(1)], &overrides, &mut problems);
+    assert!(problems.is_empty());
+    assert_eq!(got.keys().copied().collect::<Vec<_>>(), vec![dev(1)]);
+    assert_eq!(got[&dev(1)].write_bps, Some(MIB));
+}
+
+#[test]
+fn io_total_too_small_to_split_is_a_problem() {
+    let p =
+        policy("[[tenant]]\nname = \"bx1\"\nstorage = [\"/u01\"]\n[tenant.io]\nread_iops = 2\n");
+    let mut problems = Vec::new();
+    io_per_device(
+        &p.tenants[0],
+        &[dev(0), dev(1), dev(2)],
+        &BTreeMap::new(),
+        &mut problems,
+    );
+    assert_eq!(problems.len(), 1);
+    let msg = problems[0].to_string();
+    assert!(msg.starts_with("dbcage.toml:2:8: "), "{msg}");
+    assert!(
+        msg.contains("io.read_iops = 2") && msg.contains("3 devices"),
+        "{msg}"
+    );
+}
+
+// ---------------------------------------------------------------- build, from nothing
+
+const FULL: &str = r#"
+[[tenant]]
+name = "bx1"
+storage = ["/u01"]
+[[tenant.match]]
+comm = "^ora_p"
+[[tenant.exempt]]
+comm = "^ora_lgwr"
+[tenant.io]
+read_bps = "8MiB"
+write_iops = 200
+[tenant.cpu]
+cores = 1.5
+weight = 200
+[tenant.memory]
+max = "2GiB"
+high = "1GiB"
+swap_max = "512MiB"
+"#;
+
+fn full_procs() -> Vec<ProcInfo> {
+    vec![
+        proc(100, "ora_p000_BX1"),
+        proc(101, "ora_p001_BX1"),
+        proc(102, "ora_lgwr_BX1"),
+        proc(103, "bash"),
+    ]
+}
+
+fn full_inventory(p: &Policy) -> Inventory {
+    inventory(p, &[vec![dev(0), dev(1)]], full_procs())
+}
+
+#[test]
+fn empty_snapshot_creates_groups_then_writes_then_moves() {
+    let p = policy(FULL);
+    let host = Host::with(&p, true);
+    let inv = full_inventory(&p);
+    let mut snap = Snapshot::default();
+    host.at_root(&mut snap, &[100, 101, 102, 103]);
+    let plan = build(&p, &inv, &host.layout, &snap).unwrap();
+    let steps = &plan.steps;
+
+    // every group in every hierarchy, parents first, before any write
+    let mkdirs: Vec<&PathBuf> = steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Mkdir { path, .. } => Some(path),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(mkdirs.len(), 5 * 4);
+    let first_other = steps
+        .iter()
+        .position(|s| !matches!(s, Step::Mkdir { .. }))
+        .unwrap();
+    assert_eq!(
+        first_other,
+        mkdirs.len(),
+        "every mkdir comes before any write"
+    );
+    for h in 0..5 {
+        let l = &host.layout;
+        let want = [
+            l.root_dir(h),
+            l.tenant_dir(h, "bx1"),
+            l.leaf_dir(h, "bx1", Leaf::Limited),
+            l.leaf_dir(h, "bx1", Leaf::Exempt),
+        ];
+        let pos: Vec<usize> = want
+            .iter()
+            .map(|w| mkdirs.iter().position(|m| *m == w).expect("mkdir present"))
+            .collect();
+        assert!(
+            pos[0] < pos[1] && pos[1] < pos[2] && pos[1] < pos[3],
+            "{pos:?}"
+        );
+    }
+    assert_eq!(
+        host.layout.leaf_dir(0, "bx1", Leaf::Limited),
+        host.tmp.path().join("blkio/dbcage/bx1/limited")
+    );
+
+    // cpuset: every group gets cpus and mems, top-down, before any move
+    let first_move = steps
+        .iter()
+        .position(|s| matches!(s, Step::Move { .. }))
+        .unwrap();
+    let cs = |g: &str| host.mount(Controller::Cpuset).join(g).join(v1::CPUS);
+    let root = write_index(steps, &cs("dbcage"), "0-1");
+    let tenant = write_index(steps, &cs("dbcage/bx1"), "0-1");
+    let limited = write_index(steps, &cs("dbcage/bx1/limited"), "0-1");
+    let exempt = write_index(steps, &cs("dbcage/bx1/exempt"), "0-1");
+    assert!(root < tenant && tenant < limited && tenant < exempt);
+    assert!(exempt < first_move && limited < first_move);
+    for g in [
+        "dbcage",
+        "dbcage/bx1",
+        "dbcage/bx1/limited",
+        "dbcage/bx1/exempt",
+    ] {
+        let mems = host.mount(Controller::Cpuset).join(g).join(v1::MEMS);
+        assert!(write_index(steps, &mems, "0") < first_move);
+    }
+
+    // the values
+    let limited_rbps = host.leaf_file(Controller::Io, "bx1", Leaf::Limited, v1::READ_BPS);
+    assert_eq!(
+        writes_to(steps, &limited_rbps),
+        vec![format!("7:0 {}", 4 * MIB), format!("7:1 {}", 4 * MIB)]
+    );
+    let limited_wiops = host.leaf_file(Controller::Io, "bx1", Leaf::Limited, v1::WRITE_IOPS);
+    assert_eq!(writes_to(steps, &limited_wiops), vec!["7:0 100", "7:1 100"]);
+    // nothing to clear in the exempt leaf, which starts empty
+    let exempt_rbps = host.leaf_file(Controller::Io, "bx1", Leaf::Exempt, v1::READ_BPS);
+    assert!(writes_to(steps, &exempt_rbps).is_empty());
+    let cpu = |f| host.tenant_file(Controller::Cpu, "bx1", f);
+    assert_eq!(writes_to(steps, &cpu(v1::CFS_QUOTA)), vec!["150000"]);
+    assert_eq!(writes_to(steps, &cpu(v1::CFS_PERIOD)), vec!["100000"]);
+    assert_eq!(writes_to(steps, &cpu(v1::SHARES)), vec!["2048"]);
+    let mem = |f| host.tenant_file(Controller::Memory, "bx1", f);
+    assert_eq!(
+        writes_to(steps, &mem(v1::MEM_LIMIT)),
+        vec![(2u64 << 30).to_string()]
+    );
+    assert_eq!(
+        writes_to(steps, &mem(v1::MEM_SOFT)),
+        vec![(1u64 << 30).to_string()]
+    );
+    assert_eq!(
+        writes_to(steps, &mem(v1::MEMSW_LIMIT)),
+        vec![((2u64 << 30) + (512 << 20)).to_string()]
+    );
+
+    // moves last, one target per hierarchy, into the right leaf; bash stays where it is
+    assert!(steps[first_move..]
+        .iter()
+        .all(|s| matches!(s, Step::Move { .. })));
+    let moves: Vec<(u32, Leaf, &Vec<PathBuf>)> = steps[first_move..]
+        .iter()
+        .map(|s| match s {
+            Step::Move {
+                pid, leaf, targets, ..
+            } => (*pid, *leaf, targets),
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(
+        moves.iter().map(|m| m.0).collect::<Vec<_>>(),
+        vec![100, 101, 102]
+    );
+    for (pid, leaf, targets) in &moves {
+        let want_leaf = if *pid == 102 {
+            Leaf::Exempt
+        } else {
+            Leaf::Limited
+        };
+        assert_eq!(*leaf, want_leaf);
+        assert_eq!(targets.len(), 5);
+        for (h, t) in targets.iter().enumerate() {
+            assert_eq!(
+                *t,
+                host.layout
+                    .leaf_dir(h, "bx1", want_leaf)
+                    .join("cgroup.procs")
+            );
+        }
+    }
+
+    assert_eq!(plan.tenants.len(), 1);
+    assert_eq!(plan.tenants[0].processes, 3);
+}
+
+#[test]
+fn a_snapshot_that_holds_the_plan_gives_an_empty_plan() {
+    let p = policy(FULL);
+    let host = Host::with(&p, true);
+    let inv = full_inventory(&p);
+    let mut snap = Snapshot::default();
+    host.at_root(&mut snap, &[100, 101, 102, 103]);
+    let first = build(&p, &inv, &host.layout, &snap).unwrap();
+    assert!(!first.is_empty());
+    host.apply(&mut snap, &first.steps);
+    let second = build(&p, &inv, &host.layout, &snap).unwrap();
+    assert!(second.is_empty(), "second plan: {:#?}", second.steps);
+
+    // a change of one value gives exactly the writes for it
+    let changed = policy(&FULL.replace("cores = 1.5", "cores = 0.5"));
+    let third = build(&changed, &inv, &host.layout, &snap).unwrap();
+    assert_eq!(third.steps.len(), 1, "{:#?}", third.steps);
+    assert_eq!(
+        writes_to(
+            &third.steps,
+            &host.tenant_file(Controller::Cpu, "bx1", v1::CFS_QUOTA)
+        ),
+        vec!["50000"]
+    );
+}
+
+#[test]
+fn idempotent_with_several_tenants_and_numa() {
+    let text = format!(
+        "{FULL}\n[[tenant]]\nname = \"pg\"\n[[tenant.match]]\ncomm = \"^postgres\"\n\
+         descendants = true\n[tenant.cpu]\nnuma_nodes = [1]\ncpus = \"2-3\"\n"
+    );
+    let p = policy(&text);
+    let host = Host::new(&p);
+    let mut procs = full_procs();
+    procs.push(proc(200, "postgres"));
+    procs.push(ProcInfo {
+        ppid: 200,
+        ..proc(201, "sh")
+    });
+    let mut inv = inventory(&p, &[vec![dev(0), dev(1)], vec![]], procs);
+    inv.numa = NumaTopology {
+        nodes: [(0, "0-1".parse().unwrap()), (1, "2-3".parse().unwrap())]
+            .into_iter()
+            .collect(),
+        online_cpus: "0-3".parse().unwrap(),
+    };
+    let mut snap = Snapshot::default();
+    host.at_root(&mut snap, &[100, 101, 102, 103, 200, 201]);
+    let first = build(&p, &inv, &host.layout, &snap).unwrap();
+    let pg_cpus = host.tenant_file(Controller::Cpuset, "pg", v1::CPUS);
+    let pg_mems = host.tenant_file(Controller::Cpuset, "pg", v1::MEMS);
+    assert_eq!(writes_to(&first.steps, &pg_cpus), vec!["2-3"]);
+    assert_eq!(writes_to(&first.steps, &pg_mems), vec!["1"]);
+    let bx1_mems = host.tenant_file(Controller::Cpuset, "bx1", v1::MEMS);
+    assert_eq!(writes_to(&first.steps, &bx1_mems), vec!["0-1"]);
+    let moved: Vec<u32> = first
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Move { pid, .. } => Some(*pid),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(moved, vec![100, 101, 102, 200, 201]);
+    // a tenant without memory limits is written unlimited explicitly
+    let pg_limit = host.tenant_file(Controller::Memory, "pg", v1::MEM_LIMIT);
+    assert_eq!(writes_to(&first.steps, &pg_limit), vec!["-1"]);
+    host.apply(&mut snap, &first.steps);
+    let second = build(&p, &inv, &host.layout, &snap).unwrap();
+    assert!(second.is_empty(), "second plan: {:#?}", second.steps);
+}
+
+// ---------------------------------------------------------------- ordering of changes
+
+#[test]
+fn lowering_comes_before_raising() {
+    let p = policy(FULL);
+    let host = Host::new(&p);
+    let inv = full_inventory(&p);
+    let mut snap = host.snapshot_with_groups(&p, &[]);
+    let rbps = host.leaf_file(Controller::Io, "bx1", Leaf::Limited, v1::READ_BPS);
+    snap.files
+        .insert(rbps.clone(), format!("7:0 {}\n7:1 {}\n", 6 * MIB, 2 * MIB));
+    let plan = build(&p, &inv, &host.layout, &snap).unwrap();
+    let low = write_index(&plan.steps, &rbps, &format!("7:0 {}", 4 * MIB));
+    let high = write_index(&plan.steps, &rbps, &format!("7:1 {}", 4 * MIB));
+    assert!(
+        low < high,
+        "lowering 7:0 at {low} must precede raising 7:1 at {high}"
+    );
+}
+
+#[test]
+fn a_removed_device_is_cleared_after_every_lowering() {
+    let p = policy(&FULL.replace("write_iops = 200", "write_iops = 200\nwrite_bps = \"8MiB\""));
+    let host = Host::new(&p);
+    let inv = full_inventory(&p);
+    let mut snap = host.snapshot_with_groups(&p, &[]);
+    let rbps = host.leaf_file(Controller::Io, "bx1", Leaf::Limited, v1::READ_BPS);
+    let wbps = host.leaf_file(Controller::Io, "bx1", Leaf::Limited, v1::WRITE_BPS);
+    let three = format!("7:0 {m}\n7:1 {m}\n7:2 {m}\n", m = 6 * MIB);
+    snap.files.insert(rbps.clone(), three.clone());
+    snap.files.insert(wbps.clone(), three);
+    let plan = build(&p, &inv, &host.layout, &snap).unwrap();
+    let lowerings: Vec<usize> = [&rbps, &wbps]
+        .iter()
+        .flat_map(|f| [0, 1].map(|m| write_index(&plan.steps, f, &format!("7:{m} {}", 4 * MIB))))
+        .collect();
+    let last_lowering = *lowerings.iter().max().unwrap();
+    for f in [&rbps, &wbps] {
+        let clear = write_index(&plan.steps, f, "7:2 0");
+        assert!(
+            clear > last_lowering,
+            "clear at {clear}, lowering at {last_lowering}"
+        );
+    }
+}
+
+#[test]
+fn cpuset_swap_widens_top_down_and_narrows_bottom_up() {
+    let p = policy(
+        &format!("{FULL}[tenant.cpu]\ncpus = \"1\"\n")
+            .replace("[tenant.cpu]\ncores = 1.5\nweight = 200\n", ""),
+    );
+    assert_eq!(
+        p.tenants[0].cpu.cpus.as_ref().unwrap().value.to_string(),
+        "1"
+    );
+    let host = Host::new(&p);
+    let inv = full_inventory(&p);
+    let mut snap = host.snapshot_with_groups(&p, &[]);
+    let cs = |g: &str, f: &str| host.mount(Controller::Cpuset).join(g).join(f);
+    snap.files.insert(cs("dbcage", v1::CPUS), "0-1\n".into());
+    snap.files.insert(cs("dbcage", v1::MEMS), "0\n".into());
+    for g in ["dbcage/bx1", "dbcage/bx1/limited", "dbcage/bx1/exempt"] {
+        snap.files.insert(cs(g, v1::CPUS), "0\n".into());
+        snap.files.insert(cs(g, v1::MEMS), "0\n".into());
+    }
+    let plan = build(&p, &inv, &host.layout, &snap).unwrap();
+    let steps = &plan.steps;
+    assert!(writes_to(steps, &cs("dbcage", v1::CPUS)).is_empty());
+    assert_eq!(
+        writes_to(steps, &cs("dbcage/bx1", v1::CPUS)),
+        vec!["0-1", "1"]
+    );
+    let widen = write_index(steps, &cs("dbcage/bx1", v1::CPUS), "0-1");
+    let narrow = write_index(steps, &cs("dbcage/bx1", v1::CPUS), "1");
+    for leaf in ["dbcage/bx1/limited", "dbcage/bx1/exempt"] {
+        let to_one = write_index(steps, &cs(leaf, v1::CPUS), "1");
+        assert!(widen < to_one, "{leaf}: the tenant widens first");
+        assert!(to_one < narrow, "{leaf}: leaves narrow before the tenant");
+        // whatever the leaf holds in between stays within the tenant's set at that point
+        if let Some(leaf_widen) = steps.iter().position(|s| {
+            matches!(s, Step::Write { path, value, .. } if *path == cs(leaf, v1::CPUS) && value == "0-1")
+        }) {
+            assert!(widen < leaf_widen);
+        }
+    }
+    // and the result holds
+    let mut after = snap.clone();
+    host.apply(&mut after, steps);
+    for g in ["dbcage/bx1", "dbcage/bx1/limited", "dbcage/bx1/exempt"] {
+        assert_eq!(after.file(&cs(g, v1::CPUS)), Some("1\n"));
+    }
+}
+
+#[test]
+fn memory_raise_writes_memsw_first_and_lower_writes_limit_first() {
+    let p = policy(FULL); // max 2GiB, swap 512MiB → memsw 2.5GiB
+    let host = Host::with(&p, true);
+    let inv = full_inventory(&p);
+    let limit = host.tenant_file(Controller::Memory, "bx1", v1::MEM_LIMIT);
+    let memsw = host.tenant_file(Controller::Memory, "bx1", v1::MEMSW_LIMIT);
+    let want_limit = (2u64 << 30).to_string();
+    let want_memsw = ((2u64 << 30) + (512 << 20)).to_string();
+
+    // raising from 1GiB / 1.5GiB
+    let mut snap = host.snapshot_with_groups(&p, &[]);
+    snap.files.insert(limit.clone(), (1u64 << 30).to_string());
+    snap.files
+        .insert(memsw.clone(), ((1u64 << 30) + (512 << 20)).to_string());
+    let plan = build(&p, &inv, &host.layout, &snap).unwrap();
+    let l = write_index(&plan.steps, &limit, &want_limit);
+    let s = write_index(&plan.steps, &memsw, &want_memsw);
+    assert!(s < l, "raising: memsw ({s}) before limit ({l})");
+
+    // lowering from 4GiB / 4.5GiB
+    let mut snap = host.snapshot_with_groups(&p, &[]);
+    snap.files.insert(limit.clone(), (4u64 << 30).to_string());
+    snap.files
+        .insert(memsw.clone(), ((4u64 << 30) + (512 << 20)).to_string());
+    let plan = build(&p, &inv, &host.layout, &snap).unwrap();
+    let l = write_index(&plan.steps, &limit, &want_limit);
+    let s = write_index(&plan.steps, &memsw, &want_memsw);
+    assert!(l < s, "lowering: limit ({l}) before memsw ({s})");
+
+    // from unlimited (as the kernel reads it back): a raise of memsw is not needed first
+    let mut snap = host.snapshot_with_groups(&p, &[]);
+    snap.files
+        .insert(limit.clone(), "9223372036854771712\n".into());
+    snap.files
+        .insert(memsw.clone(), "9223372036854771712\n".into());
+    let plan = build(&p, &inv, &host.layout, &snap).unwrap();
+    let l = write_index(&plan.steps, &limit, &want_limit);
+    let s = write_index(&plan.steps, &memsw, &want_memsw);
+    assert!(l < s, "from unlimited: limit ({l}) before memsw ({s})");
+}
+
+#[test]
+fn without_swap_accounting_memsw_is_left_alone() {
+    let p = policy(FULL);
+    let host = Host::new(&p);
+    let plan = build(&p, &full_inventory(&p), &host.layout, &Snapshot::default()).unwrap();
+    let memsw = host.tenant_file(Controller::Memory, "bx1", v1::MEMSW_LIMIT);
+    assert!(writes_to(&plan.steps, &memsw).is_empty());
+    assert!(
+        plan.warnings
+            .iter()
+            .any(|w| w.contains("memory.swap_max needs swap accounting")),
+        "{:?}",
+        plan.warnings
+    );
+}
+
+// ---------------------------------------------------------------- errors and warnings
+
+#[test]
+fn cpus_outside_the_parent_are_an_error() {
+    let text = format!("{FULL}[tenant.cpu]\ncpus = \"0-3\"\n")
+        .replace("[tenant.cpu]\ncores = 1.5\nweight = 200\n", "");
+    let p = policy(&text);
+    let host = Host::new(&p);
+    let snap = Snapshot {
+        parent_cpus: Some("0-1".parse().unwrap()),
+        ..Default::default()
+    };
+    let e = error_text(build(&p, &full_inventory(&p), &host.layout, &snap));
+    assert_eq!(e.len(), 1, "{e:?}");
+    let line = text.lines().position(|l| l == "cpus = \"0-3\"").unwrap() + 1;
+    assert!(
+        e[0].starts_with(&format!("{FILE}:{line}:8: ")),
+        "{} should be located at line {line}",
+        e[0]
+    );
+    assert!(e[0].contains("cpus 0-3 include 2-3"), "{}", e[0]);
+    assert!(e[0].contains("(0-1)"), "{}", e[0]);
+}
+
+#[test]
+fn a_missing_numa_node_is_an_error() {
+    let text = "[[tenant]]\nname = \"pg\"\n[tenant.cpu]\nnuma_nodes = [0, 3]\n";
+    let p = policy(text);
+    let host = Host::new(&p);
+    let e = error_text(build(
+        &p,
+        &inventory(&p, &[vec![]], vec![]),
+        &host.layout,
+        &Snapshot::default(),
+    ));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("dbcage.toml:4:14: "), "{}", e[0]);
+    assert!(e[0].contains("NUMA node 3 does not exist"), "{}", e[0]);
+    assert!(e[0].contains("(nodes: 0)"), "{}", e[0]);
+}
+
+#[test]
+fn memory_max_below_current_rss_is_an_error() {
+    let p = policy(FULL); // max 2GiB
+    let host = Host::new(&p);
+    let inv = full_inventory(&p);
+    let mut snap = Snapshot::default();
+    snap.proc_rss.insert(100, 1536 << 20);
+    snap.proc_rss.insert(102, 1 << 30);
+    snap.proc_rss.insert(103, 8 << 30); // bash is not the tenant's
+    let e = error_text(build(&p, &inv, &host.layout, &snap));
+    assert_eq!(e.len(), 1, "{e:?}");
+    let line = FULL.lines().position(|l| l == "max = \"2GiB\"").unwrap() + 1;
+    assert!(e[0].starts_with(&format!("{FILE}:{line}:7: ")), "{}", e[0]);
+    assert!(
+        e[0].contains("memory.max 2GiB is below the 2.50GiB its 3 processes"),
+        "{}",
+        e[0]
+    );
+
+    // just below the limit is fine
+    snap.proc_rss.insert(100, 1 << 30);
+    assert!(build(&p, &inv, &host.layout, &snap).is_ok());
+}
+
+#[test]
+fn a_stale_tenant_directory_is_a_warning() {
+    let p = policy(FULL);
+    let host = Host::new(&p);
+    let root = host.layout.root_dir(host.h(Controller::Cpu));
+    std::fs::create_dir_all(root.join("bx0")).unwrap();
+    std::fs::create_dir_all(root.join("bx1")).unwrap();
+    std::fs::write(root.join("cpu.shares"), "1024").unwrap(); // a file, not a group
+    let plan = build(&p, &full_inventory(&p), &host.layout, &Snapshot::default()).unwrap();
+    let stale: Vec<&String> = plan
+        .warnings
+        .iter()
+        .filter(|w| w.contains("dbcage release"))
+        .collect();
+    assert_eq!(stale.len(), 1, "{:?}", plan.warnings);
+    assert!(stale[0].contains("`bx0`") && stale[0].contains("`dbcage release bx0`"));
+}
+
+#[test]
+fn an_exited_process_gets_no_move() {
+    let p = policy(FULL);
+    let host = Host::new(&p);
+    let inv = full_inventory(&p);
+    let mut snap = Snapshot::default();
+    host.at_root(&mut snap, &[100, 102]); // 101 exited after the scan
+    let plan = build(&p, &inv, &host.layout, &snap).unwrap();
+    let moved: Vec<u32> = plan
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Move { pid, .. } => Some(*pid),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(moved, vec![100, 102]);
+}
+
+#[test]
+fn a_process_partly_in_place_moves_only_where_it_is_not() {
+    let p = policy(FULL);
+    let host = Host::new(&p);
+    let inv = full_inventory(&p);
+    let mut snap = host.snapshot_with_groups(&p, &[100]);
+    let cpu = host.h(Controller::Cpu);
+    snap.proc_dirs.get_mut(&100).unwrap()[cpu] =
+        Some(host.layout.leaf_dir(cpu, "bx1", Leaf::Limited));
+    let plan = build(&p, &inv, &host.layout, &snap).unwrap();
+    let targets = plan
+        .steps
+        .iter()
+        .find_map(|s| match s {
+            Step::Move {
+                pid: 100, targets, ..
+            } => Some(targets.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(targets.len(), 4);
+    assert!(!targets
+        .iter()
+        .any(|t| t.starts_with(host.mount(Controller::Cpu))));
+}
+
+#[test]
+fn v1_write_limit_and_memory_warnings() {
+    let p = policy(&FULL.replace("write_iops = 200", "write_bps = \"4MiB\""));
+    let host = Host::new(&p);
+    let plan = build(&p, &full_inventory(&p), &host.layout, &Snapshot::default()).unwrap();
+    let w = plan.warnings.join("\n");
+    assert!(w.contains("bx1") && w.contains("O_DIRECT"), "{w}");
+    assert!(w.contains("memory.soft_limit_in_bytes"), "{w}");
+}
+
+#[test]
+fn numa_nodes_without_an_allowed_cpu_are_an_error() {
+    // the parent allows cpus 0-1 (node 0) and both memory nodes; node 1's cpus are 2-3
+    let text = "[[tenant]]\nname = \"pg\"\n[[tenant.match]]\ncomm = \"^postgres\"\n\
+                [tenant.cpu]\nnuma_nodes = [1]\n";
+    let p = policy(text);
+    let host = Host::new(&p);
+    let mut inv = inventory(&p, &[vec![]], vec![]);
+    inv.numa = NumaTopology {
+        nodes: [(0, "0-1".parse().unwrap()), (1, "2-3".parse().unwrap())]
+            .into_iter()
+            .collect(),
+        online_cpus: "0-3".parse().unwrap(),
+    };
+    let snap = Snapshot {
+        parent_cpus: Some("0-1".parse().unwrap()),
+        parent_mems: Some("0-1".parse().unwrap()),
+        ..Default::default()
+    };
+    let e = error_text(build(&p, &inv, &host.layout, &snap));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("dbcage.toml:6:14: "), "{}", e[0]);
+    assert!(e[0].contains("pg") && e[0].contains("(0-1)"), "{}", e[0]);
+
+    // with node 0 it works, and the tenant gets node 0's cpus
+    let p = policy(&text.replace("[1]", "[0]"));
+    let plan = build(&p, &inv, &host.layout, &snap).unwrap();
+    assert_eq!(plan.tenants[0].settings.cpus.to_string(), "0-1");
+    assert_eq!(plan.tenants[0].settings.mems.to_string(), "0");
+}
+
+fn two_nodes(inv: &mut Inventory) {
+    inv.numa = NumaTopology {
+        nodes: [(0, "0-1".parse().unwrap()), (1, "2-3".parse().unwrap())]
+            .into_iter()
+            .collect(),
+        online_cpus: "0-3".parse().unwrap(),
+    };
+}
+
+#[test]
+fn cpus_off_the_chosen_numa_nodes_are_an_error() {
+    let text = "[[tenant]]\nname = \"pg\"\n[tenant.cpu]\ncpus = \"0\"\nnuma_nodes = [1]\n";
+    let p = policy(text);
+    let host = Host::new(&p);
+    let mut inv = inventory(&p, &[vec![]], vec![]);
+    two_nodes(&mut inv);
+    let e = error_text(build(&p, &inv, &host.layout, &Snapshot::default()));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("dbcage.toml:4:8: "), "{}", e[0]);
+    assert!(
+        e[0].contains("cpus 0 has no cpu on the chosen NUMA nodes (2-3)"),
+        "{}",
+        e[0]
+    );
+}
+
+#[test]
+fn numa_nodes_outside_the_parents_memory_nodes_are_an_error() {
+    let text = "[[tenant]]\nname = \"pg\"\n[tenant.cpu]\nnuma_nodes = [1]\n";
+    let p = policy(text);
+    let host = Host::new(&p);
+    let mut inv = inventory(&p, &[vec![]], vec![]);
+    two_nodes(&mut inv);
+    let snap = Snapshot {
+        parent_mems: Some("0".parse().unwrap()),
+        ..Default::default()
+    };
+    let e = error_text(build(&p, &inv, &host.layout, &snap));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("dbcage.toml:4:14: "), "{}", e[0]);
+    assert!(
+        e[0].contains("NUMA nodes 1 are outside the memory nodes"),
+        "{}",
+        e[0]
+    );
+}
+
+#[test]
+fn memory_limits_are_rounded_down_to_pages() {
+    let page = crate::cgroup::page_size();
+    let text = "[[tenant]]\nname = \"pg\"\n[tenant.memory]\nmax = 1000000001\n";
+    let p = policy(text);
+    let host = Host::new(&p);
+    let inv = inventory(&p, &[vec![]], vec![]);
+    let limit = host.tenant_file(Controller::Memory, "pg", v1::MEM_LIMIT);
+    let rounded = 1_000_000_001 / page * page;
+    assert_ne!(rounded, 1_000_000_001);
+    let plan = build(&p, &inv, &host.layout, &Snapshot::default()).unwrap();
+    assert_eq!(writes_to(&plan.steps, &limit), vec![rounded.to_string()]);
+    // the kernel reads back the rounded value: nothing to do
+    let mut snap = host.snapshot_with_groups(&p, &[]);
+    snap.files.insert(limit.clone(), format!("{rounded}\n"));
+    let plan = build(&p, &inv, &host.layout, &snap).unwrap();
+    assert!(writes_to(&plan.steps, &limit).is_empty());
+}

@@ -91,6 +91,21 @@ pub fn check_group_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A component of an existing cgroup path (`agent.parent`): systemd names such as
+/// `user@1000.service` or `dev-disk-by\x2duuid.mount` are fine; `.`, `..`, control characters
+/// and over-long names are not.
+fn check_parent_component(c: &str) -> Option<String> {
+    if c == "." || c == ".." {
+        return Some(format!("the path component `{c}` is not allowed"));
+    }
+    if c.len() > 255 {
+        return Some(format!("the path component `{c}` is longer than 255 bytes"));
+    }
+    c.chars()
+        .find(|ch| ch.is_control() || ch.is_whitespace())
+        .map(|ch| format!("the path component {c:?} contains {ch:?}"))
+}
+
 struct Ctx<'a> {
     map: &'a SourceMap,
     accounts: &'a dyn Accounts,
@@ -206,11 +221,10 @@ fn validate_agent(ctx: &mut Ctx, raw: super::raw::RawAgent) -> Agent {
             "root" => ParentSpec::HierarchyRoot,
             "self" => ParentSpec::OwnCgroup,
             path if path.starts_with('/') => {
-                let bad = path.split('/').filter(|c| !c.is_empty()).find_map(|c| {
-                    check_group_name(c)
-                        .err()
-                        .or_else(|| (c == "..").then(|| "`..`".into()))
-                });
+                let bad = path
+                    .split('/')
+                    .filter(|c| !c.is_empty())
+                    .find_map(check_parent_component);
                 match bad {
                     Some(e) => {
                         ctx.error(&p, format!("agent.parent: {e}"));
@@ -354,6 +368,7 @@ fn validate_rules(ctx: &mut Ctx, tenant: &str, list: &str, raw: &[Loc<RawRule>])
                         .last()
                         .unwrap_or("")
                         .trim()
+                        .trim_start_matches("error: ")
                         .to_string();
                     ctx.error(
                         v,
@@ -563,7 +578,7 @@ fn validate_cpu(ctx: &mut Ctx, tenant: &str, c: &super::raw::RawCpu) -> CpuPolic
                 Quantity::Float(f) => f.to_string(),
                 Quantity::Text(s) => format!("{s:?}"),
             };
-            ctx.error(q, format!("tenant `{tenant}`: cpu.weight must be a whole number from 1 to 10000 (default 100)"));
+            ctx.error(q, format!("tenant `{tenant}`: cpu.weight = {shown} is not valid; it must be a whole number from 1 to 10000 (default 100)"));
             None
         }
     });
