@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Runs every test of dbcage: formatting, lints, unit tests, the real-kernel integration tests
-# (root: cgroup v1 on this host, loop devices, fio) and the cgroup v2 smoke run in a qemu VM.
+# (root: cgroup v1 on this host, loop devices, fio), and in a qemu VM the cgroup v2 smoke run and
+# dbcage's v2 scenarios (tests/vm/scenarios.sh).
 # Installs what the tests need with apt on a fresh Debian machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for pair in fio:fio mkfs.ext4:e2fsprogs losetup:mount python3:python3 qemu-system-x86_64:qemu-system-x86 busybox:busybox-static; do
+for pair in fio:fio mkfs.ext4:e2fsprogs losetup:mount /usr/bin/python3:python3 qemu-system-x86_64:qemu-system-x86 busybox:busybox-static; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -26,3 +27,4 @@ cargo test --test it --quiet -- --test-threads=2
 echo "== cgroup v2 in a VM"
 cargo build --release --quiet
 tests/vm/run.sh target/release/dbcage tests/vm/smoke.sh
+tests/vm/run.sh target/release/dbcage tests/vm/scenarios.sh

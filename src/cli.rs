@@ -98,16 +98,27 @@ pub fn main() -> ExitCode {
                 }
             }
             if e.downcast_ref::<PolicyErrors>().is_some() || e.downcast_ref::<Invalid>().is_some() {
-                eprint!("dbcage: {e:#}");
-                if !format!("{e:#}").ends_with('\n') {
-                    eprintln!();
-                }
+                eprintln!("dbcage: {}", error_chain(&e).trim_end());
                 return ExitCode::from(2);
             }
-            eprintln!("dbcage: {e:#}");
+            eprintln!("dbcage: {}", error_chain(&e));
             ExitCode::from(1)
         }
     }
+}
+
+/// The error and its causes, each once: our error types already print their kernel error, so a
+/// cause whose text is already in the message is not repeated.
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+    }
+    msg
 }
 
 /// Everything a command needs from policy and host.
@@ -132,17 +143,6 @@ pub fn prepare(config: &Path) -> Result<Context_> {
         return Err(PolicyErrors(problems).into());
     }
     let setup = Setup::detect(&fs, &inventory.mounts)?;
-    if let Some(h) = setup.hierarchies.iter().find(|h| h.version == Version::V2) {
-        bail!(
-            "the {} controller(s) are on cgroup v2 ({}); this build drives cgroup v1 only",
-            h.controllers
-                .iter()
-                .map(|c| c.v1_name())
-                .collect::<Vec<_>>()
-                .join(","),
-            h.mount_point.display()
-        );
-    }
     let layout = Layout::new(setup, &loaded.policy.agent)?;
     Ok(Context_ {
         loaded,
@@ -222,6 +222,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 for e in &outcome.errors {
                     writeln!(out, "error: {e}")?;
+                }
+                if outcome.skipped > 0 {
+                    writeln!(
+                        out,
+                        "error: the plan's other {} steps were not attempted: without the controllers enabled there are no limit files to write, and moved processes would run unlimited",
+                        outcome.skipped
+                    )?;
                 }
             }
             if outcome.errors.is_empty() {
@@ -462,6 +469,7 @@ fn status(
     };
     let placements = classify(&policy.tenants, &procs);
     let h_of = |c| layout.setup.hierarchy_of(c);
+    let version = |h: usize| layout.setup.hierarchies[h].version;
     let mut rows = Vec::new();
     for (ti, t) in policy.tenants.iter().enumerate() {
         if !only.is_empty() && !only.contains(&t.name) {
@@ -499,18 +507,36 @@ fn status(
         let mut devices = Vec::new();
         if let Some(h) = h_of(Controller::Io) {
             let limited = layout.leaf_dir(h, &t.name, Leaf::Limited);
-            let read = |f: &str| {
-                std::fs::read_to_string(limited.join(f))
-                    .map(|s| cgroup::v1::parse_device_lines(&s))
-                    .unwrap_or_default()
+            let (rb, wb, ri, wi, usage) = if version(h) == Version::V1 {
+                let read = |f: &str| {
+                    std::fs::read_to_string(limited.join(f))
+                        .map(|s| cgroup::v1::parse_device_lines(&s))
+                        .unwrap_or_default()
+                };
+                (
+                    read(cgroup::v1::READ_BPS),
+                    read(cgroup::v1::WRITE_BPS),
+                    read(cgroup::v1::READ_IOPS),
+                    read(cgroup::v1::WRITE_IOPS),
+                    stats::v1_io(&layout.tenant_dir(h, &t.name)),
+                )
+            } else {
+                let max = std::fs::read_to_string(limited.join(cgroup::v2::IO_MAX))
+                    .map(|s| cgroup::v2::parse_io_max(&s))
+                    .unwrap_or_default();
+                let key = |f: fn(&policy::IoLimits) -> Option<u64>| {
+                    max.iter()
+                        .filter_map(|(d, l)| f(l).map(|v| (*d, v)))
+                        .collect::<std::collections::BTreeMap<_, _>>()
+                };
+                (
+                    key(|l| l.read_bps),
+                    key(|l| l.write_bps),
+                    key(|l| l.read_iops),
+                    key(|l| l.write_iops),
+                    stats::v2_io(&layout.tenant_dir(h, &t.name)),
+                )
             };
-            let (rb, wb, ri, wi) = (
-                read(cgroup::v1::READ_BPS),
-                read(cgroup::v1::WRITE_BPS),
-                read(cgroup::v1::READ_IOPS),
-                read(cgroup::v1::WRITE_IOPS),
-            );
-            let usage = stats::v1_io(&layout.tenant_dir(h, &t.name));
             let mut devs: Vec<_> = rb
                 .keys()
                 .chain(wb.keys())
@@ -533,10 +559,20 @@ fn status(
                 });
             }
         }
-        let cpu_dir = h_of(Controller::Cpu).map(|h| layout.tenant_dir(h, &t.name));
+        let cpu_h = h_of(Controller::Cpu);
+        let cpu_v2 = cpu_h.is_some_and(|h| version(h) == Version::V2);
+        let cpu_dir = cpu_h.map(|h| layout.tenant_dir(h, &t.name));
         let acct_dir = h_of(Controller::Cpuacct).map(|h| layout.tenant_dir(h, &t.name));
-        let cpu = stats::v1_cpu(cpu_dir.as_deref(), acct_dir.as_deref());
+        let cpu = match (&cpu_dir, cpu_v2) {
+            (Some(d), true) => stats::v2_cpu(d),
+            _ => stats::v1_cpu(cpu_dir.as_deref(), acct_dir.as_deref()),
+        };
         let cpu_quota_cores = cpu_dir.as_ref().and_then(|d| {
+            if cpu_v2 {
+                return cgroup::v2::parse_cpu_max(
+                    &std::fs::read_to_string(d.join(cgroup::v2::CPU_MAX)).ok()?,
+                );
+            }
             let q: i64 = std::fs::read_to_string(d.join(cgroup::v1::CFS_QUOTA))
                 .ok()?
                 .trim()
@@ -545,12 +581,24 @@ fn status(
             let p = stats::read_u64(&d.join(cgroup::v1::CFS_PERIOD))?;
             (q > 0).then(|| q as f64 / p as f64)
         });
-        let mem_dir = h_of(Controller::Memory).map(|h| layout.tenant_dir(h, &t.name));
-        let memory = mem_dir.as_deref().map(stats::v1_memory).unwrap_or_default();
-        let memory_limit_bytes = mem_dir
-            .as_ref()
-            .and_then(|d| stats::read_u64(&d.join(cgroup::v1::MEM_LIMIT)))
-            .filter(|v| *v < cgroup::v1::UNLIMITED_THRESHOLD);
+        let mem_h = h_of(Controller::Memory);
+        let mem_v2 = mem_h.is_some_and(|h| version(h) == Version::V2);
+        let mem_dir = mem_h.map(|h| layout.tenant_dir(h, &t.name));
+        let (memory, limit_file) = if mem_v2 {
+            (
+                mem_dir.as_deref().map(stats::v2_memory).unwrap_or_default(),
+                cgroup::v2::MEM_MAX,
+            )
+        } else {
+            (
+                mem_dir.as_deref().map(stats::v1_memory).unwrap_or_default(),
+                cgroup::v1::MEM_LIMIT,
+            )
+        };
+        let memory_limit_bytes = mem_dir.as_ref().and_then(|d| {
+            cgroup::model::parse_memory(&std::fs::read_to_string(d.join(limit_file)).ok()?)
+                .flatten()
+        });
         rows.push(TenantStatus {
             name: t.name.clone(),
             processes: count,

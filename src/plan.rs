@@ -7,14 +7,18 @@
 //! sum over a tenant's devices never exceeds its total; cpusets are widened top-down and narrowed
 //! bottom-up (v1 requires a child's set within its parent's); v1 memsw is moved on the side that
 //! keeps memsw >= limit; processes move last, into groups that already have their limits.
+//! On cgroup v2, controllers are enabled in `cgroup.subtree_control` (parent, root, tenants, in
+//! that order) right after the groups are created and before any limit, and an `io.max` line
+//! that lowers one key and raises another is split into a lowering and a raising write. Each
+//! spec is written by the driver of its controller's version (v1 and v2 mix on hybrid hosts).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::cgroup::model::{Desired, FileSpec, TenantSettings};
-use crate::cgroup::{v1, Controller, GroupRef, Layout, Snapshot, Version};
+use crate::cgroup::model::{parse_memory, Desired, FileSpec, TenantSettings};
+use crate::cgroup::{v1, v2, Controller, GroupRef, Layout, Snapshot, Version};
 use crate::classify::{classify, Leaf, Placement};
 use crate::inventory::Inventory;
 use crate::kernel::{CpuSet, DevNum};
@@ -148,6 +152,13 @@ fn cpu_sets(
                 }
                 cpus = node_cpus.difference(&node_cpus.difference(allowed_cpus));
                 mems = nodes.value.clone();
+                // an empty cpuset refuses every process; with `cpus` set, the check below reports it
+                if cpus.is_empty() && t.cpu.cpus.is_none() {
+                    problems.push(Problem::at(&nodes.origin, format!(
+                        "tenant `{}`: NUMA nodes {} have no cpu the parent cgroup allows ({allowed_cpus})",
+                        t.name, nodes.value
+                    )));
+                }
             }
         }
     }
@@ -202,8 +213,53 @@ pub fn build(
                 && layout.parents[h].join(v1::MEMSW_LIMIT).exists()
         });
 
-    let mut specs: Vec<FileSpec> = Vec::new();
-    specs.extend(v1::root_files(&allowed_cpus, &allowed_mems));
+    // Each driver writes the specs of the controllers on its version (a hybrid host mixes them).
+    let version_of = |c: Controller| {
+        layout
+            .setup
+            .hierarchy_of(c)
+            .map(|h| layout.setup.hierarchies[h].version)
+    };
+    let v2_hier = layout
+        .setup
+        .hierarchies
+        .iter()
+        .position(|h| h.version == Version::V2);
+    let mut v1_specs: Vec<FileSpec> = v1::root_files(&allowed_cpus, &allowed_mems);
+    let mut v2_specs: Vec<FileSpec> = Vec::new();
+    if let Some(hv) = v2_hier {
+        let hier = &layout.setup.hierarchies[hv];
+        let offers = snap
+            .file(&layout.parents[hv].join(v2::CONTROLLERS_FILE))
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                hier.controllers
+                    .iter()
+                    .filter_map(|c| c.v2_name())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            });
+        let enable = v2::controllers_to_enable(&hier.controllers, &offers);
+        // The no-internal-process rule: a parent (other than the hierarchy root) that holds
+        // processes cannot enable controllers for its children.
+        let parent = &layout.parents[hv];
+        let busy = snap
+            .file(&parent.join(v2::PROCS))
+            .map_or(0, |t| t.lines().filter(|l| !l.trim().is_empty()).count());
+        let needs_enable = v2::enable_line(
+            &enable,
+            snap.file(&parent.join(v2::SUBTREE_CONTROL)).unwrap_or(""),
+        )
+        .is_some();
+        if busy > 0 && needs_enable && parent != &hier.mount_point {
+            plan.warnings.push(format!(
+                "the parent cgroup {} holds {busy} processes of its own, so cgroup v2 will refuse to enable controllers for its children (the no-internal-process rule) and apply will fail; run dbcage under a delegated, empty parent (e.g. a systemd unit with Delegate=yes, dbcage itself in a child group) or set agent.parent to an empty cgroup",
+                parent.display()
+            ));
+        }
+        let names: Vec<&str> = policy.tenants.iter().map(|t| t.name.as_str()).collect();
+        v2_specs.extend(v2::root_files(&enable, &names));
+    }
     for (ti, t) in policy.tenants.iter().enumerate() {
         let td = &inv.tenants[ti];
         let devnums: Vec<DevNum> = td.devices.iter().map(|d| d.devnum).collect();
@@ -236,7 +292,13 @@ pub fn build(
             memory_low: t.memory.low,
             memory_swap_max: t.memory.swap_max,
         };
-        specs.extend(v1::tenant_files(&t.name, &settings, has_memsw));
+        v1_specs.extend(v1::tenant_files(&t.name, &settings, has_memsw));
+        if let Some(hv) = v2_hier {
+            let has_swap = snap
+                .file(&layout.tenant_dir(hv, &t.name).join(v2::MEM_SWAP_MAX))
+                .is_some();
+            v2_specs.extend(v2::tenant_files(&t.name, &settings, has_swap));
+        }
         warn_tenant(&mut plan.warnings, t, layout, has_memsw);
         plan.tenants.push(TenantSummary {
             name: t.name.clone(),
@@ -247,8 +309,25 @@ pub fn build(
     if !problems.is_empty() {
         return Err(PolicyErrors(problems));
     }
-    let io_v1 = layout.setup.hierarchy_of(Controller::Io).is_some_and(|h| layout.setup.hierarchies[h].version == Version::V1);
-    let writers: Vec<&str> = policy.tenants.iter().filter(|t| t.sets_write_limits()).map(|t| t.name.as_str()).collect();
+    let specs: Vec<FileSpec> = v1_specs
+        .into_iter()
+        .filter(|s| version_of(s.controller) == Some(Version::V1))
+        .chain(
+            v2_specs
+                .into_iter()
+                .filter(|s| version_of(s.controller) == Some(Version::V2)),
+        )
+        .collect();
+    let io_v1 = layout
+        .setup
+        .hierarchy_of(Controller::Io)
+        .is_some_and(|h| layout.setup.hierarchies[h].version == Version::V1);
+    let writers: Vec<&str> = policy
+        .tenants
+        .iter()
+        .filter(|t| t.sets_write_limits())
+        .map(|t| t.name.as_str())
+        .collect();
     if io_v1 && !writers.is_empty() {
         plan.warnings.push(format!(
             "tenants with write limits ({}): on cgroup v1 write limits bind only direct (O_DIRECT) and fsync'd writes; buffered writes without fsync are written back by the kernel, not charged to the writer, and pass the limit (measured here: about 1000 times past an 8 MiB/s limit). Databases that use O_DIRECT or fsync are limited; use cgroup v2 to limit buffered writes too",
@@ -339,8 +418,9 @@ fn mkdirs(policy: &Policy, layout: &Layout, snap: &Snapshot) -> Vec<Step> {
     out
 }
 
-fn depth(g: &GroupRef) -> usize {
+fn depth(g: &GroupRef) -> i64 {
     match g {
+        GroupRef::Parent => -1,
         GroupRef::Root => 0,
         GroupRef::Tenant(_) => 1,
         GroupRef::Leaf(..) => 2,
@@ -349,6 +429,7 @@ fn depth(g: &GroupRef) -> usize {
 
 fn reason_of(spec: &FileSpec) -> String {
     match &spec.group {
+        GroupRef::Parent => "dbcage's parent cgroup".to_string(),
         GroupRef::Root => "dbcage root".to_string(),
         GroupRef::Tenant(t) => format!("tenant `{t}`"),
         GroupRef::Leaf(t, l) => format!("tenant `{t}` {} leaf", l.dir()),
@@ -368,6 +449,7 @@ fn writes(specs: &[FileSpec], layout: &Layout, snap: &Snapshot) -> Vec<Step> {
         let path = layout.dir(h, &spec.group).join(spec.file);
         let current = snap.file(&path).map(|s| s.trim().to_string());
         let reason = reason_of(spec);
+        let version = layout.setup.hierarchies[h].version;
         let step = |value: String| Step::Write {
             path: path.clone(),
             value,
@@ -389,7 +471,7 @@ fn writes(specs: &[FileSpec], layout: &Layout, snap: &Snapshot) -> Vec<Step> {
                     continue;
                 }
                 // Widen top-down (phase 0), narrow bottom-up (phase 2).
-                let d = depth(&spec.group) as i64;
+                let d = depth(&spec.group);
                 if !want.is_subset(&have) {
                     let wide = have.union(want);
                     staged.push((0, d, step(wide.to_string())));
@@ -401,17 +483,18 @@ fn writes(specs: &[FileSpec], layout: &Layout, snap: &Snapshot) -> Vec<Step> {
                 }
             }
             Desired::Memory(want) => {
-                let have = current
-                    .as_deref()
-                    .and_then(|c| c.parse::<u64>().ok())
-                    .filter(|v| *v < v1::UNLIMITED_THRESHOLD);
+                let have = current.as_deref().and_then(parse_memory).flatten();
                 let want_rounded = want.map(|w| w / page * page);
                 if have == want_rounded && current.is_some() {
                     continue;
                 }
+                let unlimited = match version {
+                    Version::V1 => v1::MEMORY_UNLIMITED,
+                    Version::V2 => v2::UNLIMITED,
+                };
                 let value = want_rounded
                     .map(|v| v.to_string())
-                    .unwrap_or_else(|| v1::MEMORY_UNLIMITED.to_string());
+                    .unwrap_or_else(|| unlimited.to_string());
                 // memsw must stay >= limit: when the limit rises, memsw goes first.
                 let raising = want_rounded.unwrap_or(u64::MAX) > have.unwrap_or(u64::MAX);
                 let order = match (spec.file == v1::MEMSW_LIMIT, raising) {
@@ -435,6 +518,32 @@ fn writes(specs: &[FileSpec], layout: &Layout, snap: &Snapshot) -> Vec<Step> {
                     // (including clearing a limit).
                     let lowering = w.unwrap_or(u64::MAX) < c.unwrap_or(u64::MAX);
                     staged.push((if lowering { 1 } else { 3 }, 0, step(v1::device_line(d, w))));
+                }
+            }
+            Desired::IoMax(want) => {
+                let have = current.as_deref().map(v2::parse_io_max).unwrap_or_default();
+                let devs: BTreeSet<DevNum> = want.keys().chain(have.keys()).copied().collect();
+                for d in devs {
+                    let none = IoLimits::default();
+                    let (w, c) = (want.get(&d).unwrap_or(&none), have.get(&d).unwrap_or(&none));
+                    if w == c {
+                        continue;
+                    }
+                    // Each key lowered first (phase 1), then raised (phase 3): a line sets all
+                    // four keys, so a change that lowers one key and raises another is split.
+                    let low = v2::io_min(w, c);
+                    if &low != c {
+                        staged.push((1, 0, step(v2::io_max_line(d, &low))));
+                    }
+                    if &low != w {
+                        staged.push((3, 0, step(v2::io_max_line(d, w))));
+                    }
+                }
+            }
+            Desired::Controllers(want) => {
+                // Before every limit, parents first (phase 0, ahead of the cpuset widening).
+                if let Some(line) = v2::enable_line(want, current.as_deref().unwrap_or("")) {
+                    staged.push((0, depth(&spec.group) - 10, step(line)));
                 }
             }
         }
@@ -486,3 +595,5 @@ fn moves(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_v2;

@@ -103,19 +103,127 @@ pub fn v1_cpu(cpu_dir: Option<&Path>, cpuacct_dir: Option<&Path>) -> CpuUsage {
 pub struct MemoryUsage {
     pub current_bytes: Option<u64>,
     pub peak_bytes: Option<u64>,
+    /// v1 memory.failcnt; v2 the `max` event (times usage was about to pass memory.max).
     pub limit_hits: Option<u64>,
     pub oom_kills: Option<u64>,
+    /// v2 only: the `oom` event (the limit was reached and reclaim failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ooms: Option<u64>,
+    /// v2 only: the `high` event (times usage passed memory.high and was throttled).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub high_events: Option<u64>,
 }
 
+/// Memory usage of a v1 group. `oom_kill` in memory.oom_control counts only the kills of tasks in
+/// that very group (measured on 6.18: a kill in `a/limited` under a limit set on `a` shows in
+/// `a/limited` alone), and a tenant's processes live in its leaves, so the group's count and its
+/// child groups' counts are added up.
 pub fn v1_memory(dir: &Path) -> MemoryUsage {
-    let oom = std::fs::read_to_string(dir.join("memory.oom_control"))
-        .map(|t| parse_flat_keyed(&t))
-        .unwrap_or_default();
+    let oom_kill = |d: &Path| {
+        std::fs::read_to_string(d.join("memory.oom_control"))
+            .ok()
+            .and_then(|t| parse_flat_keyed(&t).get("oom_kill").copied())
+    };
+    let children = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path());
+    let oom_kills = std::iter::once(dir.to_path_buf())
+        .chain(children)
+        .filter_map(|d| oom_kill(&d))
+        .reduce(|a, b| a + b);
     MemoryUsage {
         current_bytes: read_u64(&dir.join("memory.usage_in_bytes")),
         peak_bytes: read_u64(&dir.join("memory.max_usage_in_bytes")),
         limit_hits: read_u64(&dir.join("memory.failcnt")),
-        oom_kills: oom.get("oom_kill").copied(),
+        oom_kills,
+        ..Default::default()
+    }
+}
+
+/// Parses v2 `io.stat`: `MAJ:MIN rbytes=N wbytes=N rios=N wios=N dbytes=N dios=N` per device.
+pub fn parse_v2_io_stat(text: &str) -> BTreeMap<DevNum, IoCounters> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        let Some(dev) = f.next().and_then(|d| d.parse::<DevNum>().ok()) else {
+            continue;
+        };
+        let mut c = IoCounters::default();
+        for kv in f {
+            let Some((k, v)) = kv.split_once('=') else {
+                continue;
+            };
+            let Ok(v) = v.parse::<u64>() else { continue };
+            match k {
+                "rbytes" => c.read_bytes = v,
+                "wbytes" => c.write_bytes = v,
+                "rios" => c.read_ios = v,
+                "wios" => c.write_ios = v,
+                _ => {}
+            }
+        }
+        out.insert(dev, c);
+    }
+    out
+}
+
+/// Per-device IO of a v2 group; io.stat counts the group's descendants too.
+pub fn v2_io(dir: &Path) -> BTreeMap<DevNum, IoCounters> {
+    let mut out = std::fs::read_to_string(dir.join("io.stat"))
+        .map(|t| parse_v2_io_stat(&t))
+        .unwrap_or_default();
+    out.retain(|_, c| *c != IoCounters::default());
+    out
+}
+
+/// CPU usage from a v2 `cpu.stat` text (`usage_usec`, `nr_periods`, `nr_throttled`,
+/// `throttled_usec`; the last three only with the cpu controller enabled).
+pub fn parse_v2_cpu_stat(text: &str) -> CpuUsage {
+    let stat = parse_flat_keyed(text);
+    CpuUsage {
+        usage_seconds: stat.get("usage_usec").map(|us| *us as f64 / 1e6),
+        nr_periods: stat.get("nr_periods").copied(),
+        nr_throttled: stat.get("nr_throttled").copied(),
+        throttled_seconds: stat.get("throttled_usec").map(|us| *us as f64 / 1e6),
+    }
+}
+
+/// CPU usage of a v2 group, its descendants included.
+pub fn v2_cpu(dir: &Path) -> CpuUsage {
+    std::fs::read_to_string(dir.join("cpu.stat"))
+        .map(|t| parse_v2_cpu_stat(&t))
+        .unwrap_or_default()
+}
+
+/// Memory usage of a v2 group: memory.current, memory.peak (6.1 has it on non-root groups) and
+/// memory.events, which counts the group's descendants too (unless the hierarchy is mounted with
+/// memory_localevents).
+pub fn v2_memory(dir: &Path) -> MemoryUsage {
+    let events = std::fs::read_to_string(dir.join("memory.events"))
+        .map(|t| parse_flat_keyed(&t))
+        .unwrap_or_default();
+    v2_memory_from(
+        read_u64(&dir.join("memory.current")),
+        read_u64(&dir.join("memory.peak")),
+        &events,
+    )
+}
+
+fn v2_memory_from(
+    current: Option<u64>,
+    peak: Option<u64>,
+    events: &BTreeMap<String, u64>,
+) -> MemoryUsage {
+    MemoryUsage {
+        current_bytes: current,
+        peak_bytes: peak,
+        limit_hits: events.get("max").copied(),
+        oom_kills: events.get("oom_kill").copied(),
+        ooms: events.get("oom").copied(),
+        high_events: events.get("high").copied(),
     }
 }
 
@@ -129,6 +237,49 @@ mod tests {
         let m = parse_v1_blkio(text);
         assert_eq!(m.get(&DevNum::new(7, 3)), Some(&(16_777_216, 4096)));
         assert_eq!(m.len(), 1);
+    }
+
+    // Copied from the cgroup v2 test VM (Debian 6.1), tests/vm/scenarios.sh: a tenant whose
+    // limited leaf read 17 MiB from vdc and nothing from vdb (a device line with no keys).
+    #[test]
+    fn v2_io_stat() {
+        let text = "254:32 rbytes=18022400 wbytes=0 rios=275 wios=0 dbytes=0 dios=0\n254:16 \n";
+        let m = parse_v2_io_stat(text);
+        assert_eq!(
+            m[&DevNum::new(254, 32)],
+            IoCounters {
+                read_bytes: 18_022_400,
+                write_bytes: 0,
+                read_ios: 275,
+                write_ios: 0
+            }
+        );
+        assert_eq!(m[&DevNum::new(254, 16)], IoCounters::default());
+    }
+
+    #[test]
+    fn v2_cpu_stat() {
+        let text = "usage_usec 8782940\nuser_usec 6360248\nsystem_usec 2422691\nnr_periods 198\nnr_throttled 138\nthrottled_usec 7372427\nnr_bursts 0\nburst_usec 0\n";
+        let c = parse_v2_cpu_stat(text);
+        assert_eq!(c.usage_seconds, Some(8.78294));
+        assert_eq!(c.nr_periods, Some(198));
+        assert_eq!(c.nr_throttled, Some(138));
+        assert_eq!(c.throttled_seconds, Some(7.372427));
+        // without the cpu controller enabled, cpu.stat has the usage lines only
+        let c = parse_v2_cpu_stat("usage_usec 120\nuser_usec 100\nsystem_usec 20\n");
+        assert_eq!((c.usage_seconds, c.nr_periods), (Some(0.00012), None));
+    }
+
+    #[test]
+    fn v2_memory_events() {
+        // after one OOM kill under memory.max = 32 MiB
+        let text = "low 0\nhigh 0\nmax 35\noom 1\noom_kill 1\noom_group_kill 0\n";
+        let m = v2_memory_from(Some(262_144), Some(33_554_432), &parse_flat_keyed(text));
+        assert_eq!(m.oom_kills, Some(1));
+        assert_eq!(m.ooms, Some(1));
+        assert_eq!(m.limit_hits, Some(35));
+        assert_eq!(m.high_events, Some(0));
+        assert_eq!(m.peak_bytes, Some(33_554_432));
     }
 
     #[test]

@@ -7,7 +7,9 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::CgroupError;
+use super::model::parse_memory;
+use super::{v1, v2, CgroupError};
+use crate::kernel::CpuSet;
 use crate::plan::{Plan, Step};
 
 #[derive(Debug, Default, Serialize)]
@@ -17,6 +19,10 @@ pub struct Outcome {
     pub moved: usize,
     /// Processes that exited before they could be moved.
     pub vanished: usize,
+    /// Steps not attempted: on v2, after a `cgroup.subtree_control` write fails, the limit
+    /// files it would have created do not exist and moving processes would put them under no
+    /// limit, so the rest of the plan is left undone.
+    pub skipped: usize,
     #[serde(serialize_with = "errors_as_text")]
     pub errors: Vec<CgroupError>,
 }
@@ -55,6 +61,17 @@ fn hint_for(path: &Path, e: &std::io::Error) -> String {
             " (memory.memsw.limit_in_bytes must stay at or above memory.limit_in_bytes)".into()
         }
         (Some(e), "cgroup.procs") if e == nix::libc::ENOSPC => " (the target cpuset has no cpus or memory nodes)".into(),
+        (Some(e), v2::SUBTREE_CONTROL) if e == nix::libc::EBUSY => {
+            " (this cgroup has processes of its own, and on cgroup v2 a cgroup that holds processes cannot enable controllers for its children (the no-internal-process rule); \
+if it is dbcage's parent, run dbcage under a delegated, empty parent, e.g. a systemd unit with Delegate=yes, or set agent.parent to an empty cgroup)".into()
+        }
+        (Some(e), "cgroup.procs") if e == nix::libc::EBUSY => {
+            " (on cgroup v2 a cgroup that has controllers enabled for its children in cgroup.subtree_control cannot hold processes, unless it is the hierarchy root; \
+the processes stay where they are: move them to a leaf cgroup yourself, or use the hierarchy root as agent.parent)".into()
+        }
+        (Some(e), f) if e == nix::libc::ENODEV && f == v2::IO_MAX => {
+            " (the kernel has no such whole disk: io.max accepts whole disks, not partitions)".into()
+        }
         (Some(e), f) if e == nix::libc::EBUSY && f.starts_with("memory.") => {
             " (the group already uses more memory than this limit and the kernel could not reclaim it)".into()
         }
@@ -64,7 +81,21 @@ fn hint_for(path: &Path, e: &std::io::Error) -> String {
 
 pub fn execute(plan: &Plan) -> Outcome {
     let mut out = Outcome::default();
-    for step in &plan.steps {
+    for (i, step) in plan.steps.iter().enumerate() {
+        if let Step::Write { path, value, .. } = step {
+            if path.ends_with(v2::SUBTREE_CONTROL) {
+                if let Err(e) = write_file(path, value) {
+                    out.errors.push(e);
+                    out.skipped = plan.steps.len() - i - 1;
+                    break;
+                }
+                out.written += 1;
+                if let Err(e) = read_back(path, value) {
+                    out.errors.push(e);
+                }
+                continue;
+            }
+        }
         match step {
             Step::Mkdir { path, .. } => match std::fs::create_dir(path) {
                 Ok(()) => out.created += 1,
@@ -75,7 +106,12 @@ pub fn execute(plan: &Plan) -> Outcome {
                 }),
             },
             Step::Write { path, value, .. } => match write_file(path, value) {
-                Ok(()) => out.written += 1,
+                Ok(()) => {
+                    out.written += 1;
+                    if let Err(e) = read_back(path, value) {
+                        out.errors.push(e);
+                    }
+                }
                 Err(e) => out.errors.push(e),
             },
             Step::Move { pid, targets, .. } => {
@@ -101,4 +137,112 @@ pub fn execute(plan: &Plan) -> Outcome {
         }
     }
     out
+}
+
+/// Rereads a file just written and checks that the kernel holds the value, with the
+/// normalisation the plan compares with (lists as sets, memory rounded and `max`/`-1` as
+/// unlimited, per-device files device by device, subtree_control as a set of controllers).
+fn read_back(path: &Path, written: &str) -> Result<(), CgroupError> {
+    let got = std::fs::read_to_string(path).map_err(|source| CgroupError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let file = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if holds(&file, written, &got) {
+        Ok(())
+    } else {
+        Err(CgroupError::Readback {
+            path: path.to_path_buf(),
+            wanted: written.to_string(),
+            got: got.trim().replace('\n', "; "),
+        })
+    }
+}
+
+/// Whether the text `got` read back from `file` holds the value `written` to it.
+pub fn holds(file: &str, written: &str, got: &str) -> bool {
+    match file {
+        v2::SUBTREE_CONTROL => {
+            let have = v2::parse_controllers(got);
+            written
+                .split_whitespace()
+                .filter_map(|w| w.strip_prefix('+'))
+                .all(|c| have.contains(&c))
+        }
+        v2::IO_MAX => {
+            let want = v2::parse_io_max(written);
+            let have = v2::parse_io_max(got);
+            written
+                .split_whitespace()
+                .next()
+                .and_then(|d| d.parse().ok())
+                .is_some_and(|d| want.get(&d) == have.get(&d))
+        }
+        f if f.starts_with("blkio.throttle.") => {
+            let have = v1::parse_device_lines(got);
+            let mut w = written.split_whitespace();
+            match (
+                w.next().and_then(|d| d.parse().ok()),
+                w.next().and_then(|v| v.parse::<u64>().ok()),
+            ) {
+                (Some(d), Some(v)) => have.get(&d).copied() == (v != 0).then_some(v),
+                _ => false,
+            }
+        }
+        v1::CPUS | v1::MEMS => written.parse::<CpuSet>().ok() == got.parse::<CpuSet>().ok(),
+        f if f.starts_with("memory.") => match (parse_memory(written), parse_memory(got)) {
+            (Some(w), Some(g)) => w == g,
+            _ => written.trim() == got.trim(),
+        },
+        _ => written.trim() == got.trim(),
+    }
+}
+
+#[cfg(test)]
+mod read_back_tests {
+    use super::holds;
+
+    #[test]
+    fn normalised_like_the_plan() {
+        assert!(holds(
+            "cgroup.subtree_control",
+            "+io +memory",
+            "cpuset cpu io memory\n"
+        ));
+        assert!(!holds("cgroup.subtree_control", "+io +memory", "cpu io\n"));
+        assert!(holds(
+            "io.max",
+            "254:16 rbps=8388608 wbps=max riops=max wiops=max",
+            "254:16 rbps=8388608 wbps=max riops=max wiops=max\n254:32 rbps=1 wbps=max riops=max wiops=max\n"
+        ));
+        assert!(holds(
+            "io.max",
+            "254:16 rbps=max wbps=max riops=max wiops=max",
+            ""
+        ));
+        assert!(!holds(
+            "io.max",
+            "254:16 rbps=max wbps=max riops=max wiops=max",
+            "254:16 rbps=1 wbps=max riops=max wiops=max\n"
+        ));
+        assert!(holds("blkio.throttle.read_bps_device", "7:0 0", ""));
+        assert!(holds(
+            "blkio.throttle.read_bps_device",
+            "7:0 5",
+            "7:0 5\n7:1 6\n"
+        ));
+        assert!(holds("cpuset.cpus", "0-1", "0,1\n"));
+        assert!(holds("memory.max", "max", "max\n"));
+        assert!(holds(
+            "memory.limit_in_bytes",
+            "-1",
+            "9223372036854771712\n"
+        ));
+        assert!(holds("memory.max", "33554432", "33554432\n"));
+        assert!(!holds("memory.max", "33554432", "max\n"));
+        assert!(holds("cpu.max", "50000 100000", "50000 100000\n"));
+    }
 }

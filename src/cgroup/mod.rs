@@ -9,6 +9,7 @@
 pub mod apply;
 pub mod model;
 pub mod v1;
+pub mod v2;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -112,6 +113,12 @@ pub enum CgroupError {
     Rmdir {
         path: PathBuf,
         source: std::io::Error,
+    },
+    #[error("{path} reads back `{got}` after writing `{wanted}`")]
+    Readback {
+        path: PathBuf,
+        wanted: String,
+        got: String,
     },
     #[error("{0}")]
     Layout(String),
@@ -313,6 +320,7 @@ impl Layout {
     }
     pub fn dir(&self, h: usize, group: &GroupRef) -> PathBuf {
         match group {
+            GroupRef::Parent => self.parents[h].clone(),
             GroupRef::Root => self.root_dir(h),
             GroupRef::Tenant(t) => self.tenant_dir(h, t),
             GroupRef::Leaf(t, l) => self.leaf_dir(h, t, *l),
@@ -338,6 +346,8 @@ impl Layout {
 /// A group in dbcage's layout, independent of hierarchy.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum GroupRef {
+    /// dbcage's parent cgroup (on v2 its `cgroup.subtree_control` is written; nothing else).
+    Parent,
     Root,
     Tenant(String),
     Leaf(String, Leaf),
@@ -366,7 +376,11 @@ impl Snapshot {
         for (h, hier) in layout.setup.hierarchies.iter().enumerate() {
             let files = match hier.version {
                 Version::V1 => v1::managed_files(&hier.controllers),
-                Version::V2 => Vec::new(),
+                Version::V2 => {
+                    let mut f = v2::managed_files(&hier.controllers);
+                    f.push(v2::SUBTREE_CONTROL);
+                    f
+                }
             };
             let root = layout.root_dir(h);
             let mut stack = vec![(root, 0)];
@@ -399,6 +413,24 @@ impl Snapshot {
                 };
                 snap.parent_cpus = read("cpuset.effective_cpus").or_else(|| read("cpuset.cpus"));
                 snap.parent_mems = read("cpuset.effective_mems").or_else(|| read("cpuset.mems"));
+            }
+            if hier.version == Version::V2 {
+                // What the parent offers and already enables for its children.
+                let parent = &layout.parents[h];
+                for f in [v2::CONTROLLERS_FILE, v2::SUBTREE_CONTROL, v2::PROCS] {
+                    if let Ok(v) = std::fs::read_to_string(parent.join(f)) {
+                        snap.files.insert(parent.join(f), v);
+                    }
+                }
+                if hier.controllers.contains(&Controller::Cpuset) {
+                    let read = |f: &str| {
+                        std::fs::read_to_string(parent.join(f))
+                            .ok()
+                            .and_then(|t| t.trim().parse().ok())
+                    };
+                    snap.parent_cpus = read(v2::CPUS_EFFECTIVE);
+                    snap.parent_mems = read(v2::MEMS_EFFECTIVE);
+                }
             }
         }
         for &pid in pids {

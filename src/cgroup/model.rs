@@ -40,6 +40,22 @@ pub enum Desired {
     Memory(Option<u64>),
     /// Per-device lines (`MAJ:MIN VALUE`); devices absent here are cleared.
     Devices(BTreeMap<DevNum, u64>),
+    /// v2 `io.max`: per device, the four limits; compared device by device with a parse of the
+    /// current file, and devices absent here are cleared (all four keys `max`).
+    IoMax(BTreeMap<DevNum, IoLimits>),
+    /// v2 `cgroup.subtree_control`: these controllers must be enabled (others are left alone).
+    Controllers(Vec<&'static str>),
+}
+
+/// A memory value as the kernel reads it back: `max` (v2), `-1` or a huge page-aligned
+/// counter (v1) are unlimited (`Some(None)`); unreadable text is `None`.
+pub fn parse_memory(text: &str) -> Option<Option<u64>> {
+    let t = text.trim();
+    if t == "max" || t == "-1" {
+        return Some(None);
+    }
+    let v: u64 = t.parse().ok()?;
+    Some((v < super::v1::UNLIMITED_THRESHOLD).then_some(v))
 }
 
 /// One control file of one group, and the value it should hold.

@@ -1,0 +1,375 @@
+//! The plan on a cgroup v2 (and a hybrid) layout under a tempdir: which files, in which order,
+//! and that a snapshot holding the plan's result gives an empty plan. Nothing here writes to a
+//! cgroup.
+
+use std::path::Path;
+
+use super::*;
+use crate::cgroup::{Hierarchy, Setup};
+use crate::inventory::{BlockDevice, NumaTopology, ProcInfo, TenantDevices};
+use crate::policy::Accounts;
+
+struct NoAccounts;
+impl Accounts for NoAccounts {
+    fn uid(&self, _: &str) -> Option<u32> {
+        None
+    }
+    fn gid(&self, _: &str) -> Option<u32> {
+        None
+    }
+}
+
+const POLICY: &str = r#"
+[agent]
+root = "dbcage"
+parent = "root"
+
+[[tenant]]
+name = "bx1"
+match = [{ comm = '^ora_' }]
+storage = ["/dev/vdb"]
+[tenant.io]
+read_bps = "8MiB"
+[tenant.cpu]
+cores = 0.5
+weight = 200
+[tenant.memory]
+max = "32MiB"
+"#;
+
+fn policy(text: &str) -> Policy {
+    match crate::policy::from_str("dbcage.toml", text, &NoAccounts) {
+        Ok(l) => l.policy,
+        Err(e) => panic!("bad test policy:\n{e}"),
+    }
+}
+
+fn vdb() -> DevNum {
+    DevNum::new(254, 16)
+}
+fn vdc() -> DevNum {
+    DevNum::new(254, 32)
+}
+
+/// A pure v2 host (`memory_v1`: memory on a v1 hierarchy instead, as on a hybrid host).
+fn layout(tmp: &Path, p: &Policy, memory_v1: bool) -> Layout {
+    let mut v2 = vec![Controller::Io, Controller::Cpu, Controller::Cpuset];
+    let mut hierarchies = Vec::new();
+    if memory_v1 {
+        hierarchies.push(Hierarchy {
+            version: Version::V1,
+            mount_point: tmp.join("memory"),
+            mount_root: "/".into(),
+            controllers: vec![Controller::Memory],
+            mount_controllers: vec!["memory".into()],
+            own_path: "/".into(),
+        });
+    } else {
+        v2.push(Controller::Memory);
+    }
+    hierarchies.push(Hierarchy {
+        version: Version::V2,
+        mount_point: tmp.join("unified"),
+        mount_root: "/".into(),
+        controllers: v2,
+        mount_controllers: Vec::new(),
+        own_path: "/".into(),
+    });
+    let setup = Setup {
+        hierarchies,
+        missing: Vec::new(),
+    };
+    Layout::new(setup, &p.agent).unwrap()
+}
+
+fn inventory(p: &Policy, devices: &[DevNum]) -> Inventory {
+    Inventory {
+        tenants: p
+            .tenants
+            .iter()
+            .map(|_| TenantDevices {
+                devices: devices
+                    .iter()
+                    .map(|d| BlockDevice {
+                        devnum: *d,
+                        name: format!("vd{}", d.minor),
+                    })
+                    .collect(),
+                overrides: BTreeMap::new(),
+            })
+            .collect(),
+        numa: NumaTopology {
+            nodes: [(0, "0".parse().unwrap()), (1, "1".parse().unwrap())]
+                .into_iter()
+                .collect(),
+            online_cpus: "0-1".parse().unwrap(),
+        },
+        procs: vec![ProcInfo {
+            pid: 100,
+            ppid: 1,
+            comm: "ora_pmon_bx1".into(),
+            cmdline: "ora_pmon_bx1".into(),
+            exe: None,
+            uid: 0,
+            gid: 0,
+            start_time: 1,
+        }],
+        mounts: Default::default(),
+    }
+}
+
+/// What the v2 parent (the hierarchy root) offers, and the process at the root.
+fn snapshot(l: &Layout) -> Snapshot {
+    let mut snap = Snapshot::default();
+    let h = l.setup.hierarchies.len() - 1;
+    snap.files.insert(
+        l.parents[h].join(v2::CONTROLLERS_FILE),
+        "cpuset cpu io memory hugetlb pids rdma misc\n".into(),
+    );
+    snap.files
+        .insert(l.parents[h].join(v2::SUBTREE_CONTROL), "\n".into());
+    snap.parent_cpus = Some("0-1".parse().unwrap());
+    snap.parent_mems = Some("0-1".parse().unwrap());
+    let dirs = l
+        .setup
+        .hierarchies
+        .iter()
+        .map(|h| Some(h.mount_point.clone()))
+        .collect();
+    snap.proc_dirs.insert(100, dirs);
+    snap
+}
+
+/// What the kernel would hold after the steps (io.max merges device lines, subtree_control adds
+/// controllers, memory reads back `max`, the rest is stored as written).
+fn run(l: &Layout, snap: &mut Snapshot, steps: &[Step]) {
+    for s in steps {
+        match s {
+            Step::Mkdir { path, .. } => {
+                snap.dirs.insert(path.clone());
+            }
+            Step::Write { path, value, .. } => {
+                let file = path.file_name().unwrap().to_str().unwrap();
+                let old = snap.file(path).unwrap_or_default().to_string();
+                let text = match file {
+                    v2::IO_MAX => {
+                        let mut m = v2::parse_io_max(&old);
+                        let line = v2::parse_io_max(value);
+                        let dev: DevNum = value.split(' ').next().unwrap().parse().unwrap();
+                        m.remove(&dev);
+                        m.extend(line);
+                        m.iter()
+                            .map(|(d, l)| format!("{}\n", v2::io_max_line(*d, l)))
+                            .collect()
+                    }
+                    v2::SUBTREE_CONTROL => {
+                        let mut have: Vec<String> =
+                            old.split_whitespace().map(str::to_string).collect();
+                        for c in value.split_whitespace() {
+                            have.push(c.trim_start_matches('+').to_string());
+                        }
+                        have.join(" ") + "\n"
+                    }
+                    _ => format!("{value}\n"),
+                };
+                snap.files.insert(path.clone(), text);
+            }
+            Step::Move { pid, targets, .. } => {
+                let d = snap.proc_dirs.get_mut(pid).unwrap();
+                for t in targets {
+                    let dir = t.parent().unwrap().to_path_buf();
+                    for (h, hier) in l.setup.hierarchies.iter().enumerate() {
+                        if dir.starts_with(&hier.mount_point) {
+                            d[h] = Some(dir.clone());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn writes(steps: &[Step]) -> Vec<(String, String)> {
+    steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Write { path, value, .. } => Some((path.display().to_string(), value.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn v2_files_controllers_first_then_limits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = policy(POLICY);
+    let l = layout(tmp.path(), &p, false);
+    let snap = snapshot(&l);
+    let plan = build(&p, &inventory(&p, &[vdb(), vdc()]), &l, &snap).unwrap();
+    let mount = tmp.path().join("unified");
+    let m = |rel: &str| mount.join(rel).display().to_string();
+    let w = writes(&plan.steps);
+    let enable = "+cpuset +cpu +io +memory".to_string();
+    // subtree_control of the parent, the root and the tenant, in that order, before any limit
+    assert_eq!(
+        w[0],
+        (m("cgroup.subtree_control"), enable.clone()),
+        "{w:#?}"
+    );
+    assert_eq!(w[1], (m("dbcage/cgroup.subtree_control"), enable.clone()));
+    assert_eq!(w[2], (m("dbcage/bx1/cgroup.subtree_control"), enable));
+    assert!(!w
+        .iter()
+        .any(|(p, _)| p.ends_with("limited/cgroup.subtree_control")));
+    // every mkdir comes before the first write, every move after the last
+    let first_write = plan
+        .steps
+        .iter()
+        .position(|s| matches!(s, Step::Write { .. }))
+        .unwrap();
+    assert!(plan.steps[..first_write]
+        .iter()
+        .all(|s| matches!(s, Step::Mkdir { .. })));
+    assert!(matches!(plan.steps.last(), Some(Step::Move { .. })));
+
+    let has = |path: &str, value: &str| {
+        assert!(
+            w.contains(&(m(path), value.to_string())),
+            "no write of {value:?} to {path} in {w:#?}"
+        )
+    };
+    has(
+        "dbcage/bx1/limited/io.max",
+        "254:16 rbps=4194304 wbps=max riops=max wiops=max",
+    );
+    has(
+        "dbcage/bx1/limited/io.max",
+        "254:32 rbps=4194304 wbps=max riops=max wiops=max",
+    );
+    has("dbcage/bx1/cpu.max", "50000 100000");
+    has("dbcage/bx1/cpu.weight", "200");
+    has("dbcage/bx1/cpuset.cpus", "0-1");
+    has("dbcage/bx1/cpuset.mems", "0-1");
+    has("dbcage/bx1/memory.max", "33554432");
+    has("dbcage/bx1/memory.high", "max");
+    has("dbcage/bx1/memory.low", "0");
+    // the exempt leaf has no io.max line to write (an empty io.max is what it has);
+    // cpu, cpuset and memory live on the tenant only; no v1 file anywhere
+    assert!(!w.iter().any(|(p, _)| p.contains("/exempt/")), "{w:#?}");
+    assert!(!w
+        .iter()
+        .any(|(p, _)| p.contains("/limited/") && !p.ends_with("io.max")));
+    assert!(!w
+        .iter()
+        .any(|(p, _)| p.contains("blkio.") || p.contains("cfs_") || p.contains("limit_in_bytes")));
+    assert!(!w.iter().any(|(p, _)| p.ends_with("memory.swap.max")));
+}
+
+#[test]
+fn v2_plan_applied_is_empty_and_a_change_writes_only_the_difference() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = policy(POLICY);
+    let l = layout(tmp.path(), &p, false);
+    let inv = inventory(&p, &[vdb(), vdc()]);
+    let mut snap = snapshot(&l);
+    let first = build(&p, &inv, &l, &snap).unwrap();
+    run(&l, &mut snap, &first.steps);
+    // what the kernel shows of files nobody wrote
+    let tenant = l.tenant_dir(0, "bx1");
+    snap.files
+        .insert(tenant.join(v2::MEM_SWAP_MAX), "max\n".into());
+    snap.files.insert(
+        l.leaf_dir(0, "bx1", Leaf::Exempt).join(v2::IO_MAX),
+        "".into(),
+    );
+    let second = build(&p, &inv, &l, &snap).unwrap();
+    assert!(second.is_empty(), "{:#?}", second.steps);
+
+    // a memory limit lifted reads `max`; a device dropped is cleared with four `max`
+    let changed = policy(&POLICY.replace("max = \"32MiB\"", ""));
+    let third = build(&changed, &inventory(&changed, &[vdb()]), &l, &snap).unwrap();
+    let w = writes(&third.steps);
+    let limited = l.leaf_dir(0, "bx1", Leaf::Limited).join(v2::IO_MAX);
+    // vdb's share rises from 4 to 8 MiB/s, vdc's limit is cleared (both raises), memory.max
+    // is lifted; nothing else is written
+    assert!(w.contains(&(
+        limited.display().to_string(),
+        "254:16 rbps=8388608 wbps=max riops=max wiops=max".to_string()
+    )));
+    assert!(w.contains(&(
+        limited.display().to_string(),
+        "254:32 rbps=max wbps=max riops=max wiops=max".to_string()
+    )));
+    assert!(w.contains(&(
+        tenant.join(v2::MEM_MAX).display().to_string(),
+        "max".to_string()
+    )));
+    assert_eq!(w.len(), 3, "{w:#?}");
+}
+
+#[test]
+fn v2_io_max_lowers_each_key_before_raising_any() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = POLICY.replace("read_bps = \"8MiB\"", "read_bps = \"8MiB\"\nread_iops = 50");
+    let p = policy(&text);
+    let l = layout(tmp.path(), &p, false);
+    let inv = inventory(&p, &[vdb()]);
+    let mut snap = snapshot(&l);
+    let first = build(&p, &inv, &l, &snap).unwrap();
+    run(&l, &mut snap, &first.steps);
+    let limited = l.leaf_dir(0, "bx1", Leaf::Limited).join(v2::IO_MAX);
+    // now: 4 MiB/s and 100 IOPS; wanted: 8 MiB/s and 50 IOPS
+    snap.files.insert(
+        limited.clone(),
+        "254:16 rbps=4194304 wbps=max riops=100 wiops=max\n".into(),
+    );
+    let w = writes(&build(&p, &inv, &l, &snap).unwrap().steps);
+    let lim = limited.display().to_string();
+    assert_eq!(
+        w,
+        vec![
+            (
+                lim.clone(),
+                "254:16 rbps=4194304 wbps=max riops=50 wiops=max".to_string()
+            ),
+            (
+                lim,
+                "254:16 rbps=8388608 wbps=max riops=50 wiops=max".to_string()
+            ),
+        ]
+    );
+}
+
+#[test]
+fn hybrid_memory_on_v1_gets_v1_files_and_no_v2_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = policy(POLICY);
+    let l = layout(tmp.path(), &p, true);
+    let snap = snapshot(&l);
+    let plan = build(&p, &inventory(&p, &[vdb()]), &l, &snap).unwrap();
+    let w = writes(&plan.steps);
+    let unified = tmp.path().join("unified").display().to_string();
+    let memory = tmp.path().join("memory").display().to_string();
+    assert_eq!(
+        w[0],
+        (
+            format!("{unified}/cgroup.subtree_control"),
+            "+cpuset +cpu +io".to_string()
+        )
+    );
+    assert!(w.contains(&(
+        format!("{memory}/dbcage/bx1/memory.limit_in_bytes"),
+        "33554432".to_string()
+    )));
+    assert!(!w
+        .iter()
+        .any(|(p, _)| p.starts_with(&unified) && p.contains("/memory.")));
+    assert!(!w
+        .iter()
+        .any(|(p, _)| p.starts_with(&memory) && p.contains("subtree_control")));
+    // the process moves in both hierarchies
+    let Some(Step::Move { targets, .. }) = plan.steps.last() else {
+        panic!("no move: {:#?}", plan.steps)
+    };
+    assert_eq!(targets.len(), 2);
+}
