@@ -412,6 +412,9 @@ struct TenantStatus {
     cpu_quota_cores: Option<f64>,
     memory: stats::MemoryUsage,
     memory_limit_bytes: Option<u64>,
+    /// Pressure stall information; the kernel keeps it per cgroup on v2 only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pressure: Option<stats::PressureSet>,
 }
 
 #[derive(Serialize)]
@@ -599,6 +602,12 @@ fn status(
             cgroup::model::parse_memory(&std::fs::read_to_string(d.join(limit_file)).ok()?)
                 .flatten()
         });
+        let pressure = layout
+            .setup
+            .hierarchies
+            .iter()
+            .position(|h| h.version == Version::V2)
+            .map(|h| stats::read_pressure(&layout.tenant_dir(h, &t.name)));
         rows.push(TenantStatus {
             name: t.name.clone(),
             processes: count,
@@ -608,6 +617,7 @@ fn status(
             cpu_quota_cores,
             memory,
             memory_limit_bytes,
+            pressure,
         });
     }
     let io_v1 =
@@ -672,6 +682,23 @@ fn status(
             "{}: {} processes, {cpu}{quota}, memory {mem}{limit}{ooms}",
             r.name, r.processes
         )?;
+        if let Some(p) = &r.pressure {
+            let show = |name: &str, v: Option<stats::Pressure>| {
+                v.map(|v| format!("{name} {:.1}%", v.some_avg10))
+                    .unwrap_or_default()
+            };
+            let parts: Vec<String> = [
+                show("io", p.io),
+                show("cpu", p.cpu),
+                show("memory", p.memory),
+            ]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect();
+            if !parts.is_empty() {
+                writeln!(out, "  pressure (some, avg10): {}", parts.join(", "))?;
+            }
+        }
         for d in &r.devices {
             let lim = |v: Option<u64>, bytes: bool| {
                 v.map(|v| {

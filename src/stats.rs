@@ -227,6 +227,62 @@ fn v2_memory_from(
     }
 }
 
+/// Pressure stall information of one resource: the share of time some (or all) of the group's
+/// tasks waited for it, over 10 s and 60 s, and the total stall time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Pressure {
+    pub some_avg10: f64,
+    pub some_avg60: f64,
+    pub some_total_seconds: f64,
+    pub full_avg10: Option<f64>,
+    pub full_avg60: Option<f64>,
+    pub full_total_seconds: Option<f64>,
+}
+
+/// Parses a PSI file (`io.pressure`, `cpu.pressure`, `memory.pressure`, /proc/pressure/*):
+/// `some avg10=0.66 avg60=5.58 avg300=6.58 total=149617732` and an optional `full` line.
+pub fn parse_pressure(text: &str) -> Option<Pressure> {
+    let line = |kind: &str| -> Option<(f64, f64, f64)> {
+        let l = text.lines().find(|l| l.starts_with(kind))?;
+        let field = |key: &str| -> Option<f64> {
+            l.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+        };
+        Some((field("avg10")?, field("avg60")?, field("total")? / 1e6))
+    };
+    let (some_avg10, some_avg60, some_total_seconds) = line("some")?;
+    let full = line("full");
+    Some(Pressure {
+        some_avg10,
+        some_avg60,
+        some_total_seconds,
+        full_avg10: full.map(|f| f.0),
+        full_avg60: full.map(|f| f.1),
+        full_total_seconds: full.map(|f| f.2),
+    })
+}
+
+/// PSI of a cgroup per resource, where the kernel keeps it per cgroup (v2).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PressureSet {
+    pub io: Option<Pressure>,
+    pub cpu: Option<Pressure>,
+    pub memory: Option<Pressure>,
+}
+
+pub fn read_pressure(dir: &Path) -> PressureSet {
+    let read = |f: &str| {
+        std::fs::read_to_string(dir.join(f))
+            .ok()
+            .and_then(|t| parse_pressure(&t))
+    };
+    PressureSet {
+        io: read("io.pressure"),
+        cpu: read("cpu.pressure"),
+        memory: read("memory.pressure"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,5 +344,21 @@ mod tests {
         assert_eq!(m["nr_throttled"], 4);
         let o = parse_flat_keyed("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n");
         assert_eq!(o["oom_kill"], 2);
+    }
+
+    #[test]
+    fn pressure_some_and_full() {
+        // /proc/pressure/io of this host
+        let text = "some avg10=0.66 avg60=5.58 avg300=6.58 total=149617732\nfull avg10=0.64 avg60=5.18 avg300=5.23 total=93419899\n";
+        let p = parse_pressure(text).unwrap();
+        assert_eq!(p.some_avg10, 0.66);
+        assert_eq!(p.some_avg60, 5.58);
+        assert!((p.some_total_seconds - 149.617732).abs() < 1e-9);
+        assert_eq!(p.full_avg10, Some(0.64));
+        // cpu.pressure of a v2 cgroup on older kernels has no `full` line
+        let cpu = parse_pressure("some avg10=1.00 avg60=0.50 avg300=0.10 total=2000000\n").unwrap();
+        assert_eq!(cpu.full_avg10, None);
+        assert!(parse_pressure("").is_none());
+        assert!(parse_pressure("some avg10=x").is_none());
     }
 }

@@ -244,6 +244,13 @@ info "memory.current BX2: $(cat "$ROOT/BX2/memory.current")"
 echo "--- dbcage status after the load"
 /bin/dbcage status 2>&1
 /bin/dbcage status --json BX2 2>&1 | head -60
+# PSI per cgroup exists on v2: status must report it (memory pressure after the OOM above)
+js=$(/bin/dbcage status --json BX2 2>&1)
+if echo "$js" | grep -q '"pressure"' && echo "$js" | grep -q '"some_avg10"'; then
+  pass status_pressure "status --json reports io/cpu/memory PSI of the tenant"
+else
+  fail status_pressure "no pressure in status --json"
+fi
 
 # (g) again, after the load: nothing to do (the killed and exited processes need nothing)
 out=$(/bin/dbcage apply 2>&1)
