@@ -60,6 +60,30 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run the daemon: apply, then place every process the moment it appears (kernel process
+    /// events), with a periodic rescan as safety net. SIGHUP reloads; SIGTERM stops and leaves
+    /// every limit in place.
+    Run {
+        /// Period of the full rescan (the safety net).
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        rescan_interval: std::time::Duration,
+        /// Rescan period when process events are unavailable (no CAP_NET_ADMIN, no connector).
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        fallback_interval: std::time::Duration,
+        /// Write the run's statistics (events, overruns, move latency) as JSON here on exit.
+        #[arg(long)]
+        stats_out: Option<PathBuf>,
+    },
+    /// Start a command already inside a tenant's group (as cgexec does), so no window is left.
+    Exec {
+        tenant: String,
+        /// Start it in the tenant's exempt leaf (no IO limits).
+        #[arg(long)]
+        exempt: bool,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// Move a tenant's processes back to the parent cgroup and remove its groups.
     Release {
         /// Tenants to release.
@@ -82,12 +106,19 @@ impl std::error::Error for Invalid {}
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The daemon logs its decisions (moves, lost events, reloads); commands only warnings.
+    let default_level = if matches!(cli.command, Command::Run { .. }) {
+        "info"
+    } else {
+        "warn"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("DBCAGE_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+                .unwrap_or_else(|_| default_level.into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match run(cli) {
         Ok(code) => code,
@@ -247,6 +278,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
             json,
         } => status(&cli.config, &tenants, verbose, json, &mut out),
         Command::Release { tenants, all } => release(&cli.config, &tenants, all, &mut out),
+        Command::Run {
+            rescan_interval,
+            fallback_interval,
+            stats_out,
+        } => {
+            crate::agent::run(crate::agent::AgentOptions {
+                config: cli.config.clone(),
+                rescan: rescan_interval,
+                fallback_rescan: fallback_interval,
+                stats_out,
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Exec {
+            tenant,
+            exempt,
+            command,
+        } => exec_in(&cli.config, &tenant, exempt, &command),
     }
 }
 
@@ -744,6 +793,36 @@ fn status(
 }
 
 const V1_WRITE_NOTE: &str = "cgroup v1 write limits bind only O_DIRECT and fsync'd writes; buffered writes without fsync are not charged to the writer and pass the limit";
+
+/// Creates the tenant's groups and limits if needed (without moving anyone else), puts this
+/// process in the leaf in every hierarchy, then replaces it with the command.
+fn exec_in(config: &Path, tenant: &str, exempt: bool, command: &[String]) -> Result<ExitCode> {
+    use std::os::unix::process::CommandExt;
+    let ctx = prepare(config)?;
+    if !ctx.loaded.policy.tenants.iter().any(|t| t.name == tenant) {
+        return Err(Invalid(format!(
+            "no tenant named `{tenant}` in {}",
+            config.display()
+        ))
+        .into());
+    }
+    let mut plan = make_plan(&ctx)?;
+    plan.steps.retain(|s| !matches!(s, Step::Move { .. }));
+    let outcome = apply::execute(&plan);
+    if let Some(e) = outcome.errors.into_iter().next() {
+        return Err(e).context(format!("preparing the groups of tenant `{tenant}`"));
+    }
+    let leaf = if exempt { Leaf::Exempt } else { Leaf::Limited };
+    let me = std::process::id().to_string();
+    for h in 0..ctx.layout.setup.hierarchies.len() {
+        let procs = ctx.layout.leaf_dir(h, tenant, leaf).join("cgroup.procs");
+        apply::write_file(&procs, &me).with_context(|| format!("joining tenant `{tenant}`"))?;
+    }
+    let err = std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .exec();
+    Err(anyhow::Error::new(err).context(format!("starting `{}`", command[0])))
+}
 
 fn release(
     config: &Path,

@@ -3,6 +3,7 @@
 //! Flow (see ARCHITECTURE.md): policy → inventory → plan (pure) → apply (the only writer),
 //! with stats readers for status. `main.rs` is a thin CLI over `cli`.
 
+pub mod agent;
 pub mod cgroup;
 pub mod classify;
 pub mod cli;

@@ -352,7 +352,7 @@ pub fn build(
     plan.steps.extend(mkdirs(policy, layout, snap));
     plan.steps.extend(writes(&specs, layout, snap));
     plan.steps
-        .extend(moves(policy, inv, layout, snap, &placements));
+        .extend(moves(policy, &inv.procs, layout, snap, &placements));
     Ok(plan)
 }
 
@@ -552,13 +552,17 @@ fn writes(specs: &[FileSpec], layout: &Layout, snap: &Snapshot) -> Vec<Step> {
     staged.into_iter().map(|(_, _, s)| s).collect()
 }
 
-fn moves(
+/// Moves for placed processes that are not yet in their leaf in every hierarchy. Shared by
+/// `build` (all processes) and the daemon (the one process an event names).
+pub fn moves(
     policy: &Policy,
-    inv: &Inventory,
+    procs: &[crate::inventory::ProcInfo],
     layout: &Layout,
     snap: &Snapshot,
     placements: &[Placement],
 ) -> Vec<Step> {
+    let comms: std::collections::HashMap<u32, &str> =
+        procs.iter().map(|p| (p.pid, p.comm.as_str())).collect();
     let mut out = Vec::new();
     for p in placements {
         let Some(now) = snap.proc_dirs.get(&p.pid) else {
@@ -575,15 +579,9 @@ fn moves(
         if targets.is_empty() {
             continue;
         }
-        let comm = inv
-            .procs
-            .iter()
-            .find(|q| q.pid == p.pid)
-            .map(|q| q.comm.clone())
-            .unwrap_or_default();
         out.push(Step::Move {
             pid: p.pid,
-            comm,
+            comm: comms.get(&p.pid).copied().unwrap_or_default().to_string(),
             tenant: t.name.clone(),
             leaf: p.leaf,
             targets,

@@ -434,18 +434,11 @@ impl Snapshot {
             }
         }
         for &pid in pids {
-            let dir = fs.proc().join(pid.to_string());
-            let Ok(text) = std::fs::read_to_string(dir.join("cgroup")) else {
+            let Some(dirs) = proc_group_dirs(fs, layout, pid) else {
                 continue;
             };
-            let lines = parse_proc_cgroup(&text);
-            let dirs = layout
-                .setup
-                .hierarchies
-                .iter()
-                .map(|h| h.pick(&lines).and_then(|p| h.dir_of(p)))
-                .collect();
             snap.proc_dirs.insert(pid, dirs);
+            let dir = fs.proc().join(pid.to_string());
             if let Ok(statm) = std::fs::read_to_string(dir.join("statm")) {
                 if let Some(pages) = statm
                     .split_whitespace()
@@ -462,6 +455,21 @@ impl Snapshot {
     pub fn file(&self, path: &Path) -> Option<&str> {
         self.files.get(path).map(String::as_str)
     }
+}
+
+/// Where a process is now: its group directory in each hierarchy (indexed like
+/// `Setup::hierarchies`), or `None` if it has exited.
+pub fn proc_group_dirs(fs: &HostFs, layout: &Layout, pid: u32) -> Option<Vec<Option<PathBuf>>> {
+    let text = std::fs::read_to_string(fs.proc().join(pid.to_string()).join("cgroup")).ok()?;
+    let lines = parse_proc_cgroup(&text);
+    Some(
+        layout
+            .setup
+            .hierarchies
+            .iter()
+            .map(|h| h.pick(&lines).and_then(|p| h.dir_of(p)))
+            .collect(),
+    )
 }
 
 pub fn page_size() -> u64 {

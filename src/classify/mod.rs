@@ -6,6 +6,8 @@
 //! `descendants = true`. Within the tenant, an `exempt` rule wins over `match`: such a process
 //! lives in the `exempt` leaf, under the tenant's cpu and memory limits but free of its IO limits.
 
+pub mod connector;
+
 use std::collections::HashMap;
 
 use serde::Serialize;

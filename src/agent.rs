@@ -1,0 +1,431 @@
+//! The daemon (`dbcage run`): apply the policy, then keep it true as processes come and go.
+//!
+//! One thread, one loop over: kernel process events (the proc connector), signals (SIGHUP
+//! reloads, SIGTERM/SIGINT stop), a periodic full rescan (the safety net), and short re-checks
+//! of processes forked inside a tenant (programs such as PostgreSQL retitle their children
+//! without exec, which only a re-read can see). Every decision goes through the same
+//! classify → plan::moves → apply::execute path as `dbcage apply`. Limits stay in the kernel
+//! when the daemon stops; everything it needs is re-read at start, so a restart converges.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use hdrhistogram::Histogram;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use serde::Serialize;
+use tracing::{info, warn};
+
+use crate::cgroup::{self, apply, Snapshot};
+use crate::classify::classify;
+use crate::classify::connector::{Connector, ProcEvent, Received};
+use crate::cli::{make_plan, prepare, Context_};
+use crate::inventory::procs::read_process;
+use crate::plan::{self, Plan, Step};
+
+pub struct AgentOptions {
+    pub config: PathBuf,
+    /// Full rescan period (the safety net).
+    pub rescan: Duration,
+    /// Rescan period when the proc connector is unavailable.
+    pub fallback_rescan: Duration,
+    /// Where to write the run's statistics as one JSON line when it stops.
+    pub stats_out: Option<PathBuf>,
+}
+
+/// After a fork inside a tenant, the child is re-read this long after the fork, to catch
+/// retitles that produce no event.
+const RECHECK_AFTER: [Duration; 3] = [
+    Duration::from_millis(5),
+    Duration::from_millis(50),
+    Duration::from_millis(500),
+];
+
+#[derive(Debug, Default, Serialize)]
+pub struct AgentStats {
+    pub events: u64,
+    pub overruns: u64,
+    pub rescans: u64,
+    pub moves: u64,
+    pub vanished: u64,
+    pub rechecks: u64,
+    pub reloads: u64,
+    pub reload_failures: u64,
+    /// Event received → first cgroup.procs write started, for moves caused by an event.
+    pub event_to_write_us: Percentiles,
+    /// The move itself (all hierarchies): write started → done.
+    pub write_us: Percentiles,
+    pub rescan_ms: Percentiles,
+    pub connector: bool,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Percentiles {
+    pub count: u64,
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+fn percentiles(h: &Histogram<u64>, scale: f64) -> Percentiles {
+    Percentiles {
+        count: h.len(),
+        p50: h.value_at_quantile(0.5) as f64 / scale,
+        p99: h.value_at_quantile(0.99) as f64 / scale,
+        max: h.max() as f64 / scale,
+    }
+}
+
+struct Agent {
+    opts: AgentOptions,
+    ctx: Context_,
+    /// Processes placed in a tenant (by us or by inheritance): forks of these are re-checked.
+    members: HashMap<u32, usize>,
+    rechecks: BTreeMap<(Instant, u32), ()>,
+    stats: AgentStats,
+    event_hist: Histogram<u64>,
+    write_hist: Histogram<u64>,
+    rescan_hist: Histogram<u64>,
+    has_descendant_rules: bool,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
+}
+
+impl Agent {
+    fn rescan(&mut self, why: &str) {
+        let start = Instant::now();
+        self.stats.rescans += 1;
+        // Re-read the host (devices and processes) so that device changes are picked up too.
+        match prepare(&self.opts.config).and_then(|c| {
+            let plan = make_plan(&c)?;
+            Ok((c, plan))
+        }) {
+            Ok((ctx, plan)) => {
+                self.ctx = ctx;
+                self.execute(&plan, None);
+                self.refresh_members();
+            }
+            Err(e) => warn!("rescan ({why}) failed, keeping the previous state: {e:#}"),
+        }
+        let _ = self.rescan_hist.record(start.elapsed().as_micros() as u64);
+    }
+
+    fn refresh_members(&mut self) {
+        self.members.clear();
+        let placements = classify(&self.ctx.loaded.policy.tenants, &self.ctx.inventory.procs);
+        for p in placements {
+            self.members.insert(p.pid, p.tenant);
+        }
+        self.has_descendant_rules = self
+            .ctx
+            .loaded
+            .policy
+            .tenants
+            .iter()
+            .any(|t| t.rules.iter().chain(&t.exempt).any(|r| r.descendants));
+    }
+
+    fn execute(&mut self, plan: &Plan, event_at: Option<Instant>) {
+        for s in &plan.steps {
+            if let Step::Move {
+                pid,
+                comm,
+                tenant,
+                leaf,
+                reason,
+                ..
+            } = s
+            {
+                info!(
+                    pid,
+                    comm = comm.as_str(),
+                    tenant = tenant.as_str(),
+                    leaf = leaf.dir(),
+                    rule = reason.as_str(),
+                    "move"
+                );
+            }
+        }
+        let write_start = Instant::now();
+        if let Some(at) = event_at {
+            let _ = self
+                .event_hist
+                .record(write_start.duration_since(at).as_micros().max(1) as u64);
+        }
+        let outcome = apply::execute(plan);
+        let _ = self
+            .write_hist
+            .record(write_start.elapsed().as_micros().max(1) as u64);
+        self.stats.moves += outcome.moved as u64;
+        self.stats.vanished += outcome.vanished as u64;
+        for e in &outcome.errors {
+            warn!("{e}");
+        }
+    }
+
+    /// Classifies one process (with its ancestors when a rule passes a tenant to descendants)
+    /// and moves it if it is not where it belongs.
+    fn handle_pid(&mut self, pid: u32, event_at: Instant) {
+        let fs = &self.ctx.fs;
+        let Some(p) = read_process(fs, pid) else {
+            return;
+        };
+        let mut procs = vec![p];
+        if self.has_descendant_rules {
+            let mut ppid = procs[0].ppid;
+            while ppid > 1 && procs.len() < 64 {
+                match read_process(fs, ppid) {
+                    Some(a) => {
+                        ppid = a.ppid;
+                        procs.push(a);
+                    }
+                    None => break,
+                }
+            }
+        }
+        let policy = &self.ctx.loaded.policy;
+        let placements: Vec<_> = classify(&policy.tenants, &procs)
+            .into_iter()
+            .filter(|x| x.pid == pid)
+            .collect();
+        let Some(placed) = placements.first() else {
+            return;
+        };
+        self.members.insert(pid, placed.tenant);
+        let Some(dirs) = cgroup::proc_group_dirs(fs, &self.ctx.layout, pid) else {
+            return;
+        };
+        let mut snap = Snapshot::default();
+        snap.proc_dirs.insert(pid, dirs);
+        let steps = plan::moves(policy, &procs, &self.ctx.layout, &snap, &placements);
+        if !steps.is_empty() {
+            let plan = Plan {
+                steps,
+                ..Plan::default()
+            };
+            self.execute(&plan, Some(event_at));
+        }
+    }
+
+    fn handle_event(&mut self, ev: ProcEvent, at: Instant) {
+        self.stats.events += 1;
+        match ev {
+            ProcEvent::Exec { pid } | ProcEvent::Comm { pid } | ProcEvent::Ids { pid } => {
+                self.handle_pid(pid, at)
+            }
+            ProcEvent::Fork { parent, child } => {
+                if let Some(&t) = self.members.get(&parent) {
+                    self.members.insert(child, t);
+                    for d in RECHECK_AFTER {
+                        self.rechecks.insert((at + d, child), ());
+                    }
+                }
+            }
+            ProcEvent::Exit { pid } => {
+                self.members.remove(&pid);
+            }
+            ProcEvent::Other => {}
+        }
+    }
+
+    fn reload(&mut self) {
+        self.stats.reloads += 1;
+        match prepare(&self.opts.config).and_then(|c| {
+            let plan = make_plan(&c)?;
+            Ok((c, plan))
+        }) {
+            Ok((ctx, plan)) => {
+                info!(files = ?ctx.loaded.policy.files, "policy reloaded");
+                self.ctx = ctx;
+                self.execute(&plan, None);
+                self.refresh_members();
+            }
+            Err(e) => {
+                self.stats.reload_failures += 1;
+                warn!("reload refused, the running policy stays: {e:#}");
+            }
+        }
+    }
+}
+
+/// Tells systemd (Type=notify) that the daemon is ready, if NOTIFY_SOCKET is set.
+fn notify_ready() {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let sock = match std::os::unix::net::UnixDatagram::unbound() {
+        Ok(s) => s,
+        Err(e) => return warn!("NOTIFY_SOCKET: {e}"),
+    };
+    let bytes = path.as_encoded_bytes();
+    let result = if let Some(name) = bytes.strip_prefix(b"@") {
+        use std::os::linux::net::SocketAddrExt;
+        std::os::unix::net::SocketAddr::from_abstract_name(name)
+            .and_then(|a| sock.send_to_addr(b"READY=1", &a))
+    } else {
+        sock.send_to(b"READY=1", &path)
+    };
+    if let Err(e) = result {
+        warn!("NOTIFY_SOCKET: {e}");
+    }
+}
+
+pub fn run(opts: AgentOptions) -> Result<()> {
+    let mut mask = SigSet::empty();
+    for s in [Signal::SIGHUP, Signal::SIGTERM, Signal::SIGINT] {
+        mask.add(s);
+    }
+    mask.thread_block().context("blocking signals")?;
+    let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+        .context("signalfd")?;
+
+    // Subscribe before the first scan so that nothing started in between is missed.
+    let mut connector = match Connector::open(8 << 20) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            warn!(
+                "process events unavailable ({e}; dbcage needs CAP_NET_ADMIN and a kernel with CONFIG_PROC_EVENTS): running in rescan-only mode every {:?}",
+                opts.fallback_rescan
+            );
+            None
+        }
+    };
+    let ctx = prepare(&opts.config)?;
+    let mut agent = Agent {
+        ctx,
+        members: HashMap::new(),
+        rechecks: BTreeMap::new(),
+        stats: AgentStats {
+            connector: connector.is_some(),
+            ..AgentStats::default()
+        },
+        event_hist: histogram(),
+        write_hist: histogram(),
+        rescan_hist: histogram(),
+        has_descendant_rules: false,
+        opts,
+    };
+    let first = make_plan(&agent.ctx)?;
+    agent.execute(&first, None);
+    agent.refresh_members();
+    info!(
+        tenants = agent.ctx.loaded.policy.tenants.len(),
+        connector = connector.is_some(),
+        "dbcage running"
+    );
+    notify_ready();
+
+    let period = if connector.is_some() {
+        agent.opts.rescan
+    } else {
+        agent.opts.fallback_rescan
+    };
+    let mut next_rescan = Instant::now() + period;
+    let mut events = Vec::with_capacity(256);
+    loop {
+        let now = Instant::now();
+        let mut deadline = next_rescan;
+        if let Some(((at, _), _)) = agent.rechecks.first_key_value() {
+            deadline = deadline.min(*at);
+        }
+        let wait = deadline.saturating_duration_since(now);
+        let timeout = PollTimeout::try_from(wait.as_millis().min(60_000) as i32 + 1)
+            .unwrap_or(PollTimeout::MAX);
+        let (sig_ready, conn_ready) = {
+            let mut fds = vec![PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+            if let Some(c) = &connector {
+                fds.push(PollFd::new(c.as_fd(), PollFlags::POLLIN));
+            }
+            match poll(&mut fds, timeout) {
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e).context("poll"),
+            }
+            let ready = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
+            (ready(&fds[0]), fds.get(1).is_some_and(ready))
+        };
+        if sig_ready {
+            let mut stop = false;
+            while let Ok(Some(info)) = signals.read_signal() {
+                match Signal::try_from(info.ssi_signo as i32) {
+                    Ok(Signal::SIGHUP) => agent.reload(),
+                    Ok(s) => {
+                        info!(signal = ?s, "stopping; limits stay in place");
+                        stop = true;
+                    }
+                    Err(_) => {}
+                }
+            }
+            if stop {
+                break;
+            }
+        }
+        if conn_ready {
+            if let Some(c) = connector.as_mut() {
+                let mut overrun = false;
+                // Drain the socket, but bounded so signals and timers are not starved.
+                for _ in 0..4096 {
+                    events.clear();
+                    let at = Instant::now();
+                    match c.receive(&mut events) {
+                        Ok(Received::Events) => {
+                            for ev in events.drain(..) {
+                                agent.handle_event(ev, at);
+                            }
+                        }
+                        Ok(Received::Empty) => break,
+                        Ok(Received::Overrun) => overrun = true,
+                        Err(e) => {
+                            warn!("reading process events failed ({e}); switching to rescan-only mode");
+                            connector = None;
+                            break;
+                        }
+                    }
+                }
+                if overrun {
+                    agent.stats.overruns += 1;
+                    warn!(
+                        overruns = agent.stats.overruns,
+                        "process events were lost (socket buffer overrun): rescanning now"
+                    );
+                    agent.rescan("events lost");
+                }
+            }
+        }
+        let now = Instant::now();
+        while let Some(((at, pid), _)) = agent.rechecks.first_key_value().map(|(k, v)| (*k, *v)) {
+            if at > now {
+                break;
+            }
+            agent.rechecks.remove(&(at, pid));
+            agent.stats.rechecks += 1;
+            if agent.members.contains_key(&pid) {
+                agent.handle_pid(pid, at);
+            }
+        }
+        if now >= next_rescan {
+            agent.rescan("periodic");
+            next_rescan = Instant::now()
+                + if connector.is_some() {
+                    agent.opts.rescan
+                } else {
+                    agent.opts.fallback_rescan
+                };
+        }
+    }
+    agent.stats.event_to_write_us = percentiles(&agent.event_hist, 1.0);
+    agent.stats.write_us = percentiles(&agent.write_hist, 1.0);
+    agent.stats.rescan_ms = percentiles(&agent.rescan_hist, 1000.0);
+    if let Some(path) = &agent.opts.stats_out {
+        let line = serde_json::to_string(&agent.stats)? + "\n";
+        std::fs::write(path, line)
+            .with_context(|| format!("writing statistics to {}", path.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,313 @@
+//! The kernel's process events through the netlink proc connector (`CONFIG_PROC_EVENTS`):
+//! fork, exec, uid/gid and comm changes, exit. Hand-written on raw sockets (see CONVENTIONS.md):
+//! the `cnproc` crate hides ENOBUFS, and a lost event must surface here so the agent rescans.
+//! Layouts: include/uapi/linux/{netlink,connector,cn_proc}.h.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use nix::libc;
+
+const NETLINK_CONNECTOR: libc::c_int = 11;
+const CN_IDX_PROC: u32 = 1;
+const CN_VAL_PROC: u32 = 1;
+const PROC_CN_MCAST_LISTEN: u32 = 1;
+const NLMSG_HDRLEN: usize = 16;
+const CN_MSG_LEN: usize = 20;
+const EVENT_HDR_LEN: usize = 16;
+
+const PROC_EVENT_FORK: u32 = 0x0000_0001;
+const PROC_EVENT_EXEC: u32 = 0x0000_0002;
+const PROC_EVENT_UID: u32 = 0x0000_0004;
+const PROC_EVENT_GID: u32 = 0x0000_0040;
+const PROC_EVENT_COMM: u32 = 0x0000_0200;
+const PROC_EVENT_EXIT: u32 = 0x8000_0000;
+
+/// One process event; pids are thread-group ids (processes) unless said otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcEvent {
+    /// A new process (not a new thread): `parent` forked `child`.
+    Fork {
+        parent: u32,
+        child: u32,
+    },
+    Exec {
+        pid: u32,
+    },
+    /// uid or gid changed.
+    Ids {
+        pid: u32,
+    },
+    /// The main thread was renamed (prctl PR_SET_NAME / /proc/PID/comm).
+    Comm {
+        pid: u32,
+    },
+    Exit {
+        pid: u32,
+    },
+    /// Anything else (a thread fork, ptrace, sid, coredump): nothing to do.
+    Other,
+}
+
+fn u32_at(buf: &[u8], off: usize) -> Option<u32> {
+    buf.get(off..off + 4)
+        .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// Parses one `proc_event` (after the netlink and connector headers).
+pub fn parse_event(ev: &[u8]) -> Option<ProcEvent> {
+    let what = u32_at(ev, 0)?;
+    let data = ev.get(EVENT_HDR_LEN..)?;
+    Some(match what {
+        PROC_EVENT_FORK => {
+            // parent_pid, parent_tgid, child_pid, child_tgid
+            let (child_pid, child_tgid) = (u32_at(data, 8)?, u32_at(data, 12)?);
+            if child_pid != child_tgid {
+                ProcEvent::Other // a new thread
+            } else {
+                ProcEvent::Fork {
+                    parent: u32_at(data, 4)?,
+                    child: child_tgid,
+                }
+            }
+        }
+        PROC_EVENT_EXEC => ProcEvent::Exec {
+            pid: u32_at(data, 4)?,
+        },
+        PROC_EVENT_UID | PROC_EVENT_GID => ProcEvent::Ids {
+            pid: u32_at(data, 4)?,
+        },
+        PROC_EVENT_COMM => {
+            let (pid, tgid) = (u32_at(data, 0)?, u32_at(data, 4)?);
+            if pid != tgid {
+                ProcEvent::Other // a thread renamed itself; /proc/TGID/comm is unchanged
+            } else {
+                ProcEvent::Comm { pid: tgid }
+            }
+        }
+        PROC_EVENT_EXIT => {
+            let (pid, tgid) = (u32_at(data, 0)?, u32_at(data, 4)?);
+            if pid != tgid {
+                ProcEvent::Other
+            } else {
+                ProcEvent::Exit { pid: tgid }
+            }
+        }
+        _ => ProcEvent::Other,
+    })
+}
+
+/// Splits a received datagram into netlink messages and parses the proc events in them.
+pub fn parse_datagram(buf: &[u8], out: &mut Vec<ProcEvent>) {
+    let mut off = 0;
+    while off + NLMSG_HDRLEN <= buf.len() {
+        let Some(len) = u32_at(buf, off).map(|l| l as usize) else {
+            break;
+        };
+        if len < NLMSG_HDRLEN || off + len > buf.len() {
+            break;
+        }
+        let msg = &buf[off + NLMSG_HDRLEN..off + len];
+        if let (Some(idx), Some(val)) = (u32_at(msg, 0), u32_at(msg, 4)) {
+            if idx == CN_IDX_PROC && val == CN_VAL_PROC {
+                if let Some(ev) = msg.get(CN_MSG_LEN..).and_then(parse_event) {
+                    out.push(ev);
+                }
+            }
+        }
+        off += (len + 3) & !3; // NLMSG_ALIGN
+    }
+}
+
+/// What one read of the socket gave.
+pub enum Received {
+    Events,
+    /// The socket's buffer overran: events were lost; the caller must rescan.
+    Overrun,
+    /// Nothing more to read now.
+    Empty,
+}
+
+pub struct Connector {
+    fd: OwnedFd,
+    buf: Vec<u8>,
+}
+
+impl Connector {
+    /// Opens the socket, subscribes to process events, and asks for a large receive buffer
+    /// (SO_RCVBUFFORCE, root only; plain SO_RCVBUF otherwise) so bursts do not overrun it.
+    pub fn open(rcvbuf: usize) -> io::Result<Connector> {
+        // SAFETY: plain socket(2); the fd is owned below.
+        let raw = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                NETLINK_CONNECTOR,
+            )
+        };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: raw is a new, valid descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let size = rcvbuf as libc::c_int;
+        for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+            // SAFETY: setsockopt with a c_int value of the right size.
+            let r = unsafe {
+                libc::setsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    &size as *const _ as *const libc::c_void,
+                    std::mem::size_of::<libc::c_int>() as u32,
+                )
+            };
+            if r == 0 {
+                break;
+            }
+        }
+        // SAFETY: sockaddr_nl is plain data; zeroed is a valid value.
+        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        addr.nl_family = libc::AF_NETLINK as u16;
+        addr.nl_groups = CN_IDX_PROC;
+        // SAFETY: addr is a valid sockaddr_nl of the given size.
+        let r = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                &addr as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_nl>() as u32,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // Subscribe: nlmsghdr + cn_msg + op.
+        let total = NLMSG_HDRLEN + CN_MSG_LEN + 4;
+        let mut msg = Vec::with_capacity(total);
+        msg.extend_from_slice(&(total as u32).to_ne_bytes());
+        msg.extend_from_slice(&(libc::NLMSG_DONE as u16).to_ne_bytes());
+        msg.extend_from_slice(&0u16.to_ne_bytes()); // flags
+        msg.extend_from_slice(&0u32.to_ne_bytes()); // seq
+        msg.extend_from_slice(&std::process::id().to_ne_bytes());
+        msg.extend_from_slice(&CN_IDX_PROC.to_ne_bytes());
+        msg.extend_from_slice(&CN_VAL_PROC.to_ne_bytes());
+        msg.extend_from_slice(&0u32.to_ne_bytes()); // seq
+        msg.extend_from_slice(&0u32.to_ne_bytes()); // ack
+        msg.extend_from_slice(&4u16.to_ne_bytes()); // len
+        msg.extend_from_slice(&0u16.to_ne_bytes()); // flags
+        msg.extend_from_slice(&PROC_CN_MCAST_LISTEN.to_ne_bytes());
+        // SAFETY: msg is a valid buffer of msg.len() bytes.
+        let r = unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                msg.as_ptr() as *const libc::c_void,
+                msg.len(),
+                0,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Connector {
+            fd,
+            buf: vec![0u8; 64 * 1024],
+        })
+    }
+
+    /// Reads one datagram (non-blocking) and appends its events to `out`.
+    pub fn receive(&mut self, out: &mut Vec<ProcEvent>) -> io::Result<Received> {
+        // SAFETY: buf is a valid writable buffer of buf.len() bytes.
+        let n = unsafe {
+            libc::recv(
+                self.fd.as_raw_fd(),
+                self.buf.as_mut_ptr() as *mut libc::c_void,
+                self.buf.len(),
+                0,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN) => Ok(Received::Empty),
+                Some(libc::ENOBUFS) => Ok(Received::Overrun),
+                Some(libc::EINTR) => Ok(Received::Events),
+                _ => Err(e),
+            };
+        }
+        parse_datagram(&self.buf[..n as usize], out);
+        Ok(Received::Events)
+    }
+}
+
+impl AsFd for Connector {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn datagram(what: u32, data: &[u32]) -> Vec<u8> {
+        let mut ev = Vec::new();
+        ev.extend_from_slice(&what.to_ne_bytes());
+        ev.extend_from_slice(&0u32.to_ne_bytes()); // cpu
+        ev.extend_from_slice(&0u64.to_ne_bytes()); // timestamp
+        for d in data {
+            ev.extend_from_slice(&d.to_ne_bytes());
+        }
+        let mut cn = Vec::new();
+        cn.extend_from_slice(&CN_IDX_PROC.to_ne_bytes());
+        cn.extend_from_slice(&CN_VAL_PROC.to_ne_bytes());
+        cn.extend_from_slice(&[0u8; 8]);
+        cn.extend_from_slice(&(ev.len() as u16).to_ne_bytes());
+        cn.extend_from_slice(&0u16.to_ne_bytes());
+        cn.extend_from_slice(&ev);
+        let mut nl = Vec::new();
+        nl.extend_from_slice(&((NLMSG_HDRLEN + cn.len()) as u32).to_ne_bytes());
+        nl.extend_from_slice(&[0u8; 12]);
+        nl.extend_from_slice(&cn);
+        nl
+    }
+
+    #[test]
+    fn parses_each_event_kind() {
+        let mut out = Vec::new();
+        parse_datagram(&datagram(PROC_EVENT_FORK, &[10, 10, 11, 11]), &mut out);
+        parse_datagram(&datagram(PROC_EVENT_FORK, &[10, 10, 12, 10]), &mut out); // a thread
+        parse_datagram(&datagram(PROC_EVENT_EXEC, &[11, 11]), &mut out);
+        parse_datagram(&datagram(PROC_EVENT_UID, &[11, 11, 0, 1000]), &mut out);
+        parse_datagram(
+            &datagram(PROC_EVENT_COMM, &[11, 11, 0x6f72_615f, 0]),
+            &mut out,
+        );
+        parse_datagram(
+            &datagram(PROC_EVENT_EXIT, &[11, 11, 0, 17, 10, 10]),
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            vec![
+                ProcEvent::Fork {
+                    parent: 10,
+                    child: 11
+                },
+                ProcEvent::Other,
+                ProcEvent::Exec { pid: 11 },
+                ProcEvent::Ids { pid: 11 },
+                ProcEvent::Comm { pid: 11 },
+                ProcEvent::Exit { pid: 11 },
+            ]
+        );
+    }
+
+    #[test]
+    fn truncated_datagrams_are_ignored() {
+        let d = datagram(PROC_EVENT_EXEC, &[11, 11]);
+        let mut out = Vec::new();
+        parse_datagram(&d[..d.len() - 6], &mut out);
+        parse_datagram(&d[..10], &mut out);
+        assert!(out.is_empty());
+    }
+}
