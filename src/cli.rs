@@ -17,7 +17,7 @@ use crate::hostfs::HostFs;
 use crate::inventory::{self, Inventory};
 use crate::plan::{self, Plan, Step};
 use crate::policy::{self, Loaded, PolicyErrors, SystemAccounts};
-use crate::stats;
+use crate::status;
 use crate::units::HumanBytes;
 
 #[derive(Parser, Debug)]
@@ -50,13 +50,20 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Show each tenant's processes, limits in force and usage.
+    /// Show what each tenant uses: IO rates against its limits, CPU against its quota, memory
+    /// against its limits, OOM events and pressure, measured over a short interval.
     Status {
         /// Only these tenants.
         tenants: Vec<String>,
         /// List processes with the rule that placed them.
         #[arg(short, long)]
         verbose: bool,
+        /// Break IO down per device.
+        #[arg(long)]
+        devices: bool,
+        /// Interval over which rates are measured; 0 prints counters only.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        interval: std::time::Duration,
         #[arg(long)]
         json: bool,
     },
@@ -73,6 +80,10 @@ pub enum Command {
         /// Write the run's statistics (events, overruns, move latency) as JSON here on exit.
         #[arg(long)]
         stats_out: Option<PathBuf>,
+        /// Receive buffer of the process-event socket, in bytes (tests shrink it to force
+        /// overruns).
+        #[arg(long, hide = true, default_value_t = 8 << 20)]
+        event_buffer: usize,
     },
     /// Start a command already inside a tenant's group (as cgexec does), so no window is left.
     Exec {
@@ -123,10 +134,15 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            if let Some(io) = e.downcast_ref::<std::io::Error>() {
-                if io.kind() == std::io::ErrorKind::BrokenPipe {
-                    return ExitCode::SUCCESS;
-                }
+            // A closed pipe (`dbcage status | head`) is not an error.
+            let broken_pipe = e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+                    || c.downcast_ref::<serde_json::Error>()
+                        .is_some_and(|j| j.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
+            });
+            if broken_pipe {
+                return ExitCode::SUCCESS;
             }
             if e.downcast_ref::<PolicyErrors>().is_some() || e.downcast_ref::<Invalid>().is_some() {
                 eprintln!("dbcage: {}", error_chain(&e).trim_end());
@@ -275,19 +291,33 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Status {
             tenants,
             verbose,
+            devices,
+            interval,
             json,
-        } => status(&cli.config, &tenants, verbose, json, &mut out),
+        } => show_status(
+            &cli.config,
+            &StatusArgs {
+                only: tenants,
+                verbose,
+                devices,
+                interval,
+                json,
+            },
+            &mut out,
+        ),
         Command::Release { tenants, all } => release(&cli.config, &tenants, all, &mut out),
         Command::Run {
             rescan_interval,
             fallback_interval,
             stats_out,
+            event_buffer,
         } => {
             crate::agent::run(crate::agent::AgentOptions {
                 config: cli.config.clone(),
                 rescan: rescan_interval,
                 fallback_rescan: fallback_interval,
                 stats_out,
+                event_buffer,
             })?;
             Ok(ExitCode::SUCCESS)
         }
@@ -450,233 +480,61 @@ fn print_plan(out: &mut impl std::io::Write, ctx: &Context_, plan: &Plan) -> Res
     Ok(())
 }
 
-#[derive(Serialize)]
-struct TenantStatus {
-    name: String,
-    processes: usize,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    members: Vec<Member>,
-    devices: Vec<DeviceStatus>,
-    cpu: stats::CpuUsage,
-    cpu_quota_cores: Option<f64>,
-    memory: stats::MemoryUsage,
-    memory_limit_bytes: Option<u64>,
-    /// Pressure stall information; the kernel keeps it per cgroup on v2 only.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pressure: Option<stats::PressureSet>,
-}
-
-#[derive(Serialize)]
-struct Member {
-    pid: u32,
-    comm: String,
-    cmdline: String,
-    leaf: Leaf,
-    rule: String,
-}
-
-#[derive(Serialize)]
-struct DeviceStatus {
-    device: String,
-    name: String,
-    read_bps_limit: Option<u64>,
-    write_bps_limit: Option<u64>,
-    read_iops_limit: Option<u64>,
-    write_iops_limit: Option<u64>,
-    #[serde(flatten)]
-    usage: stats::IoCounters,
-}
-
-fn device_name(fs: &HostFs, dev: crate::kernel::DevNum) -> String {
-    std::fs::canonicalize(fs.path(format!("/sys/dev/block/{dev}")))
-        .ok()
-        .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| dev.to_string())
-}
-
-fn status(
-    config: &Path,
-    only: &[String],
+struct StatusArgs {
+    only: Vec<String>,
     verbose: bool,
+    devices: bool,
+    interval: std::time::Duration,
     json: bool,
-    out: &mut impl std::io::Write,
-) -> Result<ExitCode> {
+}
+
+/// The policy and the cgroup layout, without the host scan `prepare` does (status only reads).
+fn layout_for(config: &Path) -> Result<(Loaded, Layout, HostFs)> {
     let fs = HostFs::default();
     let loaded = load_policy(config)?;
     let mounts = inventory::MountTable::read(&fs)?;
     let setup = Setup::detect(&fs, &mounts)?;
     let layout = Layout::new(setup, &loaded.policy.agent)?;
+    Ok((loaded, layout, fs))
+}
+
+fn show_status(
+    config: &Path,
+    args: &StatusArgs,
+    out: &mut impl std::io::Write,
+) -> Result<ExitCode> {
+    let (loaded, layout, fs) = layout_for(config)?;
     let policy = &loaded.policy;
-    for name in only {
+    for name in &args.only {
         if !policy.tenants.iter().any(|t| &t.name == name) {
             return Err(
                 Invalid(format!("no tenant named `{name}` in {}", config.display())).into(),
             );
         }
     }
-    let procs = if verbose {
-        inventory::procs::scan(&fs)?
+    let procs = if args.verbose {
+        Some(inventory::procs::scan(&fs)?)
     } else {
-        Vec::new()
+        None
     };
-    let placements = classify(&policy.tenants, &procs);
-    let h_of = |c| layout.setup.hierarchy_of(c);
-    let version = |h: usize| layout.setup.hierarchies[h].version;
-    let mut rows = Vec::new();
-    for (ti, t) in policy.tenants.iter().enumerate() {
-        if !only.is_empty() && !only.contains(&t.name) {
-            continue;
-        }
-        let Some(first) = (0..layout.setup.hierarchies.len()).next() else {
-            bail!("no cgroup hierarchy found")
-        };
-        let h_procs = h_of(Controller::Io).unwrap_or(first);
-        let mut members = Vec::new();
-        let mut count = 0;
-        for leaf in [Leaf::Limited, Leaf::Exempt] {
-            let pids = cgroup::procs_in(&layout.leaf_dir(h_procs, &t.name, leaf));
-            count += pids.len();
-            if verbose {
-                for pid in pids {
-                    let p = procs.iter().find(|p| p.pid == pid);
-                    let rule = placements
-                        .iter()
-                        .find(|x| x.pid == pid && x.tenant == ti)
-                        .map(|x| x.reason.clone())
-                        .unwrap_or_else(|| {
-                            "inherited from its parent (no rule matches it; new children stay in their parent's group)".into()
-                        });
-                    members.push(Member {
-                        pid,
-                        comm: p.map(|p| p.comm.clone()).unwrap_or_default(),
-                        cmdline: p.map(|p| p.cmdline.clone()).unwrap_or_default(),
-                        leaf,
-                        rule,
-                    });
-                }
-            }
-        }
-        let mut devices = Vec::new();
-        if let Some(h) = h_of(Controller::Io) {
-            let limited = layout.leaf_dir(h, &t.name, Leaf::Limited);
-            let (rb, wb, ri, wi, usage) = if version(h) == Version::V1 {
-                let read = |f: &str| {
-                    std::fs::read_to_string(limited.join(f))
-                        .map(|s| cgroup::v1::parse_device_lines(&s))
-                        .unwrap_or_default()
-                };
-                (
-                    read(cgroup::v1::READ_BPS),
-                    read(cgroup::v1::WRITE_BPS),
-                    read(cgroup::v1::READ_IOPS),
-                    read(cgroup::v1::WRITE_IOPS),
-                    stats::v1_io(&layout.tenant_dir(h, &t.name)),
-                )
-            } else {
-                let max = std::fs::read_to_string(limited.join(cgroup::v2::IO_MAX))
-                    .map(|s| cgroup::v2::parse_io_max(&s))
-                    .unwrap_or_default();
-                let key = |f: fn(&policy::IoLimits) -> Option<u64>| {
-                    max.iter()
-                        .filter_map(|(d, l)| f(l).map(|v| (*d, v)))
-                        .collect::<std::collections::BTreeMap<_, _>>()
-                };
-                (
-                    key(|l| l.read_bps),
-                    key(|l| l.write_bps),
-                    key(|l| l.read_iops),
-                    key(|l| l.write_iops),
-                    stats::v2_io(&layout.tenant_dir(h, &t.name)),
-                )
-            };
-            let mut devs: Vec<_> = rb
-                .keys()
-                .chain(wb.keys())
-                .chain(ri.keys())
-                .chain(wi.keys())
-                .chain(usage.keys())
-                .copied()
-                .collect();
-            devs.sort();
-            devs.dedup();
-            for d in devs {
-                devices.push(DeviceStatus {
-                    device: d.to_string(),
-                    name: device_name(&fs, d),
-                    read_bps_limit: rb.get(&d).copied(),
-                    write_bps_limit: wb.get(&d).copied(),
-                    read_iops_limit: ri.get(&d).copied(),
-                    write_iops_limit: wi.get(&d).copied(),
-                    usage: usage.get(&d).copied().unwrap_or_default(),
-                });
-            }
-        }
-        let cpu_h = h_of(Controller::Cpu);
-        let cpu_v2 = cpu_h.is_some_and(|h| version(h) == Version::V2);
-        let cpu_dir = cpu_h.map(|h| layout.tenant_dir(h, &t.name));
-        let acct_dir = h_of(Controller::Cpuacct).map(|h| layout.tenant_dir(h, &t.name));
-        let cpu = match (&cpu_dir, cpu_v2) {
-            (Some(d), true) => stats::v2_cpu(d),
-            _ => stats::v1_cpu(cpu_dir.as_deref(), acct_dir.as_deref()),
-        };
-        let cpu_quota_cores = cpu_dir.as_ref().and_then(|d| {
-            if cpu_v2 {
-                return cgroup::v2::parse_cpu_max(
-                    &std::fs::read_to_string(d.join(cgroup::v2::CPU_MAX)).ok()?,
-                );
-            }
-            let q: i64 = std::fs::read_to_string(d.join(cgroup::v1::CFS_QUOTA))
-                .ok()?
-                .trim()
-                .parse()
-                .ok()?;
-            let p = stats::read_u64(&d.join(cgroup::v1::CFS_PERIOD))?;
-            (q > 0).then(|| q as f64 / p as f64)
-        });
-        let mem_h = h_of(Controller::Memory);
-        let mem_v2 = mem_h.is_some_and(|h| version(h) == Version::V2);
-        let mem_dir = mem_h.map(|h| layout.tenant_dir(h, &t.name));
-        let (memory, limit_file) = if mem_v2 {
-            (
-                mem_dir.as_deref().map(stats::v2_memory).unwrap_or_default(),
-                cgroup::v2::MEM_MAX,
-            )
-        } else {
-            (
-                mem_dir.as_deref().map(stats::v1_memory).unwrap_or_default(),
-                cgroup::v1::MEM_LIMIT,
-            )
-        };
-        let memory_limit_bytes = mem_dir.as_ref().and_then(|d| {
-            cgroup::model::parse_memory(&std::fs::read_to_string(d.join(limit_file)).ok()?)
-                .flatten()
-        });
-        let pressure = layout
-            .setup
-            .hierarchies
-            .iter()
-            .position(|h| h.version == Version::V2)
-            .map(|h| stats::read_pressure(&layout.tenant_dir(h, &t.name)));
-        rows.push(TenantStatus {
-            name: t.name.clone(),
-            processes: count,
-            members,
-            devices,
-            cpu,
-            cpu_quota_cores,
-            memory,
-            memory_limit_bytes,
-            pressure,
-        });
+    let mut sample = status::collect(&fs, &layout, policy, &args.only, procs.as_deref());
+    if !args.interval.is_zero() {
+        std::thread::sleep(args.interval);
+        let first = sample;
+        sample = status::collect(&fs, &layout, policy, &args.only, procs.as_deref());
+        status::with_rates(&first, &mut sample);
     }
-    let io_v1 =
-        h_of(Controller::Io).is_some_and(|h| layout.setup.hierarchies[h].version == Version::V1);
+    let io_v1 = layout
+        .setup
+        .hierarchy_of(Controller::Io)
+        .is_some_and(|h| layout.setup.hierarchies[h].version == Version::V1);
     let write_note = io_v1 && policy.tenants.iter().any(|t| t.sets_write_limits());
-    if json {
+    if args.json {
         #[derive(Serialize)]
         struct Report<'a> {
             controllers: String,
-            tenants: &'a [TenantStatus],
+            interval_seconds: f64,
+            tenants: &'a [status::TenantStatus],
             notes: Vec<&'static str>,
         }
         let notes = if write_note {
@@ -688,7 +546,8 @@ fn status(
             &mut *out,
             &Report {
                 controllers: layout.setup.describe(),
-                tenants: &rows,
+                interval_seconds: args.interval.as_secs_f64(),
+                tenants: &sample.tenants,
                 notes,
             },
         )?;
@@ -696,83 +555,114 @@ fn status(
         return Ok(ExitCode::SUCCESS);
     }
     writeln!(out, "cgroup controllers: {}", layout.setup.describe())?;
-    for r in &rows {
-        let cpu = r
-            .cpu
-            .usage_seconds
-            .map(|s| format!("{s:.2}s cpu"))
-            .unwrap_or_else(|| "cpu n/a".into());
-        let quota = r
-            .cpu_quota_cores
-            .map(|q| {
-                format!(
-                    " (quota {q} cores, throttled {:.2}s)",
-                    r.cpu.throttled_seconds.unwrap_or(0.0)
-                )
-            })
-            .unwrap_or_default();
-        let mem = r
-            .memory
-            .current_bytes
-            .map(|b| HumanBytes(b).to_string())
-            .unwrap_or_else(|| "n/a".into());
-        let limit = r
-            .memory_limit_bytes
-            .map(|b| format!(" of {}", HumanBytes(b)))
-            .unwrap_or_default();
-        let ooms = r
-            .memory
-            .oom_kills
-            .filter(|k| *k > 0)
-            .map(|k| format!(", {k} OOM kills"))
-            .unwrap_or_default();
-        writeln!(
-            out,
-            "{}: {} processes, {cpu}{quota}, memory {mem}{limit}{ooms}",
-            r.name, r.processes
-        )?;
+    print_status_table(out, &sample.tenants, args.devices)?;
+    if write_note {
+        writeln!(out, "note: {V1_WRITE_NOTE}")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn mib(bytes_per_s: f64) -> String {
+    format!("{:.1}", bytes_per_s / 1048576.0)
+}
+
+/// `rate/limit (share%)`, or the rate alone without a limit.
+fn against(rate: Option<f64>, limit: Option<f64>, fmt: fn(f64) -> String) -> String {
+    match (rate, limit) {
+        (Some(r), Some(l)) if l > 0.0 => format!("{}/{} ({:.0}%)", fmt(r), fmt(l), 100.0 * r / l),
+        (Some(r), _) => fmt(r),
+        (None, Some(l)) => format!("-/{}", fmt(l)),
+        (None, None) => "-".into(),
+    }
+}
+
+fn print_status_table(
+    out: &mut impl std::io::Write,
+    rows: &[status::TenantStatus],
+    devices: bool,
+) -> Result<()> {
+    writeln!(
+        out,
+        "{:<12} {:>5}  {:<20} {:<20} {:<14} {:<14} {:<16} {:<20} NOTES",
+        "TENANT",
+        "PROCS",
+        "READ MiB/s",
+        "WRITE MiB/s",
+        "READ IOPS",
+        "WRITE IOPS",
+        "CPU cores",
+        "MEMORY MiB",
+    )?;
+    let f0 = |v: f64| format!("{v:.0}");
+    let f2 = |v: f64| format!("{v:.2}");
+    for r in rows {
+        let rates = r.io.rates;
+        let lim = |v: Option<u64>| v.map(|v| v as f64);
+        let mut notes = Vec::new();
+        if !r.at_limit.is_empty() {
+            notes.push(format!("AT LIMIT {}", r.at_limit.join(",")));
+        }
+        if let Some(t) = r.cpu_throttled_share.filter(|t| *t > 0.0) {
+            notes.push(format!("cpu throttled {:.0}%", t * 100.0));
+        }
+        if let Some(k) = r.memory.oom_kills.filter(|k| *k > 0) {
+            notes.push(format!("{k} OOM kills"));
+        }
         if let Some(p) = &r.pressure {
-            let show = |name: &str, v: Option<stats::Pressure>| {
-                v.map(|v| format!("{name} {:.1}%", v.some_avg10))
-                    .unwrap_or_default()
-            };
-            let parts: Vec<String> = [
-                show("io", p.io),
-                show("cpu", p.cpu),
-                show("memory", p.memory),
-            ]
-            .into_iter()
-            .filter(|s| !s.is_empty())
-            .collect();
-            if !parts.is_empty() {
-                writeln!(out, "  pressure (some, avg10): {}", parts.join(", "))?;
+            let psi: Vec<String> = [("io", p.io), ("cpu", p.cpu), ("mem", p.memory)]
+                .iter()
+                .filter_map(|(n, v)| {
+                    v.filter(|v| v.some_avg10 > 0.0)
+                        .map(|v| format!("{n} {:.0}%", v.some_avg10))
+                })
+                .collect();
+            if !psi.is_empty() {
+                notes.push(format!("psi {}", psi.join(" ")));
             }
         }
-        for d in &r.devices {
-            let lim = |v: Option<u64>, bytes: bool| {
-                v.map(|v| {
-                    if bytes {
-                        format!("{}/s", HumanBytes(v))
-                    } else {
-                        format!("{v}/s")
-                    }
-                })
-                .unwrap_or_else(|| "-".into())
-            };
-            writeln!(
-                out,
-                "  {} ({}): read {} ({} IOs) limit {} {} | write {} ({} IOs) limit {} {}",
-                d.name,
-                d.device,
-                HumanBytes(d.usage.read_bytes),
-                d.usage.read_ios,
-                lim(d.read_bps_limit, true),
-                lim(d.read_iops_limit, false),
-                HumanBytes(d.usage.write_bytes),
-                d.usage.write_ios,
-                lim(d.write_bps_limit, true),
-                lim(d.write_iops_limit, false),
-            )?;
+        writeln!(
+            out,
+            "{:<12} {:>5}  {:<20} {:<20} {:<14} {:<14} {:<16} {:<20} {}",
+            r.name,
+            r.processes,
+            against(
+                rates.map(|x| x.read_bytes_per_second),
+                lim(r.io.limits.read_bps),
+                mib
+            ),
+            against(
+                rates.map(|x| x.write_bytes_per_second),
+                lim(r.io.limits.write_bps),
+                mib
+            ),
+            against(rates.map(|x| x.read_iops), lim(r.io.limits.read_iops), f0),
+            against(rates.map(|x| x.write_iops), lim(r.io.limits.write_iops), f0),
+            against(r.cpu_cores_used, r.cpu_quota_cores, f2),
+            against(
+                r.memory.current_bytes.map(|b| b as f64),
+                r.memory_limit_bytes.map(|b| b as f64),
+                |b| format!("{:.0}", b / 1048576.0)
+            ),
+            notes.join("; ")
+        )?;
+        if devices {
+            for d in &r.devices {
+                let dr = d.rates;
+                writeln!(
+                    out,
+                    "  {:<10} {:>5}  {:<20} {:<20} {:<14} {:<14} total read {} ({} IOs), write {} ({} IOs)",
+                    d.name,
+                    d.device,
+                    against(dr.map(|x| x.read_bytes_per_second), lim(d.read_bps_limit), mib),
+                    against(dr.map(|x| x.write_bytes_per_second), lim(d.write_bps_limit), mib),
+                    against(dr.map(|x| x.read_iops), lim(d.read_iops_limit), f0),
+                    against(dr.map(|x| x.write_iops), lim(d.write_iops_limit), f0),
+                    HumanBytes(d.usage.read_bytes),
+                    d.usage.read_ios,
+                    HumanBytes(d.usage.write_bytes),
+                    d.usage.write_ios,
+                )?;
+            }
         }
         for m in &r.members {
             writeln!(
@@ -786,10 +676,7 @@ fn status(
             )?;
         }
     }
-    if write_note {
-        writeln!(out, "note: {V1_WRITE_NOTE}")?;
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 const V1_WRITE_NOTE: &str = "cgroup v1 write limits bind only O_DIRECT and fsync'd writes; buffered writes without fsync are not charged to the writer and pass the limit";

@@ -13,4 +13,5 @@ pub mod kernel;
 pub mod plan;
 pub mod policy;
 pub mod stats;
+pub mod status;
 pub mod units;

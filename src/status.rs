@@ -1,0 +1,488 @@
+//! What each tenant uses now: one sample of the kernel's counters per tenant (`collect`), and
+//! rates between two samples (`with_rates`). Shared by `status`, `top` and the metrics endpoint.
+//! Reads only.
+//!
+//! Counters that go backwards between two samples (a group removed and created again) give no
+//! rate for that interval rather than a huge or negative one.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::cgroup::{self, Controller, Layout, Version};
+use crate::classify::{classify, Leaf};
+use crate::hostfs::HostFs;
+use crate::inventory::ProcInfo;
+use crate::kernel::DevNum;
+use crate::policy::{IoLimits, Policy};
+use crate::stats;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Member {
+    pub pid: u32,
+    pub comm: String,
+    pub cmdline: String,
+    pub leaf: Leaf,
+    pub rule: String,
+}
+
+/// Per-second rates of one device or one tenant (absent without a previous sample).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct IoRates {
+    pub read_bytes_per_second: f64,
+    pub write_bytes_per_second: f64,
+    pub read_iops: f64,
+    pub write_iops: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceStatus {
+    /// `MAJ:MIN`
+    pub device: String,
+    pub name: String,
+    #[serde(skip)]
+    pub devnum: DevNum,
+    pub read_bps_limit: Option<u64>,
+    pub write_bps_limit: Option<u64>,
+    pub read_iops_limit: Option<u64>,
+    pub write_iops_limit: Option<u64>,
+    /// Counters since the group was created (its children included).
+    #[serde(flatten)]
+    pub usage: stats::IoCounters,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rates: Option<IoRates>,
+}
+
+/// The tenant's IO over all its devices: rates, the sum of the per-device limits, and the share
+/// of each limit in use (rate / limit, over the devices that have that limit).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct IoTotals {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rates: Option<IoRates>,
+    pub limits: IoLimits,
+    pub read_bps_share: Option<f64>,
+    pub write_bps_share: Option<f64>,
+    pub read_iops_share: Option<f64>,
+    pub write_iops_share: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TenantStatus {
+    pub name: String,
+    pub processes: usize,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<Member>,
+    pub devices: Vec<DeviceStatus>,
+    pub io: IoTotals,
+    pub cpu: stats::CpuUsage,
+    pub cpu_quota_cores: Option<f64>,
+    /// Cores used over the interval (absent without a previous sample).
+    pub cpu_cores_used: Option<f64>,
+    /// Share of the interval the tenant was throttled by its quota (0..1).
+    pub cpu_throttled_share: Option<f64>,
+    pub memory: stats::MemoryUsage,
+    pub memory_limit_bytes: Option<u64>,
+    /// Pressure stall information; the kernel keeps it per cgroup on v2 only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<stats::PressureSet>,
+    /// Limits the tenant sits at (95% or more in use): `io.read_bps`, `cpu.cores`, `memory.max`.
+    pub at_limit: Vec<String>,
+}
+
+/// One sample of every (selected) tenant.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub at: Instant,
+    pub tenants: Vec<TenantStatus>,
+}
+
+/// The kernel's name of a block device (`sda`, `loop3`), or its number if unknown.
+pub fn device_name(fs: &HostFs, dev: DevNum) -> String {
+    std::fs::canonicalize(fs.path(format!("/sys/dev/block/{dev}")))
+        .ok()
+        .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| dev.to_string())
+}
+
+/// Device limits in force on a tenant's `limited` leaf and its per-device counters.
+fn io_of(fs: &HostFs, layout: &Layout, tenant: &str) -> Vec<DeviceStatus> {
+    let Some(h) = layout.setup.hierarchy_of(Controller::Io) else {
+        return Vec::new();
+    };
+    let limited = layout.leaf_dir(h, tenant, Leaf::Limited);
+    let (limits, usage): (BTreeMap<DevNum, IoLimits>, _) =
+        if layout.setup.hierarchies[h].version == Version::V1 {
+            let read = |f: &str| {
+                std::fs::read_to_string(limited.join(f))
+                    .map(|s| cgroup::v1::parse_device_lines(&s))
+                    .unwrap_or_default()
+            };
+            let mut limits: BTreeMap<DevNum, IoLimits> = BTreeMap::new();
+            for (file, set) in [
+                (
+                    cgroup::v1::READ_BPS,
+                    (|l: &mut IoLimits, v| l.read_bps = Some(v)) as fn(&mut IoLimits, u64),
+                ),
+                (cgroup::v1::WRITE_BPS, |l, v| l.write_bps = Some(v)),
+                (cgroup::v1::READ_IOPS, |l, v| l.read_iops = Some(v)),
+                (cgroup::v1::WRITE_IOPS, |l, v| l.write_iops = Some(v)),
+            ] {
+                for (d, v) in read(file) {
+                    set(limits.entry(d).or_default(), v);
+                }
+            }
+            (limits, stats::v1_io(&layout.tenant_dir(h, tenant)))
+        } else {
+            let limits = std::fs::read_to_string(limited.join(cgroup::v2::IO_MAX))
+                .map(|s| cgroup::v2::parse_io_max(&s))
+                .unwrap_or_default();
+            (limits, stats::v2_io(&layout.tenant_dir(h, tenant)))
+        };
+    let mut devs: Vec<DevNum> = limits.keys().chain(usage.keys()).copied().collect();
+    devs.sort();
+    devs.dedup();
+    devs.into_iter()
+        .map(|d| {
+            let l = limits.get(&d).copied().unwrap_or_default();
+            DeviceStatus {
+                device: d.to_string(),
+                name: device_name(fs, d),
+                devnum: d,
+                read_bps_limit: l.read_bps,
+                write_bps_limit: l.write_bps,
+                read_iops_limit: l.read_iops,
+                write_iops_limit: l.write_iops,
+                usage: usage.get(&d).copied().unwrap_or_default(),
+                rates: None,
+            }
+        })
+        .collect()
+}
+
+/// Reads one sample. `procs` (a /proc scan) is needed only to list members with their rule.
+pub fn collect(
+    fs: &HostFs,
+    layout: &Layout,
+    policy: &Policy,
+    only: &[String],
+    procs: Option<&[ProcInfo]>,
+) -> Sample {
+    let at = Instant::now();
+    let placements = procs
+        .map(|p| classify(&policy.tenants, p))
+        .unwrap_or_default();
+    let h_of = |c| layout.setup.hierarchy_of(c);
+    let version = |h: usize| layout.setup.hierarchies[h].version;
+    let mut tenants = Vec::new();
+    for (ti, t) in policy.tenants.iter().enumerate() {
+        if !only.is_empty() && !only.contains(&t.name) {
+            continue;
+        }
+        let h_procs = h_of(Controller::Io).or(h_of(Controller::Cpu)).unwrap_or(0);
+        let mut members = Vec::new();
+        let mut count = 0;
+        for leaf in [Leaf::Limited, Leaf::Exempt] {
+            if layout.setup.hierarchies.is_empty() {
+                break;
+            }
+            let pids = cgroup::procs_in(&layout.leaf_dir(h_procs, &t.name, leaf));
+            count += pids.len();
+            if let Some(procs) = procs {
+                for pid in pids {
+                    let p = procs.iter().find(|p| p.pid == pid);
+                    let rule = placements
+                        .iter()
+                        .find(|x| x.pid == pid && x.tenant == ti)
+                        .map(|x| x.reason.clone())
+                        .unwrap_or_else(|| "inherited from its parent (no rule matches it; new children stay in their parent's group)".into());
+                    members.push(Member {
+                        pid,
+                        comm: p.map(|p| p.comm.clone()).unwrap_or_default(),
+                        cmdline: p.map(|p| p.cmdline.clone()).unwrap_or_default(),
+                        leaf,
+                        rule,
+                    });
+                }
+            }
+        }
+        let devices = io_of(fs, layout, &t.name);
+        let sum = |f: fn(&DeviceStatus) -> Option<u64>| -> Option<u64> {
+            let v: Vec<u64> = devices.iter().filter_map(f).collect();
+            (!v.is_empty()).then(|| v.iter().sum())
+        };
+        let io = IoTotals {
+            limits: IoLimits {
+                read_bps: sum(|d| d.read_bps_limit),
+                write_bps: sum(|d| d.write_bps_limit),
+                read_iops: sum(|d| d.read_iops_limit),
+                write_iops: sum(|d| d.write_iops_limit),
+            },
+            ..IoTotals::default()
+        };
+
+        let cpu_h = h_of(Controller::Cpu);
+        let cpu_v2 = cpu_h.is_some_and(|h| version(h) == Version::V2);
+        let cpu_dir = cpu_h.map(|h| layout.tenant_dir(h, &t.name));
+        let acct_dir = h_of(Controller::Cpuacct).map(|h| layout.tenant_dir(h, &t.name));
+        let cpu = match (&cpu_dir, cpu_v2) {
+            (Some(d), true) => stats::v2_cpu(d),
+            _ => stats::v1_cpu(cpu_dir.as_deref(), acct_dir.as_deref()),
+        };
+        let cpu_quota_cores = cpu_dir.as_ref().and_then(|d| {
+            if cpu_v2 {
+                return cgroup::v2::parse_cpu_max(
+                    &std::fs::read_to_string(d.join(cgroup::v2::CPU_MAX)).ok()?,
+                );
+            }
+            let q: i64 = std::fs::read_to_string(d.join(cgroup::v1::CFS_QUOTA))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            let p = stats::read_u64(&d.join(cgroup::v1::CFS_PERIOD))?;
+            (q > 0).then(|| q as f64 / p as f64)
+        });
+        let mem_h = h_of(Controller::Memory);
+        let mem_v2 = mem_h.is_some_and(|h| version(h) == Version::V2);
+        let mem_dir = mem_h.map(|h| layout.tenant_dir(h, &t.name));
+        let (memory, limit_file) = if mem_v2 {
+            (
+                mem_dir.as_deref().map(stats::v2_memory).unwrap_or_default(),
+                cgroup::v2::MEM_MAX,
+            )
+        } else {
+            (
+                mem_dir.as_deref().map(stats::v1_memory).unwrap_or_default(),
+                cgroup::v1::MEM_LIMIT,
+            )
+        };
+        let memory_limit_bytes = mem_dir.as_ref().and_then(|d| {
+            cgroup::model::parse_memory(&std::fs::read_to_string(d.join(limit_file)).ok()?)
+                .flatten()
+        });
+        let pressure = layout
+            .setup
+            .hierarchies
+            .iter()
+            .position(|h| h.version == Version::V2)
+            .map(|h| stats::read_pressure(&layout.tenant_dir(h, &t.name)));
+        let mut status = TenantStatus {
+            name: t.name.clone(),
+            processes: count,
+            members,
+            devices,
+            io,
+            cpu,
+            cpu_quota_cores,
+            cpu_cores_used: None,
+            cpu_throttled_share: None,
+            memory,
+            memory_limit_bytes,
+            pressure,
+            at_limit: Vec::new(),
+        };
+        status.at_limit = at_limit(&status);
+        tenants.push(status);
+    }
+    Sample { at, tenants }
+}
+
+/// A counter's rate over `dt` seconds; `None` if it went backwards (the group was recreated).
+fn rate(prev: u64, cur: u64, dt: f64) -> Option<f64> {
+    (cur >= prev && dt > 0.0).then(|| (cur - prev) as f64 / dt)
+}
+
+fn share(rate: f64, limit: Option<u64>) -> Option<f64> {
+    limit.filter(|l| *l > 0).map(|l| rate / l as f64)
+}
+
+/// Which limits the tenant sits at (95% or more in use).
+fn at_limit(t: &TenantStatus) -> Vec<String> {
+    let mut out = Vec::new();
+    let near = |s: Option<f64>| s.is_some_and(|s| s >= 0.95);
+    for (name, s) in [
+        ("io.read_bps", t.io.read_bps_share),
+        ("io.write_bps", t.io.write_bps_share),
+        ("io.read_iops", t.io.read_iops_share),
+        ("io.write_iops", t.io.write_iops_share),
+    ] {
+        if near(s) {
+            out.push(name.to_string());
+        }
+    }
+    if let (Some(used), Some(q)) = (t.cpu_cores_used, t.cpu_quota_cores) {
+        if near(Some(used / q)) {
+            out.push("cpu.cores".into());
+        }
+    }
+    if let (Some(cur), Some(max)) = (t.memory.current_bytes, t.memory_limit_bytes) {
+        if near(Some(cur as f64 / max as f64)) {
+            out.push("memory.max".into());
+        }
+    }
+    out
+}
+
+/// Fills the rates of `cur` from the previous sample.
+pub fn with_rates(prev: &Sample, cur: &mut Sample) {
+    let dt = cur.at.duration_since(prev.at).as_secs_f64();
+    for t in &mut cur.tenants {
+        let Some(p) = prev.tenants.iter().find(|p| p.name == t.name) else {
+            continue;
+        };
+        let mut total = IoRates::default();
+        let mut complete = true;
+        for d in &mut t.devices {
+            let before = p
+                .devices
+                .iter()
+                .find(|x| x.devnum == d.devnum)
+                .map(|x| x.usage)
+                .unwrap_or_default();
+            let r = (|| {
+                Some(IoRates {
+                    read_bytes_per_second: rate(before.read_bytes, d.usage.read_bytes, dt)?,
+                    write_bytes_per_second: rate(before.write_bytes, d.usage.write_bytes, dt)?,
+                    read_iops: rate(before.read_ios, d.usage.read_ios, dt)?,
+                    write_iops: rate(before.write_ios, d.usage.write_ios, dt)?,
+                })
+            })();
+            match r {
+                Some(r) => {
+                    total.read_bytes_per_second += r.read_bytes_per_second;
+                    total.write_bytes_per_second += r.write_bytes_per_second;
+                    total.read_iops += r.read_iops;
+                    total.write_iops += r.write_iops;
+                }
+                None => complete = false,
+            }
+            d.rates = r;
+        }
+        if complete {
+            // Share of a limit: the rate on the devices that have that limit, over their sum.
+            let limited_rate =
+                |f: fn(&DeviceStatus) -> Option<u64>, r: fn(&IoRates) -> f64| -> f64 {
+                    t.devices
+                        .iter()
+                        .filter(|d| f(d).is_some())
+                        .filter_map(|d| d.rates.as_ref().map(r))
+                        .sum()
+                };
+            t.io.read_bps_share = share(
+                limited_rate(|d| d.read_bps_limit, |r| r.read_bytes_per_second),
+                t.io.limits.read_bps,
+            );
+            t.io.write_bps_share = share(
+                limited_rate(|d| d.write_bps_limit, |r| r.write_bytes_per_second),
+                t.io.limits.write_bps,
+            );
+            t.io.read_iops_share = share(
+                limited_rate(|d| d.read_iops_limit, |r| r.read_iops),
+                t.io.limits.read_iops,
+            );
+            t.io.write_iops_share = share(
+                limited_rate(|d| d.write_iops_limit, |r| r.write_iops),
+                t.io.limits.write_iops,
+            );
+            t.io.rates = Some(total);
+        }
+        if let (Some(a), Some(b)) = (p.cpu.usage_seconds, t.cpu.usage_seconds) {
+            t.cpu_cores_used = (b >= a && dt > 0.0).then(|| (b - a) / dt);
+        }
+        if let (Some(a), Some(b)) = (p.cpu.throttled_seconds, t.cpu.throttled_seconds) {
+            t.cpu_throttled_share = (b >= a && dt > 0.0).then(|| ((b - a) / dt).min(1.0));
+        }
+        t.at_limit = at_limit(t);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tenant(read_bytes: u64, usage_s: f64) -> TenantStatus {
+        TenantStatus {
+            name: "BX1".into(),
+            processes: 1,
+            members: Vec::new(),
+            devices: vec![DeviceStatus {
+                device: "7:0".into(),
+                name: "loop0".into(),
+                devnum: DevNum::new(7, 0),
+                read_bps_limit: Some(4 << 20),
+                write_bps_limit: None,
+                read_iops_limit: None,
+                write_iops_limit: None,
+                usage: stats::IoCounters {
+                    read_bytes,
+                    write_bytes: 0,
+                    read_ios: read_bytes / 65536,
+                    write_ios: 0,
+                },
+                rates: None,
+            }],
+            io: IoTotals {
+                limits: IoLimits {
+                    read_bps: Some(4 << 20),
+                    ..IoLimits::default()
+                },
+                ..IoTotals::default()
+            },
+            cpu: stats::CpuUsage {
+                usage_seconds: Some(usage_s),
+                ..stats::CpuUsage::default()
+            },
+            cpu_quota_cores: Some(0.5),
+            cpu_cores_used: None,
+            cpu_throttled_share: None,
+            memory: stats::MemoryUsage::default(),
+            memory_limit_bytes: None,
+            pressure: None,
+            at_limit: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn rates_shares_and_at_limit() {
+        let t0 = Instant::now();
+        let prev = Sample {
+            at: t0,
+            tenants: vec![tenant(0, 10.0)],
+        };
+        let mut cur = Sample {
+            at: t0 + std::time::Duration::from_secs(2),
+            tenants: vec![tenant(8 << 20, 11.0)],
+        };
+        with_rates(&prev, &mut cur);
+        let t = &cur.tenants[0];
+        let r = t.io.rates.unwrap();
+        assert_eq!(r.read_bytes_per_second, (4 << 20) as f64);
+        assert_eq!(r.read_iops, 64.0);
+        assert_eq!(t.io.read_bps_share, Some(1.0));
+        assert_eq!(t.cpu_cores_used, Some(0.5));
+        assert_eq!(
+            t.at_limit,
+            vec!["io.read_bps".to_string(), "cpu.cores".to_string()]
+        );
+    }
+
+    #[test]
+    fn a_counter_that_goes_back_gives_no_rate() {
+        let t0 = Instant::now();
+        let prev = Sample {
+            at: t0,
+            tenants: vec![tenant(100 << 20, 50.0)],
+        };
+        let mut cur = Sample {
+            at: t0 + std::time::Duration::from_secs(1),
+            tenants: vec![tenant(1 << 20, 0.1)],
+        };
+        with_rates(&prev, &mut cur);
+        let t = &cur.tenants[0];
+        assert!(t.io.rates.is_none());
+        assert!(t.devices[0].rates.is_none());
+        assert!(t.cpu_cores_used.is_none());
+        assert!(t.at_limit.is_empty());
+    }
+}
