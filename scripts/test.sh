@@ -7,9 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for pair in fio:fio mkfs.ext4:e2fsprogs losetup:mount /usr/bin/python3:python3 qemu-system-x86_64:qemu-system-x86 busybox:busybox-static; do
+for pair in fio:fio mkfs.ext4:e2fsprogs losetup:mount /usr/bin/python3:python3 qemu-system-x86_64:qemu-system-x86 busybox:busybox-static tmux:tmux; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
+/usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || missing+=(python3-prometheus-client)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
@@ -23,8 +24,9 @@ cargo clippy --all-targets --quiet -- -D warnings
 echo "== unit tests"
 cargo test --lib --quiet
 echo "== integration tests on this host's kernel (root)"
-cargo test --test it --quiet -- --test-threads=2
+cargo test --test it --quiet -- --test-threads=1
 echo "== cgroup v2 in a VM"
 cargo build --release --quiet
 tests/vm/run.sh target/release/dbcage tests/vm/smoke.sh
 tests/vm/run.sh target/release/dbcage tests/vm/scenarios.sh
+tests/vm/run.sh target/release/dbcage tests/vm/observe.sh

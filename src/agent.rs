@@ -22,11 +22,14 @@ use serde::Serialize;
 use tracing::{info, warn};
 
 use crate::cgroup::{self, apply, Snapshot};
-use crate::classify::classify;
-use crate::classify::connector::{Connector, ProcEvent, Received};
-use crate::cli::{make_plan, prepare, Context_};
-use crate::inventory::procs::read_process;
+use crate::classify::connector::{Connector, ProcEvent, Received, Timed};
+use crate::classify::{self, classify};
+use crate::cli::{make_plan, prepare, prepare_with, Context_};
+use crate::inventory::procs::read_process_fields;
+use crate::metrics;
 use crate::plan::{self, Plan, Step};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock};
 
 pub struct AgentOptions {
     pub config: PathBuf,
@@ -38,6 +41,8 @@ pub struct AgentOptions {
     pub stats_out: Option<PathBuf>,
     /// Receive buffer of the process-event socket, in bytes.
     pub event_buffer: usize,
+    /// Overrides the policy's `agent.metrics`: `Some(None)` turns the endpoint off.
+    pub metrics: Option<Option<std::net::SocketAddr>>,
 }
 
 /// After a fork inside a tenant, the child is re-read this long after the fork, to catch
@@ -58,8 +63,10 @@ pub struct AgentStats {
     pub rechecks: u64,
     pub reloads: u64,
     pub reload_failures: u64,
-    /// Event received → first cgroup.procs write started, for moves caused by an event.
+    /// Event read from the socket → first cgroup.procs write started (the daemon's own work).
     pub event_to_write_us: Percentiles,
+    /// Event emitted by the kernel → write started: adds the time queued in the socket.
+    pub kernel_event_to_write_us: Percentiles,
     /// The move itself (all hierarchies): write started → done.
     pub write_us: Percentiles,
     pub rescan_ms: Percentiles,
@@ -91,9 +98,34 @@ struct Agent {
     rechecks: BTreeMap<(Instant, u32), ()>,
     stats: AgentStats,
     event_hist: Histogram<u64>,
+    kernel_hist: Histogram<u64>,
     write_hist: Histogram<u64>,
     rescan_hist: Histogram<u64>,
     has_descendant_rules: bool,
+    /// What the metrics endpoint reads.
+    shared: Arc<metrics::Shared>,
+}
+
+/// When an event happened, for the latency histograms.
+#[derive(Debug, Clone, Copy)]
+struct EventTime {
+    /// When the daemon read it (or, for a re-check, when the re-check was due).
+    received: Instant,
+    /// When the kernel emitted it (CLOCK_MONOTONIC ns), for events from the connector.
+    kernel_ns: Option<u64>,
+}
+
+fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn histogram() -> Histogram<u64> {
@@ -101,16 +133,34 @@ fn histogram() -> Histogram<u64> {
 }
 
 impl Agent {
+    /// Lets the metrics endpoint see the current policy and layout.
+    fn publish(&self) {
+        let mut view = self.shared.view.write().unwrap_or_else(|e| e.into_inner());
+        *view = (self.ctx.loaded.policy.clone(), self.ctx.layout.clone());
+    }
+
     fn rescan(&mut self, why: &str) {
         let start = Instant::now();
         self.stats.rescans += 1;
-        // Re-read the host (devices and processes) so that device changes are picked up too.
-        match prepare(&self.opts.config).and_then(|c| {
+        self.shared.health.rescans.fetch_add(1, Ordering::Relaxed);
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        self.shared
+            .health
+            .last_scan_ms
+            .store(now_ms, Ordering::Relaxed);
+        // Re-read the host (devices and processes) so that device changes are picked up too,
+        // but not the policy file: that changes on SIGHUP only, and a broken file must not stop
+        // the safety net.
+        match prepare_with(self.ctx.loaded.clone()).and_then(|c| {
             let plan = make_plan(&c)?;
             Ok((c, plan))
         }) {
             Ok((ctx, plan)) => {
                 self.ctx = ctx;
+                self.publish();
                 self.execute(&plan, None);
                 self.refresh_members();
             }
@@ -134,7 +184,7 @@ impl Agent {
             .any(|t| t.rules.iter().chain(&t.exempt).any(|r| r.descendants));
     }
 
-    fn execute(&mut self, plan: &Plan, event_at: Option<Instant>) {
+    fn execute(&mut self, plan: &Plan, event_at: Option<EventTime>) {
         for s in &plan.steps {
             if let Step::Move {
                 pid,
@@ -159,13 +209,23 @@ impl Agent {
         if let Some(at) = event_at {
             let _ = self
                 .event_hist
-                .record(write_start.duration_since(at).as_micros().max(1) as u64);
+                .record(write_start.duration_since(at.received).as_micros().max(1) as u64);
+            if let Some(k) = at.kernel_ns {
+                let now = monotonic_ns();
+                let _ = self
+                    .kernel_hist
+                    .record((now.saturating_sub(k) / 1000).max(1));
+            }
         }
         let outcome = apply::execute(plan);
         let _ = self
             .write_hist
             .record(write_start.elapsed().as_micros().max(1) as u64);
         self.stats.moves += outcome.moved as u64;
+        self.shared
+            .health
+            .moves
+            .fetch_add(outcome.moved as u64, Ordering::Relaxed);
         self.stats.vanished += outcome.vanished as u64;
         for e in &outcome.errors {
             warn!("{e}");
@@ -174,16 +234,19 @@ impl Agent {
 
     /// Classifies one process (with its ancestors when a rule passes a tenant to descendants)
     /// and moves it if it is not where it belongs.
-    fn handle_pid(&mut self, pid: u32, event_at: Instant) {
+    fn handle_pid(&mut self, pid: u32, event_at: EventTime) {
         let fs = &self.ctx.fs;
-        let Some(p) = read_process(fs, pid) else {
+        let policy = &self.ctx.loaded.policy;
+        let fields = classify::fields_needed(&policy.tenants);
+        let Some(p) = read_process_fields(fs, pid, fields) else {
             return;
         };
         let mut procs = vec![p];
-        if self.has_descendant_rules {
+        let placements: Vec<_> = if self.has_descendant_rules {
+            // A descendant claim needs the ancestors, read up to init.
             let mut ppid = procs[0].ppid;
             while ppid > 1 && procs.len() < 64 {
-                match read_process(fs, ppid) {
+                match read_process_fields(fs, ppid, fields) {
                     Some(a) => {
                         ppid = a.ppid;
                         procs.push(a);
@@ -191,12 +254,15 @@ impl Agent {
                     None => break,
                 }
             }
-        }
-        let policy = &self.ctx.loaded.policy;
-        let placements: Vec<_> = classify(&policy.tenants, &procs)
-            .into_iter()
-            .filter(|x| x.pid == pid)
-            .collect();
+            classify(&policy.tenants, &procs)
+                .into_iter()
+                .filter(|x| x.pid == pid)
+                .collect()
+        } else {
+            classify::classify_direct(&policy.tenants, &procs[0])
+                .into_iter()
+                .collect()
+        };
         let Some(placed) = placements.first() else {
             return;
         };
@@ -216,8 +282,14 @@ impl Agent {
         }
     }
 
-    fn handle_event(&mut self, ev: ProcEvent, at: Instant) {
+    fn handle_event(&mut self, timed: Timed, received: Instant) {
+        let at = EventTime {
+            received,
+            kernel_ns: Some(timed.kernel_ns),
+        };
+        let ev = timed.event;
         self.stats.events += 1;
+        self.shared.health.events.fetch_add(1, Ordering::Relaxed);
         match ev {
             ProcEvent::Exec { pid } | ProcEvent::Comm { pid } | ProcEvent::Ids { pid } => {
                 self.handle_pid(pid, at)
@@ -226,7 +298,7 @@ impl Agent {
                 if let Some(&t) = self.members.get(&parent) {
                     self.members.insert(child, t);
                     for d in RECHECK_AFTER {
-                        self.rechecks.insert((at + d, child), ());
+                        self.rechecks.insert((received + d, child), ());
                     }
                 }
             }
@@ -246,11 +318,16 @@ impl Agent {
             Ok((ctx, plan)) => {
                 info!(files = ?ctx.loaded.policy.files, "policy reloaded");
                 self.ctx = ctx;
+                self.publish();
                 self.execute(&plan, None);
                 self.refresh_members();
             }
             Err(e) => {
                 self.stats.reload_failures += 1;
+                self.shared
+                    .health
+                    .reload_failures
+                    .fetch_add(1, Ordering::Relaxed);
                 warn!("reload refused, the running policy stays: {e:#}");
             }
         }
@@ -333,14 +410,27 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         Ok(c) => Some(c),
         Err(e) => {
             warn!(
-                "process events unavailable ({e}; dbcage needs CAP_NET_ADMIN and a kernel with CONFIG_PROC_EVENTS): running in rescan-only mode every {:?}",
+                "process events unavailable ({e}; they need a kernel with CONFIG_PROC_EVENTS, the host's initial network namespace, and before Linux 6.6 CAP_NET_ADMIN): running in rescan-only mode every {:?}",
                 opts.fallback_rescan
             );
             None
         }
     };
     let ctx = prepare(&opts.config)?;
+    let shared = Arc::new(metrics::Shared {
+        fs: ctx.fs.clone(),
+        view: RwLock::new((ctx.loaded.policy.clone(), ctx.layout.clone())),
+        health: metrics::Health::default(),
+    });
+    let metrics_addr = opts.metrics.unwrap_or(ctx.loaded.policy.agent.metrics);
+    if let Some(addr) = metrics_addr {
+        match metrics::serve(addr, shared.clone()) {
+            Ok(()) => info!(%addr, "metrics at http://{addr}/metrics"),
+            Err(e) => warn!("{e:#}; running without the metrics endpoint"),
+        }
+    }
     let mut agent = Agent {
+        shared,
         ctx,
         members: HashMap::new(),
         rechecks: BTreeMap::new(),
@@ -349,6 +439,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             ..AgentStats::default()
         },
         event_hist: histogram(),
+        kernel_hist: histogram(),
         write_hist: histogram(),
         rescan_hist: histogram(),
         has_descendant_rules: false,
@@ -356,26 +447,33 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     };
     let first = make_plan(&agent.ctx)?;
     agent.execute(&first, None);
+    agent
+        .shared
+        .health
+        .last_scan_ms
+        .store(unix_ms(), Ordering::Relaxed);
     agent.refresh_members();
     let mut storage_watch = watch_globs(&agent.ctx.loaded.policy);
-    for m in agent
+    let without_favordynmods: Vec<String> = agent
         .ctx
         .layout
         .setup
         .hierarchies
         .iter()
         .map(|h| &h.mount_point)
-    {
-        let favors = agent.ctx.inventory.mounts.mounts.iter().any(|x| {
-            agent.ctx.fs.path(&x.mount_point) == *m
-                && x.super_options.iter().any(|o| o == "favordynmods")
-        });
-        if !favors {
-            info!(
-                "{} is mounted without favordynmods: a move that follows a quiet spell waits for an RCU grace period (8 to 16 ms on v1 here; 0.03 ms when moves come close together). Kernels 6.0 and later accept it at mount time (a remount replaces every option, so pass the existing ones along)",
-                m.display()
-            );
-        }
+        .filter(|m| {
+            !agent.ctx.inventory.mounts.mounts.iter().any(|x| {
+                agent.ctx.fs.path(&x.mount_point) == **m
+                    && x.super_options.iter().any(|o| o == "favordynmods")
+            })
+        })
+        .map(|m| m.display().to_string())
+        .collect();
+    if !without_favordynmods.is_empty() {
+        info!(
+            "{} mounted without favordynmods: a move that follows a quiet spell waits for an RCU grace period (8 to 16 ms on v1 here; 0.03 ms when moves come close together). Kernels 6.0 and later accept it at mount time (a remount replaces every option, so pass the existing ones along)",
+            without_favordynmods.join(", ")
+        );
     }
     info!(
         tenants = agent.ctx.loaded.policy.tenants.len(),
@@ -476,6 +574,11 @@ pub fn run(opts: AgentOptions) -> Result<()> {
                 }
                 if overrun {
                     agent.stats.overruns += 1;
+                    agent
+                        .shared
+                        .health
+                        .events_lost
+                        .fetch_add(1, Ordering::Relaxed);
                     warn!(
                         overruns = agent.stats.overruns,
                         "process events were lost (socket buffer overrun): rescanning now"
@@ -492,7 +595,13 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             agent.rechecks.remove(&(at, pid));
             agent.stats.rechecks += 1;
             if agent.members.contains_key(&pid) {
-                agent.handle_pid(pid, at);
+                agent.handle_pid(
+                    pid,
+                    EventTime {
+                        received: at,
+                        kernel_ns: None,
+                    },
+                );
             }
         }
         if now >= next_rescan {
@@ -506,6 +615,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         }
     }
     agent.stats.event_to_write_us = percentiles(&agent.event_hist, 1.0);
+    agent.stats.kernel_event_to_write_us = percentiles(&agent.kernel_hist, 1.0);
     agent.stats.write_us = percentiles(&agent.write_hist, 1.0);
     agent.stats.rescan_ms = percentiles(&agent.rescan_hist, 1000.0);
     if let Some(path) = &agent.opts.stats_out {

@@ -67,6 +67,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A full-screen view of every tenant's usage against its limits, refreshed every second.
+    Top {
+        /// Refresh interval.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        interval: std::time::Duration,
+    },
     /// Run the daemon: apply, then place every process the moment it appears (kernel process
     /// events), with a periodic rescan as safety net. SIGHUP reloads; SIGTERM stops and leaves
     /// every limit in place.
@@ -84,6 +90,9 @@ pub enum Command {
         /// overruns).
         #[arg(long, hide = true, default_value_t = 8 << 20)]
         event_buffer: usize,
+        /// Serve Prometheus metrics here (IP:PORT), or `off`; overrides `agent.metrics`.
+        #[arg(long, value_parser = parse_metrics_addr)]
+        metrics: Option<MetricsAddr>,
     },
     /// Start a command already inside a tenant's group (as cgexec does), so no window is left.
     Exec {
@@ -95,6 +104,11 @@ pub enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Measure a disk or file with direct IO as parallelism grows: IOPS, MiB/s, latency
+    /// percentiles, and the knee where p99 crosses the latency target.
+    Probe(crate::probe::ProbeArgs),
+    /// Check a tenant's IO limits by probing its devices from inside its limited group.
+    Verify(crate::probe::verify::VerifyArgs),
     /// Move a tenant's processes back to the parent cgroup and remove its groups.
     Release {
         /// Tenants to release.
@@ -103,6 +117,19 @@ pub enum Command {
         #[arg(long, conflicts_with = "tenants")]
         all: bool,
     },
+}
+
+/// `--metrics`: an address, or `off` (`None`).
+#[derive(Debug, Clone, Copy)]
+pub struct MetricsAddr(Option<std::net::SocketAddr>);
+
+fn parse_metrics_addr(s: &str) -> Result<MetricsAddr, String> {
+    if s == "off" {
+        return Ok(MetricsAddr(None));
+    }
+    s.parse()
+        .map(|a| MetricsAddr(Some(a)))
+        .map_err(|_| format!("`{s}` is not an address; use IP:PORT such as 127.0.0.1:9477, or off"))
 }
 
 /// An error that means "the input is wrong, nothing was changed" (exit 2).
@@ -183,8 +210,12 @@ fn load_policy(path: &Path) -> Result<Loaded> {
 /// Loads the policy, reads the host and finds the cgroup layout. Device problems are policy
 /// errors (exit 2): a policy that names a missing disk applies nothing.
 pub fn prepare(config: &Path) -> Result<Context_> {
+    prepare_with(load_policy(config)?)
+}
+
+/// `prepare` for a policy already loaded: re-reads the host (devices, processes, cgroups) only.
+pub fn prepare_with(loaded: Loaded) -> Result<Context_> {
     let fs = HostFs::default();
-    let loaded = load_policy(config)?;
     let (inventory, problems) = inventory::gather(&fs, &loaded.policy)?;
     if !problems.is_empty() {
         return Err(PolicyErrors(problems).into());
@@ -305,12 +336,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
             },
             &mut out,
         ),
+        Command::Top { interval } => {
+            let (loaded, layout, fs) = layout_for(&cli.config)?;
+            crate::top::run(&fs, &layout, &loaded.policy, interval)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Release { tenants, all } => release(&cli.config, &tenants, all, &mut out),
         Command::Run {
             rescan_interval,
             fallback_interval,
             stats_out,
             event_buffer,
+            metrics,
         } => {
             crate::agent::run(crate::agent::AgentOptions {
                 config: cli.config.clone(),
@@ -318,6 +355,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 fallback_rescan: fallback_interval,
                 stats_out,
                 event_buffer,
+                metrics: metrics.map(|m| m.0),
             })?;
             Ok(ExitCode::SUCCESS)
         }
@@ -326,6 +364,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
             exempt,
             command,
         } => exec_in(&cli.config, &tenant, exempt, &command),
+        Command::Probe(args) => crate::probe::probe_command(&args, &mut out)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(probe_invalid),
+        Command::Verify(args) => crate::probe::verify::verify_command(&cli.config, &args, &mut out)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(probe_invalid),
+    }
+}
+
+/// A probe's bad input is the command line's: exit 2.
+fn probe_invalid(e: anyhow::Error) -> anyhow::Error {
+    match e.downcast::<crate::probe::BadInput>() {
+        Ok(b) => Invalid(b.0).into(),
+        Err(e) => e,
     }
 }
 

@@ -97,12 +97,28 @@ pub struct Sample {
     pub tenants: Vec<TenantStatus>,
 }
 
-/// The kernel's name of a block device (`sda`, `loop3`), or its number if unknown.
+/// The kernel's name of a block device (`sda`, `loop3`), or its number if unknown. Names are
+/// cached per device number: resolving the sysfs link costs several syscalls, and a scrape asks
+/// for every device of every tenant.
 pub fn device_name(fs: &HostFs, dev: DevNum) -> String {
-    std::fs::canonicalize(fs.path(format!("/sys/dev/block/{dev}")))
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static NAMES: Mutex<Option<HashMap<DevNum, String>>> = Mutex::new(None);
+    let mut cache = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    let map = cache.get_or_insert_with(HashMap::new);
+    if let Some(n) = map.get(&dev) {
+        return n.clone();
+    }
+    let name = std::fs::read_link(fs.path(format!("/sys/dev/block/{dev}")))
         .ok()
-        .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| dev.to_string())
+        .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()));
+    match name {
+        Some(n) => {
+            map.insert(dev, n.clone());
+            n
+        }
+        None => dev.to_string(),
+    }
 }
 
 /// Device limits in force on a tenant's `limited` leaf and its per-device counters.

@@ -28,6 +28,7 @@ fn agent(parent: ParentSpec) -> Agent {
     Agent {
         root_name: DEFAULT_ROOT.into(),
         parent,
+        metrics: None,
     }
 }
 

@@ -49,6 +49,19 @@ pub enum ProcEvent {
     Other,
 }
 
+/// An event and when the kernel emitted it (CLOCK_MONOTONIC, ns): the daemon measures its whole
+/// delay from here, time queued in the socket included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timed {
+    pub event: ProcEvent,
+    pub kernel_ns: u64,
+}
+
+fn u64_at(buf: &[u8], off: usize) -> Option<u64> {
+    buf.get(off..off + 8)
+        .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+}
+
 fn u32_at(buf: &[u8], off: usize) -> Option<u32> {
     buf.get(off..off + 4)
         .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
@@ -98,7 +111,7 @@ pub fn parse_event(ev: &[u8]) -> Option<ProcEvent> {
 }
 
 /// Splits a received datagram into netlink messages and parses the proc events in them.
-pub fn parse_datagram(buf: &[u8], out: &mut Vec<ProcEvent>) {
+pub fn parse_datagram(buf: &[u8], out: &mut Vec<Timed>) {
     let mut off = 0;
     while off + NLMSG_HDRLEN <= buf.len() {
         let Some(len) = u32_at(buf, off).map(|l| l as usize) else {
@@ -110,8 +123,10 @@ pub fn parse_datagram(buf: &[u8], out: &mut Vec<ProcEvent>) {
         let msg = &buf[off + NLMSG_HDRLEN..off + len];
         if let (Some(idx), Some(val)) = (u32_at(msg, 0), u32_at(msg, 4)) {
             if idx == CN_IDX_PROC && val == CN_VAL_PROC {
-                if let Some(ev) = msg.get(CN_MSG_LEN..).and_then(parse_event) {
-                    out.push(ev);
+                if let Some(ev) = msg.get(CN_MSG_LEN..) {
+                    if let (Some(event), Some(kernel_ns)) = (parse_event(ev), u64_at(ev, 8)) {
+                        out.push(Timed { event, kernel_ns });
+                    }
                 }
             }
         }
@@ -215,7 +230,7 @@ impl Connector {
     }
 
     /// Reads one datagram (non-blocking) and appends its events to `out`.
-    pub fn receive(&mut self, out: &mut Vec<ProcEvent>) -> io::Result<Received> {
+    pub fn receive(&mut self, out: &mut Vec<Timed>) -> io::Result<Received> {
         // SAFETY: buf is a valid writable buffer of buf.len() bytes.
         let n = unsafe {
             libc::recv(
@@ -253,7 +268,7 @@ mod tests {
         let mut ev = Vec::new();
         ev.extend_from_slice(&what.to_ne_bytes());
         ev.extend_from_slice(&0u32.to_ne_bytes()); // cpu
-        ev.extend_from_slice(&0u64.to_ne_bytes()); // timestamp
+        ev.extend_from_slice(&(1000 + what as u64).to_ne_bytes()); // timestamp
         for d in data {
             ev.extend_from_slice(&d.to_ne_bytes());
         }
@@ -286,6 +301,8 @@ mod tests {
             &datagram(PROC_EVENT_EXIT, &[11, 11, 0, 17, 10, 10]),
             &mut out,
         );
+        assert_eq!(out[0].kernel_ns, 1000 + PROC_EVENT_FORK as u64);
+        let out: Vec<ProcEvent> = out.into_iter().map(|t| t.event).collect();
         assert_eq!(
             out,
             vec![

@@ -66,6 +66,28 @@ fn direct_claim<'a>(t: &'a Tenant, p: &ProcInfo) -> Option<(Leaf, &'a Rule)> {
         .map(|r| (Leaf::Limited, r))
 }
 
+/// The process fields the tenants' rules look at (see `procs::Fields`).
+pub fn fields_needed(tenants: &[Tenant]) -> crate::inventory::procs::Fields {
+    let rules = || tenants.iter().flat_map(|t| t.rules.iter().chain(&t.exempt));
+    crate::inventory::procs::Fields {
+        ids: rules().any(|r| r.uid.is_some() || r.gid.is_some()),
+        exe: rules().any(|r| r.exe.is_some()),
+    }
+}
+
+/// The placement of one process by direct rules only (no descendant claims): the daemon's fast
+/// path when no rule passes a tenant on to descendants. Same precedence as `classify`.
+pub fn classify_direct(tenants: &[Tenant], p: &ProcInfo) -> Option<Placement> {
+    tenants.iter().enumerate().find_map(|(ti, t)| {
+        direct_claim(t, p).map(|(leaf, rule)| Placement {
+            pid: p.pid,
+            tenant: ti,
+            leaf,
+            reason: rule.label.clone(),
+        })
+    })
+}
+
 /// Claims of every tenant on one process, in tenant order (for overlap warnings).
 pub fn claims(tenants: &[Tenant], p: &ProcInfo) -> Vec<usize> {
     tenants

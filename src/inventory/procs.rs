@@ -57,8 +57,29 @@ pub fn join_cmdline(raw: &[u8]) -> String {
     s.trim_end().to_string()
 }
 
+/// Which optional fields to read. `status` (uid/gid) and `exe` cost a file read each, and the
+/// daemon reads one process per exec on the host: it reads them only when a rule looks at them.
+/// Fields not read are `u32::MAX` (ids) and `None` (exe).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fields {
+    pub ids: bool,
+    pub exe: bool,
+}
+
+impl Fields {
+    pub const ALL: Fields = Fields {
+        ids: true,
+        exe: true,
+    };
+}
+
 /// Reads one process; `None` if it is gone, or is a kernel thread.
 pub fn read_process(fs: &HostFs, pid: u32) -> Option<ProcInfo> {
+    read_process_fields(fs, pid, Fields::ALL)
+}
+
+/// `read_process`, reading only the optional fields asked for.
+pub fn read_process_fields(fs: &HostFs, pid: u32, fields: Fields) -> Option<ProcInfo> {
     let dir = fs.proc().join(pid.to_string());
     let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
     let (comm, ppid, start_time) = parse_stat(&stat)?;
@@ -66,8 +87,16 @@ pub fn read_process(fs: &HostFs, pid: u32) -> Option<ProcInfo> {
         return None;
     }
     let cmdline = join_cmdline(&std::fs::read(dir.join("cmdline")).ok()?);
-    let (uid, gid) = parse_status_ids(&std::fs::read_to_string(dir.join("status")).ok()?)?;
-    let exe = std::fs::read_link(dir.join("exe")).ok();
+    let (uid, gid) = if fields.ids {
+        parse_status_ids(&std::fs::read_to_string(dir.join("status")).ok()?)?
+    } else {
+        (u32::MAX, u32::MAX)
+    };
+    let exe = if fields.exe {
+        std::fs::read_link(dir.join("exe")).ok()
+    } else {
+        None
+    };
     Some(ProcInfo {
         pid,
         ppid,

@@ -22,6 +22,8 @@ pub use validate::{check_group_name, Accounts, SystemAccounts};
 pub const DEFAULT_POLICY: &str = "/etc/dbcage/dbcage.toml";
 /// Default name of the cgroup that holds every tenant.
 pub const DEFAULT_ROOT: &str = "dbcage";
+/// Default address of the daemon's metrics endpoint (loopback only).
+pub const DEFAULT_METRICS: &str = "127.0.0.1:9477";
 
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -35,6 +37,8 @@ pub struct Policy {
 pub struct Agent {
     pub root_name: String,
     pub parent: ParentSpec,
+    /// Where the daemon serves Prometheus metrics; `None` when `metrics = "off"`.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// Where dbcage's root cgroup is created.

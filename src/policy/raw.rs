@@ -21,6 +21,8 @@ pub struct RawAgent {
     pub root: Option<Loc<String>>,
     /// `"root"` (the hierarchy root), `"self"` (dbcage's own cgroup) or an absolute cgroup path.
     pub parent: Option<Loc<String>>,
+    /// Address of the daemon's Prometheus endpoint (`"127.0.0.1:9477"`), or `"off"`.
+    pub metrics: Option<Loc<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -145,6 +147,7 @@ impl RawAgent {
     pub fn merge(&mut self, later: RawAgent) {
         take(&mut self.root, later.root);
         take(&mut self.parent, later.parent);
+        take(&mut self.metrics, later.metrics);
     }
 }
 

@@ -241,7 +241,25 @@ fn validate_agent(ctx: &mut Ctx, raw: super::raw::RawAgent) -> Agent {
             }
         },
     };
-    Agent { root_name, parent }
+    let metrics = match raw.metrics {
+        None => DEFAULT_METRICS.parse().ok(),
+        Some(m) if m.value == "off" => None,
+        Some(m) => match m.value.parse::<std::net::SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                ctx.error(&m, format!(
+                    "agent.metrics: `{}` is not an address; use IP:PORT such as \"127.0.0.1:9477\", or \"off\"",
+                    m.value
+                ));
+                None
+            }
+        },
+    };
+    Agent {
+        root_name,
+        parent,
+        metrics,
+    }
 }
 
 fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {

@@ -59,6 +59,27 @@ pub fn sid() -> String {
     format!("T{}{letters}", std::process::id())
 }
 
+/// A process name (`comm`, at most 15 characters) unique to this test process and call:
+/// `prefix` (at most 8 characters) + this pid in base 36 (5 digits) + a counter (2 digits).
+pub fn comm_tag(prefix: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    fn base36(mut n: usize, width: usize) -> String {
+        let mut out = vec![b'0'; width];
+        for slot in out.iter_mut().rev() {
+            *slot = b"0123456789abcdefghijklmnopqrstuvwxyz"[n % 36];
+            n /= 36;
+        }
+        String::from_utf8(out).unwrap()
+    }
+    assert!(prefix.len() <= 8, "comm prefix {prefix} is too long");
+    let n = N.fetch_add(1, Ordering::SeqCst);
+    format!(
+        "{prefix}{}{}",
+        base36(std::process::id() as usize, 5),
+        base36(n, 2)
+    )
+}
+
 /// A regex (as TOML string content) that matches exactly the processes named `name ...`.
 pub fn name_rule(name: &str) -> String {
     format!("^{name}( |$)")
@@ -221,6 +242,11 @@ impl Tenancy {
             "[agent]\nparent = \"self\"\nroot = \"{}\"\n\n{body}",
             self.root
         )
+    }
+
+    /// The policy's `dbcage-test-*` temp dir (removed with the Tenancy).
+    pub fn dir(&self) -> &Path {
+        self._dir.path()
     }
 
     pub fn set_policy(&self, body: &str) {
@@ -559,4 +585,180 @@ pub fn assert_near(what: &str, value: f64, want: f64, below: f64, above: f64) {
         (lo..=hi).contains(&value),
         "{what}: measured {value:.3}, expected {want} (from {lo:.3} to {hi:.3})"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// the daemon
+
+/// `dbcage -c POLICY run --stats-out FILE ARGS...` (with `--metrics off` unless ARGS set it) as
+/// a child, started and waited for until it logs that it runs. Dropping it stops it (SIGCONT, then SIGTERM by pid; SIGKILL if it does not
+/// exit within 5 s) before the borrowed Tenancy releases and removes the groups.
+pub struct Daemon<'a> {
+    /// Borrowed so that the Tenancy (and its cleanup) outlives the daemon.
+    _tenancy: &'a Tenancy,
+    inner: std::process::Child,
+    pub pid: u32,
+    log: std::sync::Arc<Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    pub stats_path: PathBuf,
+    status: Option<ExitStatus>,
+}
+
+impl<'a> Daemon<'a> {
+    pub fn start(t: &'a Tenancy, args: &[&str]) -> Daemon<'a> {
+        Daemon::start_wrapped(t, &[], args)
+    }
+
+    /// Runs it under `wrapper` (a program and its arguments, e.g. `setpriv ... --`).
+    pub fn start_wrapped(t: &'a Tenancy, wrapper: &[&str], args: &[&str]) -> Daemon<'a> {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let stats_path = t.dir().join(format!(
+            "dbcage-test-stats-{}.json",
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let mut cmd = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(DBCAGE);
+                c
+            }
+            None => Command::new(DBCAGE),
+        };
+        cmd.arg("-c")
+            .arg(&t.policy)
+            .arg("run")
+            .arg("--stats-out")
+            .arg(&stats_path)
+            .args(args)
+            // No metrics endpoint unless asked for: parallel daemons on a shared host would
+            // contend for the default port.
+            .args(if args.contains(&"--metrics") {
+                &[][..]
+            } else {
+                &["--metrics", "off"][..]
+            })
+            .env_remove("DBCAGE_CONFIG")
+            .env_remove("DBCAGE_LOG")
+            .env_remove("NOTIFY_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut inner = cmd.spawn().expect("spawning dbcage run");
+        let log = std::sync::Arc::new(Mutex::new(String::new()));
+        let stderr = inner.stderr.take().expect("stderr");
+        let sink = log.clone();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let mut l = sink.lock().unwrap_or_else(|e| e.into_inner());
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        let mut d = Daemon {
+            _tenancy: t,
+            pid: inner.id(),
+            inner,
+            log,
+            reader: Some(reader),
+            stats_path,
+            status: None,
+        };
+        let ready = wait_until(Duration::from_secs(15), || {
+            d.log().contains("dbcage running") || !d.alive()
+        });
+        assert!(
+            ready && d.alive(),
+            "dbcage run did not start (exit {:?}); its log:\n{}",
+            d.status,
+            d.log()
+        );
+        d
+    }
+
+    /// Everything it has written to stderr so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Waits until its log contains `needle`.
+    pub fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
+        wait_until(timeout, || self.log().contains(needle))
+    }
+
+    pub fn alive(&mut self) -> bool {
+        if self.status.is_none() {
+            if let Ok(Some(s)) = self.inner.try_wait() {
+                self.status = Some(s);
+            }
+        }
+        self.status.is_none()
+    }
+
+    /// Sends `sig` to it, by pid, if it has not exited (and been reaped) yet.
+    pub fn signal(&mut self, sig: nix::sys::signal::Signal) {
+        if self.alive() {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid as i32), sig)
+                .unwrap_or_else(|e| panic!("kill -{sig} {}: {e}", self.pid));
+        }
+    }
+
+    /// Waits up to `timeout` for it to exit; its status once it has.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        wait_until(timeout, || !self.alive());
+        if self.status.is_some() {
+            if let Some(r) = self.reader.take() {
+                let _ = r.join(); // stderr is closed: the log is complete
+            }
+        }
+        self.status
+    }
+
+    /// SIGTERM, then waits up to `timeout`: its exit status and how long it took.
+    pub fn stop(&mut self, timeout: Duration) -> (Option<ExitStatus>, Duration) {
+        let t0 = Instant::now();
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        let status = self.wait_exit(timeout);
+        (status, t0.elapsed())
+    }
+
+    /// SIGKILL, and reaps it.
+    pub fn kill(&mut self) {
+        self.signal(nix::sys::signal::Signal::SIGKILL);
+        assert!(
+            self.wait_exit(Duration::from_secs(5)).is_some(),
+            "dbcage run (pid {}) survived SIGKILL",
+            self.pid
+        );
+    }
+
+    /// The statistics it wrote when it stopped.
+    pub fn stats(&self) -> serde_json::Value {
+        let text = std::fs::read_to_string(&self.stats_path)
+            .unwrap_or_else(|e| panic!("{}: {e}; log:\n{}", self.stats_path.display(), self.log()));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("stats: {e}: {text}"))
+    }
+}
+
+impl Drop for Daemon<'_> {
+    fn drop(&mut self) {
+        if self.alive() {
+            use nix::sys::signal::Signal;
+            let pid = nix::unistd::Pid::from_raw(self.pid as i32);
+            let _ = nix::sys::signal::kill(pid, Signal::SIGCONT);
+            let _ = nix::sys::signal::kill(pid, Signal::SIGTERM);
+            if self.wait_exit(Duration::from_secs(5)).is_none() {
+                eprintln!(
+                    "cleanup: dbcage run (pid {}) ignored SIGTERM; killing it",
+                    self.pid
+                );
+                let _ = self.inner.kill();
+                let _ = self.inner.wait();
+            }
+        }
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+    }
 }

@@ -15,6 +15,16 @@ Modes:
   write FILE            writes of --bs bytes, each followed by fsync, over the first --span bytes
                         of FILE (created if missing).
   mem                   allocates --mib MiB and touches every page; prints bytes when done.
+  rename                does not wait first: after --delay S renames itself (writes --comm to
+                        /proc/self/comm, as prctl(PR_SET_NAME) does), then waits until placed and
+                        prints how long that took ("waited") and where it was before ("before");
+                        then stays --duration seconds.
+  forks                 once placed, forks --children processes that live until it exits (they
+                        die with it); the first of them renames itself to --comm after --delay S
+                        if --comm is given. Writes {"children": [PID...]} to --out, then stays
+                        --duration seconds.
+
+--controller takes a comma-separated list: the marker must show in each of them.
 
 --delay S waits S seconds between being placed and starting the load.
 
@@ -38,11 +48,12 @@ def cgroup_path(controller):
     return None
 
 
-def wait_for_group(controller, marker, timeout):
+def wait_for_group(controllers, marker, timeout):
     start = time.monotonic()
     while True:
-        path = cgroup_path(controller)
-        if path is not None and marker in path:
+        paths = [cgroup_path(c) for c in controllers.split(",")]
+        path = paths[0]
+        if all(p is not None and marker in p for p in paths):
             return time.monotonic() - start, path
         if time.monotonic() - start > timeout:
             print(json.dumps({"error": "not placed", "cgroup": path, "marker": marker}))
@@ -120,7 +131,53 @@ def run_mem(args, _files):
     return n, 0, time.monotonic() - start, {}
 
 
+def set_comm(name):
+    with open("/proc/self/comm", "w") as f:
+        f.write(name)
+
+
+def run_rename(args):
+    time.sleep(args.delay)
+    before = cgroup_path(args.controller.split(",")[0])
+    set_comm(args.comm)
+    waited, path = wait_for_group(args.controller, args.marker, args.wait_timeout)
+    print(json.dumps({"mode": "rename", "before": before, "waited": waited, "cgroup": path}))
+    sys.stdout.flush()
+    time.sleep(args.duration)
+
+
+def run_forks(args):
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
+    children = []
+    for i in range(args.children):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the parent
+                if os.getppid() != parent:
+                    os._exit(0)
+                if i == 0 and args.comm:
+                    time.sleep(args.delay)
+                    set_comm(args.comm)
+                while os.getppid() == parent:
+                    time.sleep(0.1)
+            finally:
+                os._exit(0)
+        children.append(pid)
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"children": children}, f)
+    os.rename(tmp, args.out)
+    time.sleep(args.duration)
+
+
 MODES = {"read": run_read, "randread": run_randread, "write": run_write, "mem": run_mem}
+OWN_WAIT = {"rename": run_rename}
+NO_LOAD = {"forks": run_forks}
 
 
 def main():
@@ -133,12 +190,23 @@ def main():
     p.add_argument("--span", type=int, default=32 << 20)
     p.add_argument("--mib", type=int, default=0)
     p.add_argument("--delay", type=float, default=0.0, help="seconds to wait once placed")
-    p.add_argument("mode", choices=sorted(MODES))
+    p.add_argument("--comm", default=None, help="rename, forks: the new name")
+    p.add_argument("--children", type=int, default=0, help="forks: how many")
+    p.add_argument("--out", default=None, help="forks: where to write the children's pids")
+    p.add_argument("mode", choices=sorted(list(MODES) + list(OWN_WAIT) + list(NO_LOAD)))
     p.add_argument("files", nargs="*")
     args = p.parse_args()
-    if args.mode != "mem" and not args.files:
+    if args.mode in OWN_WAIT:
+        OWN_WAIT[args.mode](args)
+        return
+    if args.mode in MODES and args.mode != "mem" and not args.files:
         p.error("mode %s needs a file" % args.mode)
+    if args.mode == "forks" and not args.out:
+        p.error("mode forks needs --out")
     waited, path = wait_for_group(args.controller, args.marker, args.wait_timeout)
+    if args.mode in NO_LOAD:
+        NO_LOAD[args.mode](args)
+        return
     time.sleep(args.delay)
     total, ios, seconds, extra = MODES[args.mode](args, args.files)
     out = {

@@ -9,5 +9,8 @@
 
 mod common;
 mod cpu_mem;
+mod daemon;
 mod lifecycle;
+mod observe;
+mod probe;
 mod throttle;

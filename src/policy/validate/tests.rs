@@ -1034,3 +1034,31 @@ fn missing_policy_file() {
         "{msg}"
     );
 }
+
+#[test]
+fn agent_metrics_address() {
+    let default = ok("");
+    assert_eq!(
+        default.policy.agent.metrics,
+        Some("127.0.0.1:9477".parse().unwrap())
+    );
+    assert_eq!(
+        ok("[agent]\nmetrics = \"off\"\n").policy.agent.metrics,
+        None
+    );
+    assert_eq!(
+        ok("[agent]\nmetrics = \"0.0.0.0:9100\"\n")
+            .policy
+            .agent
+            .metrics,
+        Some("0.0.0.0:9100".parse().unwrap())
+    );
+    let text = "[agent]\nmetrics = \"localhost\"\n";
+    let msg = error(text);
+    assert_located(
+        &msg,
+        text,
+        "\"localhost\"",
+        &["agent.metrics", "`localhost`", "off"],
+    );
+}

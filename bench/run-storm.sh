@@ -1,0 +1,276 @@
+#!/usr/bin/env bash
+# Issue 8's classification-latency storm, side by side in one invocation:
+#   1. kernel-baseline: the bench moves each child itself (cgroup.procs write), the kernel's floor;
+#      kernel-baseline-4h: the same into cpu, cpuacct, cpuset and blkio one after the other;
+#   2. cgrulesengd (libcgroup, Debian's cgroup-tools) with the equivalent cgrules.conf;
+#   3. dbcage run (skipped with a message when this build has no `run`).
+# Every side runs the same storm (benches/storm.rs): children named like seed processes
+# (ora_pNNN_BX1, `oracleBX1 (LOCAL=NO)`) measure from their own start how long until
+# /proc/self/cgroup shows the tenant's group in the cpu hierarchy.
+#
+# Usage (root, cgroup v1 cpu and cpuacct hierarchies):
+#   sudo bench/run-storm.sh
+# Environment: RATES (default 50,500,2000 execs/s), DURATION (s per rate, default 3),
+#   SIDES (default baseline,baseline4,cgrulesengd,dbcage), STORM_ARGS (more bench options, e.g.
+#   "--spawners 1 --long-ms 500"; `storm --help` lists them), DBCAGE_BIN (the dbcage to test;
+#   default the target/release/dbcage this script builds),
+#   STORM_RESULTS (a file to append the JSON lines to; by default they are only printed).
+#
+# Everything it makes has dbcage-test in its name and is removed on exit, also on failure:
+# /tmp/dbcage-test-storm-run-XXXX, the cgroups dbcage-test-storm-cgred/BX1 (cpu, cpuacct only),
+# dbcage-test-storm-baseline (cpu, cpuacct, cpuset, blkio; never memory) and dbcage's
+# dbcage-test-storm root.
+#
+# cgrulesengd 2.0 has no option for the rules file: it reads /etc/cgrules.conf (and
+# /etc/cgrules.d). So that nothing is written to /etc, it runs in a private mount namespace with
+# a read-only overlay on /etc whose top layer holds our cgrules.conf (and the empty cgconfig.conf,
+# cgconfig.d and cgrules.d it also insists on), and a private tmpfs on /run
+# for its cgred.socket. Its rules name only the storm's process names.
+set -euo pipefail
+
+RATES=${RATES:-50,500,2000}
+DURATION=${DURATION:-3}
+SIDES=${SIDES:-baseline,baseline4,cgrulesengd,dbcage}
+STORM_ARGS=${STORM_ARGS:-}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+CG=/sys/fs/cgroup
+
+die() { echo "run-storm: $*" >&2; exit 1; }
+note() { echo "== $*"; }
+
+[ "$(id -u)" = 0 ] || die "run as root (it creates cgroups and runs cgrulesengd)"
+if [ ! -e "$CG/cpu/cgroup.procs" ] || [ ! -e "$CG/cpuacct/cgroup.procs" ]; then
+    die "needs the cgroup v1 cpu and cpuacct hierarchies at $CG/cpu and $CG/cpuacct"
+fi
+
+# Our own cgroup in a v1 hierarchy (the cpu one is where the storm's children start and where
+# dbcage's parent = "self" puts its root).
+self_cg() {
+    local p
+    p=$(awk -F: -v h="$1" '{ n = split($2, c, ","); for (i = 1; i <= n; i++) if (c[i] == h) print $3 }' /proc/self/cgroup)
+    echo "${p%/}"
+}
+SELF_CPU=$(self_cg cpu)
+grep -Eq '^[0-9]+:([^:]*,)?cpu(,[^:]*)?:' /proc/self/cgroup || die "no cpu line in /proc/self/cgroup"
+
+W=$(mktemp -d /tmp/dbcage-test-storm-run-XXXX)
+STARTED=()       # pids we started, stopped by the trap
+POLICY="$W/dbcage-test-storm.toml"
+CGRED_GROUP=dbcage-test-storm-cgred
+BASE_GROUP="$CG/cpu$SELF_CPU/dbcage-test-storm-baseline"
+# The 4-hierarchy baseline: the same move into cpu, cpuacct, cpuset and blkio (dbcage moves into
+# every hierarchy; memory is left out here, its groups sit inside the supervisor's subtree).
+BASE4=()
+for h in cpu cpuacct cpuset blkio; do
+    if [ -e "$CG/$h/cgroup.procs" ]; then
+        BASE4+=("$CG/$h$(self_cg "$h")/dbcage-test-storm-baseline")
+    fi
+done
+
+stop_pid() { # pid signal: signal, wait up to 5 s, then SIGKILL
+    local pid=$1 sig=${2:-TERM}
+    kill -0 "$pid" 2>/dev/null || return 0
+    kill -"$sig" "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do
+        kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+        sleep 0.1
+    done
+    echo "run-storm: pid $pid did not stop on SIG$sig; sending SIGKILL" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
+# Remove one of our cgroup trees depth-first. Leftover processes go back to the tree's parent,
+# except in memory (dbcage's memory groups sit inside the supervisor's subtree), where nothing is
+# moved: the storm's children end by themselves within ~2.5 s, so we wait for them.
+remove_tree() {
+    local top=$1 parent d pid
+    [ -d "$top" ] || return 0
+    case "$(basename "$top")" in *dbcage-test*) ;; *) echo "run-storm: refusing to remove $top" >&2; return 0 ;; esac
+    parent=$(dirname "$top")
+    for _ in $(seq 50); do
+        while read -r d; do
+            case "$top" in
+                "$CG/memory/"*) ;;
+                *) while read -r pid; do
+                       echo "$pid" >"$parent/cgroup.procs" 2>/dev/null || true
+                   done <"$d/cgroup.procs" ;;
+            esac
+            rmdir "$d" 2>/dev/null || true
+        done < <(find "$top" -depth -type d)
+        [ -d "$top" ] || return 0
+        sleep 0.1
+    done
+    echo "run-storm: could not remove $top" >&2
+}
+
+cleanup() {
+    local rc=$? pid d
+    trap - EXIT INT TERM
+    for pid in "${STARTED[@]}"; do stop_pid "$pid" TERM; done
+    if [ -f "$POLICY" ] && [ -x "${DBCAGE_BIN:-$REPO/target/release/dbcage}" ]; then
+        "${DBCAGE_BIN:-$REPO/target/release/dbcage}" -c "$POLICY" release --all >/dev/null 2>&1 || true
+    fi
+    remove_tree "$CG/cpu/$CGRED_GROUP"
+    remove_tree "$CG/cpuacct/$CGRED_GROUP"
+    remove_tree "$BASE_GROUP"
+    for d in "${BASE4[@]}"; do remove_tree "$d"; done
+    # dbcage's root, wherever parent = "self" put it, if release left it.
+    while read -r d; do remove_tree "$d"; done < <(find "$CG" -maxdepth 6 -type d -name dbcage-test-storm 2>/dev/null)
+    rm -rf "$W"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------------------------------------
+note "setup"
+if ! command -v cgrulesengd >/dev/null; then
+    note "installing cgroup-tools"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y cgroup-tools >/dev/null ||
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y cgroup-tools >/dev/null; }
+fi
+if pgrep -x cgrulesengd >/dev/null; then
+    die "a cgrulesengd is already running (pid $(pgrep -x cgrulesengd | tr '\n' ' ')); it would classify the storm too"
+fi
+
+# The storm's names are the tenant's names: a BX1 process of someone else's would be classified
+# too (and counted in the classifier's CPU), so say so.
+if others=$(pgrep -a -f '^(ora_p[0-9a-z]{3}_BX1|oracleBX1)' 2>/dev/null); then
+    echo "run-storm: warning: processes with the storm's names are running and would be classified too:" >&2
+    echo "$others" >&2
+fi
+
+cd "$REPO"
+cargo build --release --quiet
+BENCH=$(cargo bench --bench storm --no-run --message-format=json 2>/dev/null |
+    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
+[ -x "$BENCH" ] || die "could not build the storm bench"
+note "bench: $BENCH; rates $RATES execs/s for ${DURATION}s each; cpu cgroup of this shell: ${SELF_CPU:-/}"
+
+storm() { # name expect [extra args...]
+    local name=$1 expect=$2
+    shift 2
+    # shellcheck disable=SC2086
+    "$BENCH" --rates "$RATES" --duration "$DURATION" --name "$name" --expect "$expect" \
+        --tmpdir "$W" --json-out "$W/results.jsonl" $STORM_ARGS "$@" | tee "$W/table-$name.txt"
+}
+wait_ready() { # expect
+    "$BENCH" --wait-ready 15 --expect "$1" --tmpdir "$W"
+}
+side() { case ",$SIDES," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+
+# ---------------------------------------------------------------------------------------------
+if side baseline; then
+    note "kernel baseline: the bench writes each child's pid into $BASE_GROUP/cgroup.procs"
+    storm kernel-baseline "" --baseline "$BASE_GROUP"
+fi
+if side baseline4; then
+    note "kernel baseline, 4 hierarchies: the bench writes each pid into ${BASE4[*]}"
+    b4=()
+    for d in "${BASE4[@]}"; do b4+=(--baseline "$d"); done
+    storm kernel-baseline-4h "" "${b4[@]}"
+fi
+
+# ---------------------------------------------------------------------------------------------
+if side cgrulesengd; then
+    note "cgrulesengd ($(dpkg-query -W -f '${Version}' cgroup-tools 2>/dev/null || echo '?'))"
+    # cgrulesengd 2.0 also insists on /etc/cgconfig.conf and /etc/cgconfig.d (templates): empty.
+    mkdir -p "$W/etc/cgconfig.d" "$W/etc/cgrules.d"
+    echo "# no templates" >"$W/etc/cgconfig.conf"
+    {
+        echo "# dbcage storm bench: the storm's process names only"
+        # shellcheck disable=SC2086 # STORM_ARGS is a list of options (--names N)
+        "$BENCH" --print-names $STORM_ARGS | while read -r n; do
+            echo "*:$n cpu,cpuacct $CGRED_GROUP/BX1"
+        done
+    } >"$W/etc/cgrules.conf"
+    for h in cpu cpuacct; do mkdir -p "$CG/$h/$CGRED_GROUP/BX1"; done
+    # shellcheck disable=SC2016 # $1 is expanded by the inner sh
+    unshare --mount --propagation private -- sh -c '
+        mount -t overlay dbcage-test-storm-etc -o "lowerdir=$1/etc:/etc" /etc &&
+        mount -t tmpfs dbcage-test-storm-run /run &&
+        exec cgrulesengd -n -f "$1/cgrulesengd.log"' sh "$W" &
+    CGRED_PID=$!
+    STARTED+=("$CGRED_PID")
+    if wait_ready "/$CGRED_GROUP/BX1"; then
+        [ "$(cat "/proc/$CGRED_PID/comm" 2>/dev/null)" = cgrulesengd ] ||
+            die "pid $CGRED_PID is not cgrulesengd"
+        storm cgrulesengd "/$CGRED_GROUP/BX1" --classifier-pid "$CGRED_PID"
+    else
+        echo "run-storm: cgrulesengd never classified a probe; its log:" >&2
+        cat "$W/cgrulesengd.log" >&2 || true
+    fi
+    stop_pid "$CGRED_PID" TERM
+    if [ -s "$W/cgrulesengd.log" ]; then
+        note "cgrulesengd log (notices and errors, last 5 lines)"
+        tail -n5 "$W/cgrulesengd.log"
+    fi
+    remove_tree "$CG/cpu/$CGRED_GROUP"
+    remove_tree "$CG/cpuacct/$CGRED_GROUP"
+fi
+
+# ---------------------------------------------------------------------------------------------
+DBCAGE_STATS=""
+if side dbcage; then
+    DBCAGE=${DBCAGE_BIN:-$REPO/target/release/dbcage}
+    if ! "$DBCAGE" run --help >/dev/null 2>&1; then
+        note "dbcage: this build has no \`dbcage run\` (\`dbcage run --help\` failed); skipping the dbcage side"
+    else
+        note "dbcage run"
+        cat >"$POLICY" <<'EOF'
+[agent]
+parent = "self"
+root = "dbcage-test-storm"
+
+[[tenant]]
+name = "BX1"
+match = [{ cmdline = '^ora_p[0-9a-z]{3}_BX1' }, { cmdline = '^oracleBX1' }]
+EOF
+        "$DBCAGE" -c "$POLICY" check
+        # Its log (one line per move at info level) goes to a file, not into the tables.
+        "$DBCAGE" -c "$POLICY" run --stats-out "$W/dbcage-stats.json" 2>"$W/dbcage-run.log" &
+        DB_PID=$!
+        STARTED+=("$DB_PID")
+        if wait_ready "$SELF_CPU/dbcage-test-storm/BX1/limited"; then
+            storm dbcage "$SELF_CPU/dbcage-test-storm/BX1/limited" --classifier-pid "$DB_PID"
+        else
+            echo "run-storm: dbcage run never classified a probe" >&2
+        fi
+        stop_pid "$DB_PID" TERM
+        note "dbcage run log: $(grep -c ' move ' "$W/dbcage-run.log" || true) move lines;" \
+            "warnings and errors (last 5):"
+        grep -E ' (WARN|ERROR) ' "$W/dbcage-run.log" | tail -n5 || true
+        "$DBCAGE" -c "$POLICY" release --all || true
+        if [ -s "$W/dbcage-stats.json" ]; then
+            DBCAGE_STATS=$(cat "$W/dbcage-stats.json")
+        else
+            DBCAGE_STATS="(dbcage wrote no --stats-out file)"
+        fi
+    fi
+fi
+
+# ---------------------------------------------------------------------------------------------
+echo
+note "side by side (delay: ms from the child's own start until /proc/self/cgroup shows the group;"
+echo "   never: no record or not classified within 2 s; >=50ms: of those, lived 50 ms or more;"
+echo "   exec p99: the parent's spawn call to the child's main, ms (it includes any time the child"
+echo "   was held by a cgroup move in flight); x2g: exec-to-group, from the parent's spawn() returning"
+echo "   (it returns once the child's exec succeeded) to the child seeing the group (JSON: exec_to_group_*,"
+echo "   and spawn_to_group_* from before the fork); cpu us/pr and HWM: the classifier's utime+stime per spawned process"
+echo "   and VmHWM; move p99: the baseline's own cgroup.procs write, start to end; host%: the whole"
+echo "   host's CPU busy share during the rate (this host is shared: read the figures with it))"
+for f in "$W"/table-*.txt; do
+    [ -f "$f" ] || continue
+    grep -v '^{' "$f"
+    echo
+done
+if [ -n "$DBCAGE_STATS" ]; then
+    note "dbcage --stats-out"
+    echo "$DBCAGE_STATS"
+fi
+note "JSON lines"
+cat "$W/results.jsonl" 2>/dev/null || true
+if [ -n "${STORM_RESULTS:-}" ] && [ -f "$W/results.jsonl" ]; then
+    cat "$W/results.jsonl" >>"$STORM_RESULTS"
+fi

@@ -1,0 +1,163 @@
+//! Cost of one metrics scrape (and of one `status` sample, the same reader) with 50 tenants
+//! over 8 devices each, on the real kernel: `cargo bench --bench scrape` (root, cgroup v1 or v2).
+//!
+//! It attaches 8 loop devices (sparse `dbcage-test` files), applies a policy of 50 tenants whose
+//! storage is all 8 devices with read and write limits, renders the exposition 200 times, and
+//! reports the time per scrape (p50, p99, max) and the heap allocated per scrape (a counting
+//! allocator). Everything is released and detached at the end, also on panic.
+
+use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use dbcage::cgroup::{Layout, Setup};
+use dbcage::hostfs::HostFs;
+use dbcage::inventory::MountTable;
+use dbcage::metrics::{Health, Shared};
+
+struct Counting;
+static ALLOCATED: AtomicU64 = AtomicU64::new(0);
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: AllocLayout) -> *mut u8 {
+        ALLOCATED.fetch_add(l.size() as u64, Ordering::Relaxed);
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: AllocLayout) {
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const TENANTS: usize = 50;
+const DEVICES: usize = 8;
+const SCRAPES: usize = 200;
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    loops: Vec<String>,
+    policy: std::path::PathBuf,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = Command::new(env!("CARGO_BIN_EXE_dbcage"))
+            .arg("-c")
+            .arg(&self.policy)
+            .args(["release", "--all"])
+            .output();
+        for l in &self.loops {
+            let _ = Command::new("losetup").args(["-d", l]).output();
+        }
+        let _ = &self.dir;
+    }
+}
+
+fn main() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: the scrape benchmark needs root");
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("dbcage-test-scrape-")
+        .tempdir()
+        .unwrap();
+    let mut fx = Fixture {
+        policy: dir.path().join("dbcage.toml"),
+        dir,
+        loops: Vec::new(),
+    };
+    for i in 0..DEVICES {
+        let img = fx.dir.path().join(format!("dbcage-test-{i}.img"));
+        std::fs::File::create(&img)
+            .and_then(|f| f.set_len(64 << 20))
+            .unwrap();
+        let out = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&img)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "losetup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        fx.loops
+            .push(String::from_utf8_lossy(&out.stdout).trim().to_string());
+    }
+    let storage = fx
+        .loops
+        .iter()
+        .map(|l| format!("\"{l}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut policy = format!(
+        "[agent]\nparent = \"self\"\nroot = \"dbcage-test-scrape-{}\"\n",
+        std::process::id()
+    );
+    for t in 0..TENANTS {
+        policy.push_str(&format!(
+            "\n[[tenant]]\nname = \"t{t:02}\"\nmatch = [{{ cmdline = \"^dbcage-test-nothing-{t}$\" }}]\nstorage = [{storage}]\n[tenant.io]\nread_bps = \"80MiB\"\nwrite_iops = 800\n[tenant.cpu]\ncores = 1\n[tenant.memory]\nmax = \"1GiB\"\n"
+        ));
+    }
+    std::fs::write(&fx.policy, &policy).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dbcage"))
+        .arg("-c")
+        .arg(&fx.policy)
+        .arg("apply")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "apply: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let fs = HostFs::default();
+    let loaded = dbcage::policy::load(&fx.policy, &dbcage::policy::SystemAccounts).unwrap();
+    let setup = Setup::detect(&fs, &MountTable::read(&fs).unwrap()).unwrap();
+    let layout = Layout::new(setup, &loaded.policy.agent).unwrap();
+    let shared = Arc::new(Shared {
+        fs,
+        view: RwLock::new((loaded.policy, layout)),
+        health: Health::default(),
+    });
+
+    let first = dbcage::metrics::render(&shared);
+    let series = first.lines().filter(|l| !l.starts_with('#')).count();
+    let mut times = Vec::with_capacity(SCRAPES);
+    let (bytes0, count0) = (
+        ALLOCATED.load(Ordering::Relaxed),
+        ALLOCATIONS.load(Ordering::Relaxed),
+    );
+    for _ in 0..SCRAPES {
+        let start = Instant::now();
+        let text = dbcage::metrics::render(&shared);
+        times.push(start.elapsed());
+        std::hint::black_box(text);
+    }
+    let bytes = (ALLOCATED.load(Ordering::Relaxed) - bytes0) / SCRAPES as u64;
+    let count = (ALLOCATIONS.load(Ordering::Relaxed) - count0) / SCRAPES as u64;
+    times.sort();
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "scrape of {TENANTS} tenants x {DEVICES} devices ({series} series, {} bytes of text): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms over {SCRAPES} scrapes; {count} allocations, {:.0} KiB allocated per scrape",
+        first.len(),
+        ms(times[SCRAPES / 2]),
+        ms(times[SCRAPES * 99 / 100]),
+        ms(times[SCRAPES - 1]),
+        bytes as f64 / 1024.0
+    );
+    println!(
+        "{{\"tenants\":{TENANTS},\"devices\":{DEVICES},\"series\":{series},\"p50_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3},\"allocations\":{count},\"allocated_bytes\":{bytes}}}",
+        ms(times[SCRAPES / 2]),
+        ms(times[SCRAPES * 99 / 100]),
+        ms(times[SCRAPES - 1])
+    );
+}

@@ -1,0 +1,323 @@
+//! Prometheus exposition from the daemon: per-tenant and per-device counters read from the
+//! kernel at each scrape (a `prometheus-client` Collector over `status::collect`), configured
+//! limits as gauges, and the daemon's own health. Served over HTTP by `tiny_http` on its own
+//! thread: it is small, blocking, and keeps the daemon's event loop free of any HTTP work
+//! (the crate is in maintenance mode; the server does one thing and needs nothing newer).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::cgroup::Layout;
+use crate::hostfs::HostFs;
+use crate::policy::Policy;
+use crate::status;
+
+/// The daemon's own counters, updated by the event loop, read by scrapes.
+#[derive(Debug, Default)]
+pub struct Health {
+    pub events: AtomicU64,
+    pub events_lost: AtomicU64,
+    pub rescans: AtomicU64,
+    pub moves: AtomicU64,
+    pub reload_failures: AtomicU64,
+    /// Unix time of the last full scan, in milliseconds.
+    pub last_scan_ms: AtomicU64,
+}
+
+/// What a scrape reads: the current policy and layout (replaced on reload) and the health.
+#[derive(Debug)]
+pub struct Shared {
+    pub fs: HostFs,
+    pub view: RwLock<(Policy, Layout)>,
+    pub health: Health,
+}
+
+#[derive(Debug)]
+struct TenantCollector(Arc<Shared>);
+
+type Labels = Vec<(&'static str, String)>;
+
+enum Kind {
+    Counter,
+    Gauge,
+}
+
+fn family(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    kind: Kind,
+    rows: &[(Labels, f64)],
+) -> std::fmt::Result {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let t = match kind {
+        Kind::Counter => MetricType::Counter,
+        Kind::Gauge => MetricType::Gauge,
+    };
+    let mut m = enc.encode_descriptor(name, help, unit.as_ref(), t)?;
+    for (labels, v) in rows {
+        let f = m.encode_family(labels)?;
+        match kind {
+            Kind::Counter => ConstCounter::new(*v).encode(f)?,
+            Kind::Gauge => ConstGauge::new(*v).encode(f)?,
+        }
+    }
+    Ok(())
+}
+
+impl Collector for TenantCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        let view = self.0.view.read().unwrap_or_else(|e| e.into_inner());
+        let (policy, layout) = &*view;
+        let sample = status::collect(&self.0.fs, layout, policy, &[], None);
+        drop(view);
+        let tenant = |t: &status::TenantStatus| vec![("tenant", t.name.clone())];
+        let dev = |t: &status::TenantStatus, d: &status::DeviceStatus, dir: &'static str| {
+            vec![
+                ("tenant", t.name.clone()),
+                ("device", d.device.clone()),
+                ("name", d.name.clone()),
+                ("direction", dir.into()),
+            ]
+        };
+        let mut bytes = Vec::new();
+        let mut ios = Vec::new();
+        let mut bps_limit = Vec::new();
+        let mut iops_limit = Vec::new();
+        let mut procs = Vec::new();
+        let mut cpu = Vec::new();
+        let mut throttled = Vec::new();
+        let mut quota = Vec::new();
+        let mut mem = Vec::new();
+        let mut mem_limit = Vec::new();
+        let mut ooms = Vec::new();
+        for t in &sample.tenants {
+            procs.push((tenant(t), t.processes as f64));
+            for d in &t.devices {
+                bytes.push((dev(t, d, "read"), d.usage.read_bytes as f64));
+                bytes.push((dev(t, d, "write"), d.usage.write_bytes as f64));
+                ios.push((dev(t, d, "read"), d.usage.read_ios as f64));
+                ios.push((dev(t, d, "write"), d.usage.write_ios as f64));
+                for (dir, v) in [("read", d.read_bps_limit), ("write", d.write_bps_limit)] {
+                    if let Some(v) = v {
+                        bps_limit.push((dev(t, d, dir), v as f64));
+                    }
+                }
+                for (dir, v) in [("read", d.read_iops_limit), ("write", d.write_iops_limit)] {
+                    if let Some(v) = v {
+                        iops_limit.push((dev(t, d, dir), v as f64));
+                    }
+                }
+            }
+            if let Some(s) = t.cpu.usage_seconds {
+                cpu.push((tenant(t), s));
+            }
+            if let Some(s) = t.cpu.throttled_seconds {
+                throttled.push((tenant(t), s));
+            }
+            if let Some(q) = t.cpu_quota_cores {
+                quota.push((tenant(t), q));
+            }
+            if let Some(b) = t.memory.current_bytes {
+                mem.push((tenant(t), b as f64));
+            }
+            if let Some(b) = t.memory_limit_bytes {
+                mem_limit.push((tenant(t), b as f64));
+            }
+            if let Some(k) = t.memory.oom_kills {
+                ooms.push((tenant(t), k as f64));
+            }
+        }
+        use Kind::*;
+        family(
+            &mut enc,
+            "dbcage_io",
+            "Bytes read and written by a tenant on a device",
+            Some(Unit::Bytes),
+            Counter,
+            &bytes,
+        )?;
+        family(
+            &mut enc,
+            "dbcage_io_operations",
+            "IOs completed by a tenant on a device",
+            None,
+            Counter,
+            &ios,
+        )?;
+        family(
+            &mut enc,
+            "dbcage_io_limit_bytes_per_second",
+            "Configured bytes/s limit of a tenant on a device",
+            None,
+            Gauge,
+            &bps_limit,
+        )?;
+        family(
+            &mut enc,
+            "dbcage_io_limit_iops",
+            "Configured IOPS limit of a tenant on a device",
+            None,
+            Gauge,
+            &iops_limit,
+        )?;
+        family(
+            &mut enc,
+            "dbcage_processes",
+            "Processes in the tenant's groups",
+            None,
+            Gauge,
+            &procs,
+        )?;
+        family(
+            &mut enc,
+            "dbcage_cpu_usage",
+            "CPU time used by a tenant",
+            Some(Unit::Seconds),
+            Counter,
+            &cpu,
+        )?;
+        family(
+            &mut enc,
+            "dbcage_cpu_throttled",
+            "Time a tenant was throttled by its cpu quota",
+            Some(Unit::Seconds),
+            Counter,
+            &throttled,
+        )?;
+        family(
+            &mut enc,
+            "dbcage_cpu_quota_cores",
+            "Configured cpu quota of a tenant, in cores",
+            None,
+            Gauge,
+            &quota,
+        )?;
+        family(
+            &mut enc,
+            "dbcage_memory_usage",
+            "Memory in use by a tenant",
+            Some(Unit::Bytes),
+            Gauge,
+            &mem,
+        )?;
+        family(
+            &mut enc,
+            "dbcage_memory_limit",
+            "Configured memory.max of a tenant",
+            Some(Unit::Bytes),
+            Gauge,
+            &mem_limit,
+        )?;
+        family(
+            &mut enc,
+            "dbcage_memory_oom_kills",
+            "Processes of a tenant killed by the OOM killer",
+            None,
+            Counter,
+            &ooms,
+        )?;
+
+        let h = &self.0.health;
+        let none: Labels = Vec::new();
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+        family(
+            &mut enc,
+            "dbcage_events",
+            "Process events handled by the daemon",
+            None,
+            Counter,
+            &[(none.clone(), get(&h.events))],
+        )?;
+        family(
+            &mut enc,
+            "dbcage_events_lost",
+            "Times process events were lost (socket overrun); each caused a rescan",
+            None,
+            Counter,
+            &[(none.clone(), get(&h.events_lost))],
+        )?;
+        family(
+            &mut enc,
+            "dbcage_rescans",
+            "Full rescans",
+            None,
+            Counter,
+            &[(none.clone(), get(&h.rescans))],
+        )?;
+        family(
+            &mut enc,
+            "dbcage_moves",
+            "Processes moved into tenant groups",
+            None,
+            Counter,
+            &[(none.clone(), get(&h.moves))],
+        )?;
+        family(
+            &mut enc,
+            "dbcage_reload_failures",
+            "Reloads refused because the new policy was invalid",
+            None,
+            Counter,
+            &[(none.clone(), get(&h.reload_failures))],
+        )?;
+        family(
+            &mut enc,
+            "dbcage_last_scan_timestamp",
+            "Unix time of the last full scan",
+            Some(Unit::Seconds),
+            Gauge,
+            &[(none, get(&h.last_scan_ms) / 1000.0)],
+        )?;
+        Ok(())
+    }
+}
+
+/// The exposition text for the current state (also used by tests and the scrape benchmark).
+pub fn render(shared: &Arc<Shared>) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(TenantCollector(shared.clone())));
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {
+        tracing::warn!("encoding metrics failed: {e}");
+    }
+    out
+}
+
+/// Serves `/metrics` on `addr` from a background thread.
+pub fn serve(addr: std::net::SocketAddr, shared: Arc<Shared>) -> anyhow::Result<()> {
+    let server = tiny_http::Server::http(addr)
+        .map_err(|e| anyhow::anyhow!("metrics: cannot listen on {addr}: {e}"))?;
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            let content_type = tiny_http::Header::from_bytes(
+                &b"Content-Type"[..],
+                &b"application/openmetrics-text; version=1.0.0; charset=utf-8"[..],
+            )
+            .expect("static header");
+            for req in server.incoming_requests() {
+                let response = if req.url() == "/metrics" {
+                    tiny_http::Response::from_string(render(&shared))
+                        .with_header(content_type.clone())
+                } else {
+                    tiny_http::Response::from_string("dbcage: metrics are at /metrics\n")
+                        .with_status_code(404)
+                };
+                if let Err(e) = req.respond(response) {
+                    tracing::debug!("metrics: responding failed: {e}");
+                }
+            }
+        })?;
+    Ok(())
+}

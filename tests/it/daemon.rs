@@ -1,0 +1,1259 @@
+//! The daemon (`dbcage run`) against the real kernel: processes placed from their exec, comm and
+//! fork events, an event-socket overrun recovered by a rescan, SIGHUP reloads (good and broken),
+//! SIGTERM and SIGKILL, rescan-only mode without CAP_NET_ADMIN, retitles without any event, and
+//! `dbcage exec`, and PostgreSQL's walwriter made exempt by its title. Each test prints what it
+//! measured. The tests with time bounds hold `measure_lock`, so none of them runs next to the
+//! tests that load the machine (2,000 processes, throughput measurements). Every daemon runs
+//! with `--metrics off` (see `Daemon`).
+
+use std::collections::BTreeSet;
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::common::*;
+
+/// Every controller, as ioload.py's `--controller` wants them.
+fn all_controllers() -> String {
+    CONTROLLERS.join(",")
+}
+
+fn sleep_bin() -> &'static str {
+    if Path::new("/usr/bin/sleep").exists() {
+        "/usr/bin/sleep"
+    } else {
+        "/bin/sleep"
+    }
+}
+
+/// `sleep SECS` with argv[0] = `name`.
+fn sleeper(name: &str, secs: &str) -> Child {
+    let mut cmd = Command::new(sleep_bin());
+    cmd.arg0(name)
+        .arg(secs)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    Child::spawn(cmd, name)
+}
+
+/// A `match`/`exempt` rule on the command line `name ...`.
+fn cmd_rule(name: &str) -> String {
+    format!("{{ cmdline = \"{}\" }}", name_rule(name))
+}
+
+/// A rule on the exact process name.
+fn comm_rule(comm: &str) -> String {
+    format!("{{ comm = \"^{comm}$\" }}")
+}
+
+fn tenant(name: &str, matches: &[String], exempt: &[String], extra: &str) -> String {
+    format!(
+        "[[tenant]]\nname = \"{name}\"\nmatch = [{}]\nexempt = [{}]\n{extra}\n",
+        matches.join(", "),
+        exempt.join(", ")
+    )
+}
+
+/// True when `pid` is in `tenant`'s `leaf` in every hierarchy.
+fn placed(t: &Tenancy, pid: u32, tenant: &str, leaf: &str) -> bool {
+    let groups = proc_cgroups(pid);
+    let m = t.marker(tenant, leaf);
+    CONTROLLERS
+        .iter()
+        .all(|c| groups.get(*c).is_some_and(|p| p.ends_with(&m)))
+}
+
+/// Polls every millisecond until `pid` is in `tenant`'s `leaf` everywhere: how long after
+/// `since` it got there, or None after `timeout`.
+fn wait_placed(
+    t: &Tenancy,
+    pid: u32,
+    tenant: &str,
+    leaf: &str,
+    since: Instant,
+    timeout: Duration,
+) -> Option<Duration> {
+    loop {
+        if placed(t, pid, tenant, leaf) {
+            return Some(since.elapsed());
+        }
+        if since.elapsed() > timeout {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn assert_placed_within(
+    t: &Tenancy,
+    d: &Daemon,
+    pid: u32,
+    tenant: &str,
+    leaf: &str,
+    since: Instant,
+    limit: Duration,
+) -> Duration {
+    let took = wait_placed(
+        t,
+        pid,
+        tenant,
+        leaf,
+        since,
+        limit.max(Duration::from_secs(3)),
+    );
+    assert!(
+        took.is_some_and(|d| d <= limit),
+        "pid {pid} was not in {tenant}/{leaf} within {limit:?} (took {took:?}; now in {:?}); daemon log:\n{}",
+        proc_cgroups(pid),
+        d.log()
+    );
+    took.unwrap()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn read_trim(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .to_string()
+}
+
+fn subdirs(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn daemon_places_exec_at_once() {
+    if skip() {
+        return;
+    }
+    let _m = measure_lock(); // a latency bound: keep the machine quiet
+    let sid = sid();
+    let main = format!("ora_p001_{sid}");
+    let lgwr_comm = comm_tag("ora_lgwr");
+    let t = Tenancy::new(
+        "dplace",
+        &tenant(
+            "db",
+            &[cmd_rule(&main)],
+            &[comm_rule(&lgwr_comm)],
+            "[tenant.cpu]\nweight = 50\n",
+        ),
+    );
+    let mut d = Daemon::start(&t, &[]);
+    let mut delays = Vec::new();
+    let mut kids = Vec::new();
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        let p = sleeper(&main, "30");
+        delays.push(ms(assert_placed_within(
+            &t,
+            &d,
+            p.pid,
+            "db",
+            "limited",
+            t0,
+            Duration::from_millis(200),
+        )));
+        kids.push(p);
+    }
+    // comm is set at exec from the name of the file run: a link named like the log writer.
+    let link = t.dir().join(&lgwr_comm);
+    std::os::unix::fs::symlink(sleep_bin(), &link).expect("symlink");
+    let t0 = Instant::now();
+    let mut cmd = Command::new(&link);
+    cmd.arg0(format!("ora_lgwr_{sid}"))
+        .arg("30")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let q = Child::spawn(cmd, &lgwr_comm);
+    let lg = assert_placed_within(
+        &t,
+        &d,
+        q.pid,
+        "db",
+        "exempt",
+        t0,
+        Duration::from_millis(200),
+    );
+    assert_eq!(
+        read_trim(&Path::new("/proc").join(q.pid.to_string()).join("comm")),
+        lgwr_comm
+    );
+    let (status, _) = d.stop(Duration::from_secs(5));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    let stats = d.stats();
+    println!(
+        "spawn -> in limited (all hierarchies): {delays:.1?} ms; log writer -> exempt: {:.1} ms; daemon event -> write p50 {} us, max {} us, move {} us p50",
+        ms(lg),
+        stats["event_to_write_us"]["p50"],
+        stats["event_to_write_us"]["max"],
+        stats["write_us"]["p50"]
+    );
+    assert!(stats["moves"].as_u64().unwrap() >= 6, "{stats}");
+    assert_eq!(stats["connector"], true);
+}
+
+#[test]
+fn daemon_catches_rename() {
+    if skip() {
+        return;
+    }
+    let _m = measure_lock();
+    let comm = comm_tag("ora_pmon");
+    let t = Tenancy::new("drename", &tenant("db", &[comm_rule(&comm)], &[], ""));
+    let d = Daemon::start(&t, &[]);
+    let marker = t.marker("db", "limited");
+    let mut p = Child::ioload(
+        &format!("dbcage-test-rn-{}", sid()),
+        &[
+            "--marker",
+            &marker,
+            "--controller",
+            &all_controllers(),
+            "--delay",
+            "0.3",
+            "--duration",
+            "0.3",
+            "--wait-timeout",
+            "5",
+            "--comm",
+            &comm,
+            "rename",
+        ],
+    );
+    // Watch from outside too: when the new name shows, and when the process is placed.
+    let comm_file = Path::new("/proc").join(p.pid.to_string()).join("comm");
+    let start = Instant::now();
+    let renamed_at = loop {
+        // Where it is, then its name: placed while still under its old name would be wrong.
+        let was_placed = placed(&t, p.pid, "db", "limited");
+        if std::fs::read_to_string(&comm_file).is_ok_and(|c| c.trim() == comm) {
+            break Instant::now();
+        }
+        assert!(!was_placed, "placed before the rename");
+        assert!(start.elapsed() < Duration::from_secs(5), "never renamed");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let outside = assert_placed_within(
+        &t,
+        &d,
+        p.pid,
+        "db",
+        "limited",
+        renamed_at,
+        Duration::from_millis(200),
+    );
+    let r = p.load_result(Duration::from_secs(10));
+    assert!(
+        !r["before"].as_str().unwrap().contains(&marker),
+        "placed before the rename: {r}"
+    );
+    println!(
+        "rename -> in limited: {:.1} ms seen from outside, {:.1} ms seen by the process (10 ms polls)",
+        ms(outside),
+        r["waited"].as_f64().unwrap() * 1000.0
+    );
+}
+
+#[test]
+fn daemon_fork_inheritance_and_recheck() {
+    if skip() {
+        return;
+    }
+    let _m = measure_lock(); // timing bounds: not next to the tests that load the machine
+    let sid = sid();
+    let main = format!("ora_p002_{sid}");
+    let lgwr = comm_tag("ora_lgwr");
+    let t = Tenancy::new(
+        "dfork",
+        &tenant("db", &[cmd_rule(&main)], &[comm_rule(&lgwr)], ""),
+    );
+    let mut d = Daemon::start(&t, &[]);
+    let out = t.dir().join("dbcage-test-forks.json");
+    let parent = Child::ioload(
+        &main,
+        &[
+            "--marker",
+            &t.marker("db", "limited"),
+            "--controller",
+            &all_controllers(),
+            "--wait-timeout",
+            "5",
+            "--children",
+            "3",
+            "--comm",
+            &lgwr,
+            "--delay",
+            "0.3",
+            "--out",
+            &out.to_string_lossy(),
+            "--duration",
+            "30",
+            "forks",
+        ],
+    );
+    assert_placed_within(
+        &t,
+        &d,
+        parent.pid,
+        "db",
+        "limited",
+        Instant::now(),
+        Duration::from_secs(2),
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || out.exists()),
+        "the forks helper wrote no {}",
+        out.display()
+    );
+    let v: serde_json::Value = serde_json::from_str(&read_trim(&out)).unwrap();
+    let children: Vec<u32> = v["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(children.len(), 3);
+    // The first child renames itself to the log writer's name 0.3 s after its fork.
+    let renamed = assert_placed_within(
+        &t,
+        &d,
+        children[0],
+        "db",
+        "exempt",
+        Instant::now(),
+        Duration::from_secs(1),
+    );
+    // Past the last fork re-check (500 ms): the others are still in the tenant.
+    std::thread::sleep(Duration::from_millis(600));
+    for &c in &children[1..] {
+        assert!(
+            placed(&t, c, "db", "limited"),
+            "child {c} left the tenant: {:?}\n{}",
+            proc_cgroups(c),
+            d.log()
+        );
+    }
+    assert!(placed(&t, parent.pid, "db", "limited"));
+    assert!(placed(&t, children[0], "db", "exempt"));
+    // The children die with their parent (PR_SET_PDEATHSIG); the parent does not reap them, so
+    // their pids stay theirs until it is gone: end them now, by pid.
+    for &c in &children {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c as i32), Signal::SIGKILL);
+    }
+    let (status, _) = d.stop(Duration::from_secs(5));
+    assert!(status.is_some_and(|s| s.success()));
+    let stats = d.stats();
+    println!(
+        "3 forks of a member stayed in limited; the one renamed 300 ms after its fork was in exempt {:.1} ms after the test read its pid; {} fork re-checks, {} moves",
+        ms(renamed),
+        stats["rechecks"],
+        stats["moves"]
+    );
+    assert!(stats["rechecks"].as_u64().unwrap() >= 9, "{stats}");
+    drop(parent);
+}
+
+#[test]
+fn daemon_recovers_from_overrun() {
+    if skip() {
+        return;
+    }
+    // Hundreds of processes load the machine: keep measurements away.
+    let _m = measure_lock();
+    const N: usize = 300;
+    let main = format!("ora_p003_{}", sid());
+    let t = Tenancy::new("doverrun", &tenant("db", &[cmd_rule(&main)], &[], ""));
+    let mut d = Daemon::start(&t, &["--event-buffer", "4096"]);
+    d.signal(Signal::SIGSTOP);
+    let t0 = Instant::now();
+    let mut kids = Vec::with_capacity(N);
+    let mut churn = 0;
+    for i in 0..N {
+        kids.push(sleeper(&main, "30"));
+        if i % 2 == 0 {
+            let status = Command::new("true")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("true");
+            assert!(status.success());
+            churn += 1;
+        }
+    }
+    let spawned = t0.elapsed();
+    d.signal(Signal::SIGCONT);
+    let t0 = Instant::now();
+    let want: BTreeSet<u32> = kids.iter().map(|k| k.pid).collect();
+    let missing = |c: &str| -> Vec<u32> {
+        let inside: BTreeSet<u32> = procs_in(&t.leaf_dir(c, "db", "limited"))
+            .into_iter()
+            .collect();
+        want.difference(&inside).copied().collect()
+    };
+    let all_in = wait_until(Duration::from_secs(15), || {
+        CONTROLLERS.iter().all(|c| missing(c).is_empty())
+    });
+    let converged = t0.elapsed();
+    for c in CONTROLLERS {
+        let m = missing(c);
+        assert!(
+            all_in && m.is_empty(),
+            "{c}: {} of {N} processes are not in the limited leaf, e.g. {:?}; log:\n{}",
+            m.len(),
+            &m[..m.len().min(5)],
+            d.log()
+        );
+    }
+    let (status, _) = d.stop(Duration::from_secs(5));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    let stats = d.stats();
+    let log = d.log();
+    println!(
+        "{N} matching + {churn} short processes started in {:.2}s while stopped; all placed {:.0} ms after SIGCONT; overruns {}, rescans {}, events {}, moves {}",
+        spawned.as_secs_f64(),
+        ms(converged),
+        stats["overruns"],
+        stats["rescans"],
+        stats["events"],
+        stats["moves"]
+    );
+    assert!(stats["overruns"].as_u64().unwrap() >= 1, "{stats}");
+    assert!(stats["rescans"].as_u64().unwrap() >= 1, "{stats}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("events were lost") && l.contains("rescan"))
+        .unwrap_or_else(|| panic!("no line about lost events and a rescan:\n{log}"));
+    println!("log: {}", line.trim());
+}
+
+#[test]
+fn daemon_reload() {
+    if skip() {
+        return;
+    }
+    let _m = measure_lock(); // timing bounds: not next to the tests that load the machine
+    let sid = sid();
+    let (main, other) = (format!("ora_p004_{sid}"), format!("ora_p005_{sid}"));
+    let body1 = tenant("db", &[cmd_rule(&main)], &[], "[tenant.cpu]\ncores = 1\n");
+    let body2 = format!(
+        "{}{}",
+        tenant("db", &[cmd_rule(&main)], &[], "[tenant.cpu]\ncores = 0.5\n"),
+        tenant(
+            "db2",
+            &[cmd_rule(&other)],
+            &[],
+            "[tenant.memory]\nmax = \"512MiB\"\n"
+        )
+    );
+    let t = Tenancy::new("dreload", &body1);
+    // Rescans every 250 ms: they re-read the host, never the policy (that is SIGHUP's job).
+    let mut d = Daemon::start(&t, &["--rescan-interval", "250ms"]);
+    let quota = t.tenant_dir("cpu", "db").join("cpu.cfs_quota_us");
+    assert_eq!(read_trim(&quota), "100000");
+    let p1 = sleeper(&main, "30");
+    assert_placed_within(
+        &t,
+        &d,
+        p1.pid,
+        "db",
+        "limited",
+        Instant::now(),
+        Duration::from_secs(1),
+    );
+
+    // A changed limit and a new tenant: nothing changes until SIGHUP.
+    t.set_policy(&body2);
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        read_trim(&quota),
+        "100000",
+        "the policy file was applied without SIGHUP; log:\n{}",
+        d.log()
+    );
+    let t0 = Instant::now();
+    d.signal(Signal::SIGHUP);
+    let applied = wait_until(Duration::from_secs(1), || {
+        read_trim(&quota) == "50000"
+            && t.tenant_dir("memory", "db2")
+                .join("memory.limit_in_bytes")
+                .exists()
+    });
+    let took = t0.elapsed();
+    assert!(
+        applied,
+        "reload not applied within 1 s (quota {}); log:\n{}",
+        read_trim(&quota),
+        d.log()
+    );
+    assert_eq!(
+        read_trim(&t.tenant_dir("memory", "db2").join("memory.limit_in_bytes")),
+        (512u64 << 20).to_string()
+    );
+    let p2 = sleeper(&other, "30");
+    assert_placed_within(
+        &t,
+        &d,
+        p2.pid,
+        "db2",
+        "limited",
+        Instant::now(),
+        Duration::from_secs(1),
+    );
+    println!(
+        "SIGHUP with a changed quota and a new tenant: applied in {:.0} ms",
+        ms(took)
+    );
+
+    // A broken policy: refused, the daemon keeps the old one.
+    t.set_policy(&format!(
+        "{body2}[[tenant]]\nname = \"db3\"\nmatch = [{{ cmdline = \"^ora_p006_{sid}(\" }}]\n"
+    ));
+    d.signal(Signal::SIGHUP);
+    assert!(
+        d.wait_log("reload refused", Duration::from_secs(2)),
+        "no refusal in the log:\n{}",
+        d.log()
+    );
+    assert!(
+        d.alive(),
+        "the daemon died on a broken policy:\n{}",
+        d.log()
+    );
+    let log = d.log();
+    let refused = &log[log.find("reload refused").unwrap()..];
+    assert!(
+        refused.contains("invalid regex") && refused.contains("dbcage.toml:"),
+        "{refused}"
+    );
+    println!(
+        "broken policy: {}",
+        refused.lines().take(2).collect::<Vec<_>>().join(" / ")
+    );
+    // The periodic rescans go on with the running policy.
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(
+        !d.log().contains("rescan (periodic) failed"),
+        "the safety net stopped with a broken policy file:\n{}",
+        d.log()
+    );
+    let p3 = sleeper(&main, "30");
+    let p4 = sleeper(&other, "30");
+    assert_placed_within(
+        &t,
+        &d,
+        p3.pid,
+        "db",
+        "limited",
+        Instant::now(),
+        Duration::from_secs(1),
+    );
+    assert_placed_within(
+        &t,
+        &d,
+        p4.pid,
+        "db2",
+        "limited",
+        Instant::now(),
+        Duration::from_secs(1),
+    );
+    assert_eq!(read_trim(&quota), "50000");
+    assert!(!t.root_dir("cpu").join("db3").exists());
+
+    let (status, _) = d.stop(Duration::from_secs(5));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    let stats = d.stats();
+    assert_eq!(stats["reloads"], 2, "{stats}");
+    assert_eq!(stats["reload_failures"], 1, "{stats}");
+    t.set_policy(&body2); // a valid policy for the cleanup's `release --all`
+}
+
+#[test]
+fn daemon_sigterm_keeps_limits() {
+    if skip() {
+        return;
+    }
+    let _m = measure_lock(); // timing bounds: not next to the tests that load the machine
+    let sid = sid();
+    let (main, lgwr) = (format!("ora_p007_{sid}"), format!("ora_lgwr_{sid}"));
+    let t = Tenancy::new(
+        "dterm",
+        &tenant(
+            "db",
+            &[cmd_rule(&main)],
+            &[cmd_rule(&lgwr)],
+            "[tenant.cpu]\ncores = 1.5\n\n[tenant.memory]\nmax = \"768MiB\"\n",
+        ),
+    );
+    let mut d = Daemon::start(&t, &[]);
+    let p = sleeper(&main, "30");
+    let q = sleeper(&lgwr, "30");
+    assert_placed_within(
+        &t,
+        &d,
+        p.pid,
+        "db",
+        "limited",
+        Instant::now(),
+        Duration::from_secs(1),
+    );
+    assert_placed_within(
+        &t,
+        &d,
+        q.pid,
+        "db",
+        "exempt",
+        Instant::now(),
+        Duration::from_secs(1),
+    );
+    let (status, took) = d.stop(Duration::from_secs(5));
+    assert!(
+        status.is_some_and(|s| s.success()) && took < Duration::from_secs(1),
+        "SIGTERM: {status:?} after {took:?}; log:\n{}",
+        d.log()
+    );
+    assert!(d.log().contains("limits stay in place"), "{}", d.log());
+    println!("SIGTERM: exit 0 in {:.0} ms", ms(took));
+    assert_eq!(
+        read_trim(&t.tenant_dir("cpu", "db").join("cpu.cfs_quota_us")),
+        "150000"
+    );
+    assert_eq!(
+        read_trim(&t.tenant_dir("memory", "db").join("memory.limit_in_bytes")),
+        (768u64 << 20).to_string()
+    );
+    assert!(placed(&t, p.pid, "db", "limited"));
+    assert!(placed(&t, q.pid, "db", "exempt"));
+    let stats = d.stats();
+    assert!(stats["moves"].as_u64().unwrap() >= 2, "{stats}");
+}
+
+#[test]
+fn daemon_restart_after_sigkill_converges() {
+    if skip() {
+        return;
+    }
+    let _m = measure_lock(); // timing bounds: not next to the tests that load the machine
+    let sid = sid();
+    let (main, lgwr) = (format!("ora_p008_{sid}"), format!("ora_lgwr_{sid}"));
+    let t = Tenancy::new(
+        "dkill",
+        &tenant(
+            "db",
+            &[cmd_rule(&main)],
+            &[cmd_rule(&lgwr)],
+            "[tenant.cpu]\nweight = 300\n",
+        ),
+    );
+    let mut d1 = Daemon::start(&t, &[]);
+    let p1 = sleeper(&main, "30");
+    assert_placed_within(
+        &t,
+        &d1,
+        p1.pid,
+        "db",
+        "limited",
+        Instant::now(),
+        Duration::from_secs(1),
+    );
+    d1.kill();
+    let down: Vec<Child> = vec![
+        sleeper(&main, "30"),
+        sleeper(&main, "30"),
+        sleeper(&lgwr, "30"),
+    ];
+    std::thread::sleep(Duration::from_millis(100));
+    let own = own_cgroups();
+    for p in &down {
+        for c in CONTROLLERS {
+            assert_eq!(
+                proc_cgroups(p.pid)[c],
+                own[c],
+                "placed with no daemon running?"
+            );
+        }
+    }
+    let t0 = Instant::now();
+    let d2 = Daemon::start(&t, &[]);
+    for (p, leaf) in down.iter().zip(["limited", "limited", "exempt"]) {
+        assert_placed_within(&t, &d2, p.pid, "db", leaf, t0, Duration::from_secs(2));
+    }
+    println!(
+        "restart after SIGKILL: 3 processes started while down placed {:.0} ms after the new start",
+        ms(t0.elapsed())
+    );
+    assert!(placed(&t, p1.pid, "db", "limited"));
+    let want_leaves: BTreeSet<String> = ["exempt", "limited"].map(String::from).into();
+    for c in CONTROLLERS {
+        let roots: Vec<String> = subdirs(&own_dir(c))
+            .into_iter()
+            .filter(|n| n.contains(&t.root))
+            .collect();
+        assert_eq!(roots, vec![t.root.clone()], "{c}: root groups");
+        assert_eq!(
+            subdirs(&t.root_dir(c)),
+            BTreeSet::from(["db".to_string()]),
+            "{c}"
+        );
+        assert_eq!(subdirs(&t.tenant_dir(c, "db")), want_leaves, "{c}");
+        assert!(
+            procs_in(&t.root_dir(c)).is_empty(),
+            "{c}: processes in the root group"
+        );
+        assert!(
+            procs_in(&t.tenant_dir(c, "db")).is_empty(),
+            "{c}: processes in the tenant group"
+        );
+    }
+    assert_eq!(
+        read_trim(&t.tenant_dir("cpu", "db").join("cpu.shares")),
+        "3072"
+    );
+}
+
+#[test]
+fn exec_starts_inside_tenant() {
+    if skip() {
+        return;
+    }
+    let sid = sid();
+    let t = Tenancy::new(
+        "dexec",
+        &tenant(
+            "BX1",
+            &[cmd_rule(&format!("ora_none_{sid}"))],
+            &[],
+            "[tenant.cpu]\nweight = 50\n",
+        ),
+    );
+    for (flag, leaf) in [(None, "limited"), (Some("--exempt"), "exempt")] {
+        let mut cmd = Command::new(DBCAGE);
+        cmd.arg("-c").arg(&t.policy).args(["exec", "BX1"]);
+        cmd.args(flag).args(["--", sleep_bin(), "30"]);
+        cmd.env_remove("DBCAGE_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let p = Child::spawn(cmd, "dbcage exec");
+        // The pid stays the same across exec: the first sight of `sleep` must be in the leaf.
+        let comm_file = Path::new("/proc").join(p.pid.to_string()).join("comm");
+        let t0 = Instant::now();
+        let (groups, polls) = {
+            let mut polls = 0u64;
+            loop {
+                polls += 1;
+                let comm = std::fs::read_to_string(&comm_file).unwrap_or_default();
+                if comm.trim() == "sleep" {
+                    break (proc_cgroups(p.pid), polls);
+                }
+                assert!(
+                    t0.elapsed() < Duration::from_secs(10),
+                    "dbcage exec did not start sleep (comm {comm:?})"
+                );
+                std::thread::yield_now();
+            }
+        };
+        let m = t.marker("BX1", leaf);
+        for c in CONTROLLERS {
+            assert!(
+                groups[c].ends_with(&m),
+                "{c}: at its first sight (poll {polls}) sleep was in {}",
+                groups[c]
+            );
+        }
+        println!(
+            "exec {flag:?}: sleep in {leaf} at first sight ({polls} polls, {:.1} ms after spawn)",
+            ms(t0.elapsed())
+        );
+    }
+    let out = t.run(&["exec", "NOPE", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("NOPE"), "{err}");
+    println!("exec into an unknown tenant: exit 2: {}", err.trim());
+}
+
+/// Places three processes one after another with a daemon in rescan-only mode (every 200 ms),
+/// then stops it and checks its statistics: the placement delays in ms.
+fn rescan_only_places(t: &Tenancy, mut d: Daemon, name: &str) -> Vec<f64> {
+    let log = d.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("rescan-only mode"))
+        .unwrap_or_else(|| panic!("no rescan-only line in the log:\n{log}"));
+    println!("log: {}", line.trim());
+    let mut delays = Vec::new();
+    let mut kids = Vec::new();
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        let p = sleeper(name, "30");
+        delays.push(ms(assert_placed_within(
+            t,
+            &d,
+            p.pid,
+            "db",
+            "limited",
+            t0,
+            Duration::from_millis(1000),
+        )));
+        kids.push(p);
+        std::thread::sleep(Duration::from_millis(70));
+    }
+    let (status, _) = d.stop(Duration::from_secs(5));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    let stats = d.stats();
+    assert_eq!(stats["connector"], false, "{stats}");
+    assert_eq!(stats["events"], 0, "{stats}");
+    println!(
+        "rescan-only (every 200 ms): placed after {delays:.0?} ms; {} rescans, p50 {} ms each",
+        stats["rescans"], stats["rescan_ms"]["p50"]
+    );
+    delays
+}
+
+#[test]
+fn daemon_rescan_only_without_connector() {
+    if skip() {
+        return;
+    }
+    let _m = measure_lock(); // timing bounds: not next to the tests that load the machine
+    let main = format!("ora_p009_{}", sid());
+    let t = Tenancy::new("dnocap", &tenant("db", &[cmd_rule(&main)], &[], ""));
+    let args = ["--fallback-interval", "200ms"];
+
+    // Without CAP_NET_ADMIN. Since Linux 6.6 the kernel lets such a process listen too.
+    let setpriv = [
+        "setpriv",
+        "--bounding-set=-net_admin",
+        "--inh-caps=-net_admin",
+        "--ambient-caps=-net_admin",
+        "--",
+    ];
+    let d = Daemon::start_wrapped(&t, &setpriv, &args);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.pid)).unwrap_or_default();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+        .unwrap();
+    assert_eq!(eff & (1 << 12), 0, "the daemon still has CAP_NET_ADMIN");
+    let kernel = read_trim(Path::new("/proc/sys/kernel/osrelease"));
+    if d.log().contains("rescan-only mode") {
+        rescan_only_places(&t, d, &main);
+    } else {
+        let mut d = d;
+        let t0 = Instant::now();
+        let p = sleeper(&main, "30");
+        let took = assert_placed_within(
+            &t,
+            &d,
+            p.pid,
+            "db",
+            "limited",
+            t0,
+            Duration::from_millis(200),
+        );
+        let (status, _) = d.stop(Duration::from_secs(5));
+        assert!(status.is_some_and(|s| s.success()), "{status:?}");
+        let stats = d.stats();
+        assert_eq!(stats["connector"], true, "{stats}");
+        assert!(stats["events"].as_u64().unwrap() > 0, "{stats}");
+        println!(
+            "without CAP_NET_ADMIN on Linux {kernel}: the kernel still delivers process events ({} received); placed by event in {:.1} ms",
+            stats["events"],
+            ms(took)
+        );
+    }
+
+    // No proc connector at all: it exists in the initial network namespace only, so in a new
+    // one the subscription fails.
+    let d = Daemon::start_wrapped(&t, &["unshare", "--net", "--"], &args);
+    rescan_only_places(&t, d, &main);
+}
+
+/// A forked child that retitles itself by overwriting its argv in place (as PostgreSQL's
+/// setproctitle does) produces no event: the fork re-checks (5, 50, 500 ms) or the periodic
+/// rescan must find it.
+const RETITLE_C: &str = r#"
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* Is this process's blkio group path ending in `marker`? */
+static int in_group(const char *marker) {
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    char line[4096];
+    int ok = 0;
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *p = strstr(line, ":blkio:");
+        if (p) {
+            size_t n = strlen(line), m = strlen(marker);
+            ok = n >= m && strcmp(line + n - m, marker) == 0;
+        }
+    }
+    fclose(f);
+    return ok;
+}
+
+/* argv: NAME TITLE DELAY_MS PARENT_MARKER CHILD_MARKER OUT */
+int main(int argc, char **argv) {
+    if (argc != 6) return 2;
+    char title[256], parent_marker[512], child_marker[512], out[1024], tmp[1100];
+    snprintf(title, sizeof title, "%s", argv[1]);
+    int delay = atoi(argv[2]);
+    snprintf(parent_marker, sizeof parent_marker, "%s", argv[3]);
+    snprintf(child_marker, sizeof child_marker, "%s", argv[4]);
+    snprintf(out, sizeof out, "%s", argv[5]);
+    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    for (int i = 0; !in_group(parent_marker); i++) {
+        if (i > 5000) return 3;
+        usleep(1000);
+    }
+    pid_t pid = fork();
+    if (pid < 0) return 4;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        double forked = now();
+        usleep(delay * 1000);
+        char *start = argv[0], *end = argv[argc - 1] + strlen(argv[argc - 1]);
+        memset(start, 0, end - start);
+        strncpy(start, title, end - start - 1);
+        double t0 = now(), waited = -1;
+        for (int i = 0; i < 10000; i++) {
+            if (in_group(child_marker)) { waited = now() - t0; break; }
+            usleep(1000);
+        }
+        FILE *f = fopen(tmp, "w");
+        if (f) {
+            fprintf(f, "%d %.6f %.6f\n", getpid(), waited, t0 - forked);
+            fclose(f);
+            rename(tmp, out);
+        }
+        for (;;) pause();
+    }
+    for (;;) pause();
+}
+"#;
+
+#[test]
+fn daemon_catches_retitle_without_event() {
+    if skip() {
+        return;
+    }
+    let _m = measure_lock();
+    let sid = sid();
+    let (main, title) = (format!("ora_p010_{sid}"), format!("ora_lgwr_{sid}"));
+    let t = Tenancy::new(
+        "dretitle",
+        &tenant("db", &[cmd_rule(&main)], &[cmd_rule(&title)], ""),
+    );
+    let src = t.dir().join("dbcage-test-retitle.c");
+    let bin = t.dir().join("dbcage-test-retitle");
+    std::fs::write(&src, RETITLE_C).unwrap();
+    let cc = Command::new("cc")
+        .arg("-O2")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .output();
+    match cc {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            println!(
+                "skipped: cc failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            return;
+        }
+        Err(e) => {
+            println!("skipped: no C compiler ({e})");
+            return;
+        }
+    }
+    let d = Daemon::start(&t, &["--rescan-interval", "4s"]);
+    // Retitle delays after the fork: before the 5 ms, the 50 ms and the 500 ms re-check, and
+    // after the last one (only the periodic rescan, every 4 s here, sees that one). The bounds
+    // leave room for a loaded host but stay below the rescan period where a re-check must act.
+    let delays = [0u64, 20, 200, 1000];
+    let runs: Vec<(u64, Child, std::path::PathBuf)> = delays
+        .iter()
+        .map(|&delay| {
+            let out = t.dir().join(format!("dbcage-test-retitle-{delay}.out"));
+            let mut cmd = Command::new(&bin);
+            cmd.arg0(&main)
+                .arg(&title)
+                .arg(delay.to_string())
+                .arg(t.marker("db", "limited"))
+                .arg(t.marker("db", "exempt"))
+                .arg(&out)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            (delay, Child::spawn(cmd, &main), out)
+        })
+        .collect();
+    let mut report = Vec::new();
+    for (delay, parent, out) in &runs {
+        assert!(
+            wait_until(Duration::from_secs(8), || out.exists()),
+            "retitle after {delay} ms: no result; log:\n{}",
+            d.log()
+        );
+        let text = read_trim(out);
+        let fields: Vec<&str> = text.split(' ').collect();
+        let (pid, waited, retitled): (u32, f64, f64) = (
+            fields[0].parse().unwrap(),
+            fields[1].parse().unwrap(),
+            fields[2].parse().unwrap(),
+        );
+        assert!(placed(&t, parent.pid, "db", "limited"));
+        assert!(
+            waited >= 0.0 && placed(&t, pid, "db", "exempt"),
+            "retitle after {delay} ms: child {pid} not in exempt ({waited}); log:\n{}",
+            d.log()
+        );
+        let bound = if *delay < 500 { 2.5 } else { 4.6 };
+        assert!(
+            waited <= bound,
+            "retitle after {delay} ms (in fact {:.1} ms after the fork): took {waited:.3} s (bound {bound} s); child {pid}; log:\n{}",
+            retitled * 1000.0,
+            d.log()
+        );
+        report.push(format!(
+            "{delay} ms (in fact {:.1}) -> {:.1} ms",
+            retitled * 1000.0,
+            waited * 1000.0
+        ));
+        // The child dies with its parent (PR_SET_PDEATHSIG), which never reaps it: end it by pid.
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL);
+    }
+    println!(
+        "retitle without exec (fork -> retitle delay -> in exempt after): {}",
+        report.join(", ")
+    );
+    drop(runs);
+}
+
+const POSTGRES: &str = "/usr/lib/postgresql/15/bin/postgres";
+const INITDB: &str = "/usr/lib/postgresql/15/bin/initdb";
+
+/// A PostgreSQL postmaster run by the test; dropping it asks for a fast shutdown (SIGINT, by
+/// pid) and waits, then kills it if it is still there.
+struct Postmaster {
+    child: Child,
+}
+
+impl Drop for Postmaster {
+    fn drop(&mut self) {
+        if self.child.alive() {
+            let pid = nix::unistd::Pid::from_raw(self.child.pid as i32);
+            let _ = nix::sys::signal::kill(pid, Signal::SIGINT);
+            if !wait_until(Duration::from_secs(15), || !self.child.alive()) {
+                eprintln!(
+                    "cleanup: postgres {} did not shut down; killing it",
+                    self.child.pid
+                );
+            }
+        }
+    }
+}
+
+/// (pid, cmdline) of every child of `ppid`.
+fn children_of(ppid: u32) -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+            continue;
+        };
+        if rest.split(' ').nth(1).and_then(|p| p.parse::<u32>().ok()) != Some(ppid) {
+            continue;
+        }
+        let raw = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&raw)
+            .split('\0')
+            .collect::<Vec<_>>()
+            .join(" ")
+            .trim_end()
+            .to_string();
+        out.push((pid, cmdline));
+    }
+    out
+}
+
+/// PostgreSQL retitles its children without exec (`postgres: CLUSTER: walwriter`): the tenant
+/// takes the postmaster by `exe` with its descendants, and the walwriter is exempt by its title.
+#[test]
+fn daemon_postgres_walwriter_exempt() {
+    if skip() {
+        return;
+    }
+    let Ok(Some(pg_user)) = nix::unistd::User::from_name("postgres") else {
+        println!("skipped: no postgres user");
+        return;
+    };
+    if !Path::new(POSTGRES).exists() || !Path::new(INITDB).exists() {
+        println!("skipped: {POSTGRES} is not installed");
+        return;
+    }
+    let _m = measure_lock();
+    let sid = sid();
+    let cluster = format!("dbcage-test-{sid}");
+    // The policy's temp dir holds the cluster: the postgres user must be able to enter it.
+    let t = Tenancy::new("dpg", "");
+    let data = t.dir().join("dbcage-test-pgdata");
+    std::fs::set_permissions(t.dir(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::create_dir(&data).unwrap();
+    nix::unistd::chown(&data, Some(pg_user.uid), Some(pg_user.gid)).unwrap();
+    let data_s = data.to_string_lossy().into_owned();
+    let t0 = Instant::now();
+    let init = Command::new(INITDB)
+        .args(["-D", &data_s, "-A", "trust", "-U", "postgres", "--no-sync"])
+        .uid(pg_user.uid.as_raw())
+        .gid(pg_user.gid.as_raw())
+        .current_dir(&data)
+        .env("LC_ALL", "C")
+        .output()
+        .expect("initdb");
+    assert!(
+        init.status.success(),
+        "initdb: {}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    println!("initdb: {:.1} s", t0.elapsed().as_secs_f64());
+    t.set_policy(&tenant(
+        "pg",
+        &[format!(
+            "{{ exe = \"{POSTGRES}\", cmdline = \" -D {data_s}( |$)\", descendants = true }}"
+        )],
+        &[format!(
+            "{{ cmdline = \"^postgres: {cluster}: walwriter\" }}"
+        )],
+        "[tenant.cpu]\nweight = 200\n",
+    ));
+    let d = Daemon::start(&t, &[]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log = std::fs::File::create(t.dir().join("dbcage-test-postgres.log")).unwrap();
+    let mut cmd = Command::new(POSTGRES);
+    cmd.args([
+        "-D",
+        &data_s,
+        "-p",
+        &port.to_string(),
+        "-h",
+        "127.0.0.1",
+        "-k",
+        &data_s,
+    ])
+    .args([
+        "-c",
+        &format!("cluster_name={cluster}"),
+        "-c",
+        "shared_buffers=16MB",
+    ])
+    .uid(pg_user.uid.as_raw())
+    .gid(pg_user.gid.as_raw())
+    .current_dir(&data)
+    .env("LC_ALL", "C")
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::from(log));
+    let t0 = Instant::now();
+    let pm = Postmaster {
+        child: Child::spawn(cmd, "postgres"),
+    };
+    let pm_pid = pm.child.pid;
+    let pm_placed =
+        assert_placed_within(&t, &d, pm_pid, "pg", "limited", t0, Duration::from_secs(1));
+    let prefix = format!("postgres: {cluster}: walwriter");
+    let mut seen = None;
+    let walwriter = loop {
+        if let Some((pid, _)) = children_of(pm_pid)
+            .into_iter()
+            .find(|(_, c)| c.starts_with(&prefix))
+        {
+            seen.get_or_insert((pid, t0.elapsed()));
+            if placed(&t, pid, "pg", "exempt") {
+                break pid;
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the walwriter (seen: {seen:?}) is not in exempt; postgres log:\n{}\ndaemon log:\n{}",
+            std::fs::read_to_string(t.dir().join("dbcage-test-postgres.log")).unwrap_or_default(),
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let in_exempt = t0.elapsed();
+    let (_, titled) = seen.unwrap();
+    assert!(
+        in_exempt - titled <= Duration::from_millis(600),
+        "the walwriter was titled at {titled:?} but reached exempt only at {in_exempt:?}"
+    );
+    // Past the last fork re-check: every other child of the postmaster is in limited.
+    std::thread::sleep(Duration::from_millis(600));
+    let kids = children_of(pm_pid);
+    for (pid, cmdline) in &kids {
+        let leaf = if *pid == walwriter {
+            "exempt"
+        } else {
+            "limited"
+        };
+        assert!(
+            placed(&t, *pid, "pg", leaf),
+            "{pid} ({cmdline}) is not in pg/{leaf}: {:?}",
+            proc_cgroups(*pid)
+        );
+    }
+    println!(
+        "postgres: postmaster in limited {:.1} ms after spawn; walwriter titled (seen by 2 ms polls) at {:.1} ms, in exempt at {:.1} ms; {} children checked: {}",
+        ms(pm_placed),
+        ms(titled),
+        ms(in_exempt),
+        kids.len(),
+        kids.iter()
+            .map(|(_, c)| c.trim_start_matches(&format!("postgres: {cluster}: ")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    drop(pm);
+    drop(d);
+}

@@ -1,0 +1,353 @@
+//! What a DBA reads: `status` against fio's own count, the Prometheus endpoint parsed by the
+//! reference parser, and the `top` view driven in tmux.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::common::*;
+
+fn fio_available() -> bool {
+    Command::new("fio")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Sum of a tenant's per-device read bytes in `status --json --interval 0`.
+fn tenant_read_bytes(t: &Tenancy, tenant: &str) -> u64 {
+    let s = t.json(&["status", "--json", "--interval", "0", tenant]);
+    s["tenants"][0]["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .map(|d| d["read_bytes"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+#[test]
+fn status_bytes_agree_with_fio() {
+    if skip() || !fio_available() {
+        eprintln!("skipped: needs root, cgroup v1 and fio");
+        return;
+    }
+    let _m = measure_lock();
+    let disk = LoopDisk::new(320);
+    let file = disk.fill("dbcage-test-fio.dat", 192);
+    let t = Tenancy::new(
+        "fio",
+        &format!(
+            "[[tenant]]\nname = \"db\"\nmatch = [{{ cmdline = \"{}\" }}]\nstorage = [\"{}\"]\n",
+            name_rule(&format!("ora_p001_{}", sid())),
+            disk.mount_str()
+        ),
+    );
+    t.ok(&["apply"]);
+    let before = tenant_read_bytes(&t, "db");
+    // fio inside the tenant from its first instant (`dbcage exec`), so every byte it reads is
+    // charged to the tenant.
+    let out = Command::new(DBCAGE)
+        .args(["-c", &t.policy.to_string_lossy(), "exec", "db", "--"])
+        .args([
+            "fio",
+            "--name=dbcage-test",
+            &format!("--filename={file}"),
+            "--rw=read",
+            "--bs=64k",
+            "--direct=1",
+            "--ioengine=psync",
+            "--size=192M",
+            "--output-format=json",
+        ])
+        .output()
+        .expect("fio");
+    assert!(
+        out.status.success(),
+        "fio failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fio: serde_json::Value = serde_json::from_slice(&out.stdout).expect("fio json");
+    let fio_bytes = fio["jobs"][0]["read"]["io_bytes"]
+        .as_u64()
+        .expect("io_bytes");
+    let after = tenant_read_bytes(&t, "db");
+    let seen = after - before;
+    let ratio = seen as f64 / fio_bytes as f64;
+    println!("status counted {seen} bytes, fio read {fio_bytes} bytes: ratio {ratio:.4}");
+    assert_near("status bytes / fio bytes", ratio, 1.0, 0.02, 0.02);
+}
+
+/// GET http://addr/metrics over a plain TCP connection.
+fn scrape(addr: &str) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status_line = head.lines().next()?;
+    status_line
+        .split_whitespace()
+        .nth(1)
+        .is_some_and(|c| c == "200")
+        .then(|| body.to_string())
+}
+
+/// Parses exposition text with the Python prometheus_client OpenMetrics parser and returns
+/// `{family: [[labels, value], ...]}`.
+fn parse_with_prometheus_client(text: &str) -> serde_json::Value {
+    let script = r#"
+import json, sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+out = {}
+for fam in text_string_to_metric_families(sys.stdin.read()):
+    out[fam.name] = {"type": fam.type, "samples": [[s.name, s.labels, s.value] for s in fam.samples]}
+print(json.dumps(out))
+"#;
+    let mut child = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the reference parser rejected the exposition:\n{}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn metrics_endpoint_parses_with_the_reference_parser() {
+    if skip() {
+        return;
+    }
+    if Command::new("/usr/bin/python3")
+        .args(["-c", "import prometheus_client"])
+        .status()
+        .map(|s| !s.success())
+        .unwrap_or(true)
+    {
+        panic!("python3-prometheus-client is missing (scripts/test.sh installs it)");
+    }
+    let disk = LoopDisk::new(128);
+    let name = format!("ora_p001_{}", sid());
+    let t = Tenancy::new(
+        "metrics",
+        &format!(
+            "[[tenant]]\nname = \"db\"\nmatch = [{{ cmdline = \"{}\" }}]\nstorage = [\"{}\"]\n[tenant.io]\nread_bps = \"8MiB\"\nwrite_iops = 100\n[tenant.cpu]\ncores = 1.5\n[tenant.memory]\nmax = \"256MiB\"\n",
+            name_rule(&name),
+            disk.mount_str()
+        ),
+    );
+    let addr = format!("127.0.0.1:{}", 20000 + std::process::id() % 20000);
+    let d = Daemon::start(&t, &["--metrics", &addr]);
+    let _sleeper = Child::named(&name, "sleep", &["30"]);
+    assert!(wait_until(Duration::from_secs(5), || procs_in(
+        &t.leaf_dir("cpu", "db", "limited")
+    )
+    .len()
+        == 1));
+    let start = std::time::Instant::now();
+    let text =
+        scrape(&addr).unwrap_or_else(|| panic!("no answer at {addr}; daemon log:\n{}", d.log()));
+    println!("scrape took {:?}", start.elapsed());
+    let fams = parse_with_prometheus_client(&text);
+    let value = |fam: &str, pred: &dyn Fn(&serde_json::Value) -> bool| -> f64 {
+        fams[fam]["samples"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no family {fam} in:\n{text}"))
+            .iter()
+            .find(|s| pred(&s[1]))
+            .unwrap_or_else(|| panic!("no matching sample of {fam}:\n{text}"))[2]
+            .as_f64()
+            .unwrap()
+    };
+    let db = |l: &serde_json::Value| l["tenant"] == "db";
+    assert_eq!(fams["dbcage_io_bytes"]["type"], "counter");
+    assert_eq!(value("dbcage_processes", &db), 1.0);
+    assert_eq!(
+        value("dbcage_io_limit_bytes_per_second", &|l| db(l)
+            && l["direction"] == "read"
+            && l["device"] == disk.devnum().as_str()),
+        (8 << 20) as f64
+    );
+    assert_eq!(
+        value("dbcage_io_limit_iops", &|l| db(l)
+            && l["direction"] == "write"),
+        100.0
+    );
+    assert_eq!(value("dbcage_cpu_quota_cores", &db), 1.5);
+    assert_eq!(value("dbcage_memory_limit_bytes", &db), (256 << 20) as f64);
+    assert!(
+        value("dbcage_events", &|_| true) >= 1.0,
+        "the daemon handled the sleeper's exec"
+    );
+    assert!(value("dbcage_moves", &|_| true) >= 1.0);
+    assert!(value("dbcage_last_scan_timestamp_seconds", &|_| true) > 1.6e9);
+    // Every series the Grafana dashboard queries exists.
+    let dashboard = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/dist/grafana-dashboard.json"
+    ))
+    .unwrap();
+    let samples: std::collections::BTreeSet<String> = fams
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|f| {
+            f["samples"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s[0].as_str().unwrap().to_string())
+        })
+        .collect();
+    let mut rest = dashboard.as_str();
+    while let Some(i) = rest.find("dbcage_") {
+        let name: String = rest[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        rest = &rest[i + name.len()..];
+        if name == "dbcage_tenants" {
+            continue; // the dashboard's uid
+        }
+        assert!(
+            samples.contains(&name),
+            "the dashboard queries {name}, which the endpoint does not serve"
+        );
+    }
+    for fam in [
+        "dbcage_io_bytes",
+        "dbcage_io_operations",
+        "dbcage_cpu_usage_seconds",
+        "dbcage_cpu_throttled_seconds",
+        "dbcage_memory_usage_bytes",
+        "dbcage_memory_oom_kills",
+        "dbcage_events_lost",
+        "dbcage_rescans",
+    ] {
+        assert!(fams.get(fam).is_some(), "family {fam} missing:\n{text}");
+    }
+}
+
+fn tmux(args: &[&str]) -> String {
+    let out = Command::new("tmux").args(args).output().expect("tmux");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+struct TmuxSession(String);
+impl Drop for TmuxSession {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.0])
+            .output();
+    }
+}
+
+#[test]
+fn top_marks_sorts_quits_and_restores_the_terminal() {
+    if skip() || Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("skipped: needs root, cgroup v1 and tmux");
+        return;
+    }
+    let _m = measure_lock();
+    let tag = sid();
+    let busy = format!("ora_p001_{tag}");
+    let idle = format!("ora_p002_{tag}");
+    let t = Tenancy::new(
+        "top",
+        &format!(
+            "[[tenant]]\nname = \"busy\"\nmatch = [{{ cmdline = \"{}\" }}]\n[tenant.cpu]\ncores = 0.3\n\n[[tenant]]\nname = \"idle\"\nmatch = [{{ cmdline = \"{}\" }}]\n",
+            name_rule(&busy),
+            name_rule(&idle)
+        ),
+    );
+    let _spin = Child::named(&busy, "sh", &["-c", "while :; do :; done"]);
+    let _sleep = Child::named(&idle, "sleep", &["60"]);
+    t.ok(&["apply"]);
+    let session = TmuxSession(format!("dbcage-test-top-{}", std::process::id()));
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session.0,
+        "-x",
+        "80",
+        "-y",
+        "20",
+        "bash",
+        "--norc",
+    ]);
+    let cmd = format!("{DBCAGE} -c {} top", t.policy.display());
+    tmux(&["send-keys", "-t", &session.0, &cmd, "Enter"]);
+    let screen = || tmux(&["capture-pane", "-p", "-t", &session.0]);
+    let row_of = |s: &str, name: &str| {
+        s.lines()
+            .position(|l| l.trim_start_matches('*').starts_with(name))
+    };
+    // The busy tenant sits at its 0.3-core quota: marked.
+    assert!(
+        wait_until(Duration::from_secs(8), || screen()
+            .lines()
+            .any(|l| l.starts_with("*busy"))),
+        "busy tenant not marked at its limit:\n{}",
+        screen()
+    );
+    let s = screen();
+    assert!(s.contains("q quit"), "keys not shown:\n{s}");
+    assert!(s.lines().all(|l| l.chars().count() <= 80));
+    // Sort by CPU (column 6): busy first; reversed: busy last.
+    tmux(&["send-keys", "-t", &session.0, "6"]);
+    assert!(wait_until(Duration::from_secs(3), || {
+        let s = screen();
+        matches!((row_of(&s, "busy"), row_of(&s, "idle")), (Some(b), Some(i)) if b < i)
+    }));
+    tmux(&["send-keys", "-t", &session.0, "r"]);
+    assert!(
+        wait_until(Duration::from_secs(3), || {
+            let s = screen();
+            matches!((row_of(&s, "busy"), row_of(&s, "idle")), (Some(b), Some(i)) if b > i)
+        }),
+        "reverse sort did not reorder:\n{}",
+        screen()
+    );
+    tmux(&["send-keys", "-t", &session.0, "q"]);
+    // Back at the shell: the alternate screen is off and the prompt is usable.
+    assert!(
+        wait_until(Duration::from_secs(3), || tmux(&[
+            "display-message",
+            "-p",
+            "-t",
+            &session.0,
+            "#{alternate_on}"
+        ])
+        .trim()
+            == "0"),
+        "the terminal was not restored:\n{}",
+        screen()
+    );
+    tmux(&[
+        "send-keys",
+        "-t",
+        &session.0,
+        "echo dbcage-test-$((40+2))",
+        "Enter",
+    ]);
+    assert!(
+        wait_until(Duration::from_secs(3), || screen()
+            .contains("dbcage-test-42")),
+        "shell not usable after top:\n{}",
+        screen()
+    );
+}
