@@ -42,7 +42,9 @@ pub struct Shared {
 #[derive(Debug)]
 struct TenantCollector(Arc<Shared>);
 
-type Labels = Vec<(&'static str, String)>;
+/// Labels borrow from the sample being encoded: a scrape of 50 tenants x 8 devices has some
+/// 2,800 series, and owned label strings would be four allocations each.
+type Labels<'a> = Vec<(&'static str, &'a str)>;
 
 enum Kind {
     Counter,
@@ -81,15 +83,21 @@ impl Collector for TenantCollector {
         let (policy, layout) = &*view;
         let sample = status::collect(&self.0.fs, layout, policy, &[], None);
         drop(view);
-        let tenant = |t: &status::TenantStatus| vec![("tenant", t.name.clone())];
-        let dev = |t: &status::TenantStatus, d: &status::DeviceStatus, dir: &'static str| {
+        fn tenant(t: &status::TenantStatus) -> Labels<'_> {
+            vec![("tenant", t.name.as_str())]
+        }
+        fn dev<'a>(
+            t: &'a status::TenantStatus,
+            d: &'a status::DeviceStatus,
+            dir: &'static str,
+        ) -> Labels<'a> {
             vec![
-                ("tenant", t.name.clone()),
-                ("device", d.device.clone()),
-                ("name", d.name.clone()),
-                ("direction", dir.into()),
+                ("tenant", t.name.as_str()),
+                ("device", d.device.as_str()),
+                ("name", d.name.as_str()),
+                ("direction", dir),
             ]
-        };
+        }
         let mut bytes = Vec::new();
         let mut ios = Vec::new();
         let mut bps_limit = Vec::new();

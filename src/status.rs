@@ -190,11 +190,13 @@ pub fn collect(
         .unwrap_or_default();
     let h_of = |c| layout.setup.hierarchy_of(c);
     let version = |h: usize| layout.setup.hierarchies[h].version;
-    let mut tenants = Vec::new();
-    for (ti, t) in policy.tenants.iter().enumerate() {
-        if !only.is_empty() && !only.contains(&t.name) {
-            continue;
-        }
+    let selected: Vec<(usize, &crate::policy::Tenant)> = policy
+        .tenants
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| only.is_empty() || only.contains(&t.name))
+        .collect();
+    let one = |(ti, t): (usize, &crate::policy::Tenant)| -> TenantStatus {
         let h_procs = h_of(Controller::Io).or(h_of(Controller::Cpu)).unwrap_or(0);
         let mut members = Vec::new();
         let mut count = 0;
@@ -299,8 +301,22 @@ pub fn collect(
             at_limit: Vec::new(),
         };
         status.at_limit = at_limit(&status);
-        tenants.push(status);
-    }
+        status
+    };
+    // Reading a tenant is some twenty small kernel files; with many tenants, two threads
+    // halve the wall time of a scrape (the work is all syscalls, no shared state).
+    let tenants = if selected.len() >= 8 {
+        let half = selected.len().div_ceil(2);
+        let (a, b) = selected.split_at(half);
+        std::thread::scope(|s| {
+            let second = s.spawn(|| b.iter().copied().map(one).collect::<Vec<_>>());
+            let mut first: Vec<TenantStatus> = a.iter().copied().map(one).collect();
+            first.extend(second.join().expect("status reader thread"));
+            first
+        })
+    } else {
+        selected.into_iter().map(one).collect()
+    };
     Sample { at, tenants }
 }
 

@@ -33,10 +33,14 @@ fn errors_as_text<S: serde::Serializer>(errors: &[CgroupError], s: S) -> Result<
 
 /// Writes one value to a control file, in a single write(2) as the kernel expects.
 pub fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
-    let result = std::fs::OpenOptions::new()
-        .write(true)
-        .open(path)
-        .and_then(|mut f| f.write_all(value.as_bytes()));
+    let result = if path.ends_with("cgroup.procs") {
+        write_procs(path, value)
+    } else {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(value.as_bytes()))
+    };
     result.map_err(|source| {
         let hint = hint_for(path, &source);
         CgroupError::Write {
@@ -46,6 +50,37 @@ pub fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
             hint,
         }
     })
+}
+
+/// Writes to a `cgroup.procs` through a cached descriptor: the daemon moves one process per
+/// event into the same few leaves, and opening and closing the file each time doubles the
+/// syscalls of a move. A descriptor of a group that was removed (and maybe created again) fails
+/// with ENODEV; it is then reopened once.
+fn write_procs(path: &Path, value: &str) -> std::io::Result<()> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static OPEN: Mutex<Option<HashMap<std::path::PathBuf, std::fs::File>>> = Mutex::new(None);
+    const MAX_OPEN: usize = 512;
+    let mut guard = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    let files = guard.get_or_insert_with(HashMap::new);
+    for attempt in 0..2 {
+        if !files.contains_key(path) {
+            if files.len() >= MAX_OPEN {
+                files.clear();
+            }
+            let f = std::fs::OpenOptions::new().write(true).open(path)?;
+            files.insert(path.to_path_buf(), f);
+        }
+        let f = files.get_mut(path).expect("inserted above");
+        match f.write_all(value.as_bytes()) {
+            Ok(()) => return Ok(()),
+            Err(e) if attempt == 0 && e.raw_os_error() == Some(nix::libc::ENODEV) => {
+                files.remove(path);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    unreachable!("the loop returns on its second attempt")
 }
 
 fn hint_for(path: &Path, e: &std::io::Error) -> String {
