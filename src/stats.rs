@@ -361,4 +361,21 @@ mod tests {
         assert!(parse_pressure("").is_none());
         assert!(parse_pressure("some avg10=x").is_none());
     }
+
+    #[test]
+    fn missing_files_read_as_unknown_not_as_errors() {
+        let gone = std::path::Path::new("/nonexistent/dbcage-test-group");
+        assert!(v1_io(gone).is_empty());
+        assert!(v2_io(gone).is_empty());
+        let m = v1_memory(gone);
+        assert_eq!(
+            (m.current_bytes, m.peak_bytes, m.limit_hits, m.oom_kills),
+            (None, None, None, None)
+        );
+        let c = v1_cpu(Some(gone), Some(gone));
+        assert_eq!((c.usage_seconds, c.nr_throttled), (None, None));
+        let c2 = v2_cpu(gone);
+        assert_eq!(c2.usage_seconds, None);
+        assert!(read_pressure(gone).io.is_none());
+    }
 }
