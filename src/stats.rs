@@ -146,16 +146,9 @@ pub fn v1_memory(dir: &Path) -> MemoryUsage {
 /// Parses v2 `io.stat`: `MAJ:MIN rbytes=N wbytes=N rios=N wios=N dbytes=N dios=N` per device.
 pub fn parse_v2_io_stat(text: &str) -> BTreeMap<DevNum, IoCounters> {
     let mut out = BTreeMap::new();
-    for line in text.lines() {
-        let mut f = line.split_whitespace();
-        let Some(dev) = f.next().and_then(|d| d.parse::<DevNum>().ok()) else {
-            continue;
-        };
+    for (dev, pairs) in crate::cgroup::v2::device_lines(text) {
         let mut c = IoCounters::default();
-        for kv in f {
-            let Some((k, v)) = kv.split_once('=') else {
-                continue;
-            };
+        for (k, v) in pairs {
             let Ok(v) = v.parse::<u64>() else { continue };
             match k {
                 "rbytes" => c.read_bytes = v,

@@ -199,17 +199,10 @@ pub fn parse_cpu_max(text: &str) -> Option<f64> {
 /// unset key. Devices with every key at max are left out (the kernel does not list them).
 pub fn parse_io_max(text: &str) -> BTreeMap<DevNum, IoLimits> {
     let mut out = BTreeMap::new();
-    for line in text.lines() {
-        let mut f = line.split_whitespace();
-        let Some(dev) = f.next().and_then(|d| d.parse::<DevNum>().ok()) else {
-            continue;
-        };
+    for (dev, pairs) in device_lines(text) {
         let mut l = IoLimits::default();
-        for kv in f {
-            let Some((k, v)) = kv.split_once('=') else {
-                continue;
-            };
-            let v = v.parse::<u64>().ok();
+        for (k, v) in pairs {
+            let v = v.parse::<u64>().ok(); // `max` is no limit
             match k {
                 "rbps" => l.read_bps = v,
                 "wbps" => l.write_bps = v,
@@ -223,6 +216,18 @@ pub fn parse_io_max(text: &str) -> BTreeMap<DevNum, IoLimits> {
         }
     }
     out
+}
+
+/// The lines of a v2 per-device keyed file (`io.max`, `io.stat`): `MAJ:MIN key=value ...`, as
+/// the device and its pairs; lines that do not start with a device number are skipped.
+pub fn device_lines(
+    text: &str,
+) -> impl Iterator<Item = (DevNum, impl Iterator<Item = (&str, &str)>)> {
+    text.lines().filter_map(|line| {
+        let mut f = line.split_whitespace();
+        let dev = f.next()?.parse::<DevNum>().ok()?;
+        Some((dev, f.filter_map(|kv| kv.split_once('='))))
+    })
 }
 
 /// One `io.max` write: every key of the device, `max` for the unset ones (so a device to clear
