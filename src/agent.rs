@@ -143,14 +143,10 @@ impl Agent {
         let start = Instant::now();
         self.stats.rescans += 1;
         self.shared.health.rescans.fetch_add(1, Ordering::Relaxed);
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
         self.shared
             .health
             .last_scan_ms
-            .store(now_ms, Ordering::Relaxed);
+            .store(unix_ms(), Ordering::Relaxed);
         // Re-read the host (devices and processes) so that device changes are picked up too,
         // but not the policy file: that changes on SIGHUP only, and a broken file must not stop
         // the safety net.
@@ -489,9 +485,14 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     };
     let mut next_rescan = Instant::now() + period;
     let mut events = Vec::with_capacity(256);
+    // io.split = "demand": per-device shares of the totals, rebalanced on a timer (balance.rs).
+    let mut balancer = crate::balance::Balancer::default();
     loop {
         let now = Instant::now();
         let mut deadline = next_rescan;
+        if let Some(at) = balancer.next_due(&agent.ctx.loaded.policy) {
+            deadline = deadline.min(at);
+        }
         if let Some(((at, _), _)) = agent.rechecks.first_key_value() {
             deadline = deadline.min(*at);
         }
@@ -602,6 +603,14 @@ pub fn run(opts: AgentOptions) -> Result<()> {
                         kernel_ns: None,
                     },
                 );
+            }
+        }
+        if balancer
+            .next_due(&agent.ctx.loaded.policy)
+            .is_some_and(|at| at <= now)
+        {
+            if let Some(plan) = balancer.tick(&agent.ctx) {
+                agent.execute(&plan, None);
             }
         }
         if now >= next_rescan {

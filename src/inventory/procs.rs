@@ -80,15 +80,45 @@ pub fn read_process(fs: &HostFs, pid: u32) -> Option<ProcInfo> {
 
 /// `read_process`, reading only the optional fields asked for.
 pub fn read_process_fields(fs: &HostFs, pid: u32, fields: Fields) -> Option<ProcInfo> {
+    let mut buf = Vec::with_capacity(1024);
+    read_process_with(fs, pid, fields, &mut buf)
+}
+
+/// Reads a small /proc file into `buf` with open, read and close only (`std::fs::read` adds a
+/// statx per file for a size hint, which /proc cannot give anyway).
+fn read_small<'b>(path: &std::path::Path, buf: &'b mut Vec<u8>) -> Option<&'b [u8]> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).ok()?;
+    buf.clear();
+    loop {
+        if buf.capacity() - buf.len() < 512 {
+            buf.reserve(4096);
+        }
+        let len = buf.len();
+        let spare = buf.capacity() - len;
+        buf.resize(len + spare, 0);
+        let n = f.read(&mut buf[len..]).ok()?;
+        buf.truncate(len + n);
+        if n == 0 {
+            return Some(&buf[..]);
+        }
+    }
+}
+
+/// `read_process_fields` with a caller's buffer, so a scan of every process reuses one.
+fn read_process_with(fs: &HostFs, pid: u32, fields: Fields, buf: &mut Vec<u8>) -> Option<ProcInfo> {
     let dir = fs.proc().join(pid.to_string());
-    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
-    let (comm, ppid, start_time) = parse_stat(&stat)?;
+    let (comm, ppid, start_time) =
+        parse_stat(std::str::from_utf8(read_small(&dir.join("stat"), buf)?).ok()?)?;
     if pid == 2 || ppid == 2 {
         return None;
     }
-    let cmdline = join_cmdline(&std::fs::read(dir.join("cmdline")).ok()?);
+    let cmdline = join_cmdline(read_small(&dir.join("cmdline"), buf)?);
     let (uid, gid) = if fields.ids {
-        parse_status_ids(&std::fs::read_to_string(dir.join("status")).ok()?)?
+        parse_status_ids(&String::from_utf8_lossy(read_small(
+            &dir.join("status"),
+            buf,
+        )?))?
     } else {
         (u32::MAX, u32::MAX)
     };
@@ -111,13 +141,19 @@ pub fn read_process_fields(fs: &HostFs, pid: u32, fields: Fields) -> Option<Proc
 
 /// Every user-space process of the host, in pid order.
 pub fn scan(fs: &HostFs) -> std::io::Result<Vec<ProcInfo>> {
+    scan_fields(fs, Fields::ALL)
+}
+
+/// `scan`, reading only the optional fields asked for (see `Fields`).
+pub fn scan_fields(fs: &HostFs, fields: Fields) -> std::io::Result<Vec<ProcInfo>> {
     let mut pids: Vec<u32> = std::fs::read_dir(fs.proc())?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
     pids.sort_unstable();
+    let mut buf = Vec::with_capacity(4096);
     Ok(pids
         .into_iter()
-        .filter_map(|pid| read_process(fs, pid))
+        .filter_map(|pid| read_process_with(fs, pid, fields, &mut buf))
         .collect())
 }
 
