@@ -150,11 +150,25 @@ pub fn scan_fields(fs: &HostFs, fields: Fields) -> std::io::Result<Vec<ProcInfo>
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
     pids.sort_unstable();
-    let mut buf = Vec::with_capacity(4096);
-    Ok(pids
-        .into_iter()
-        .filter_map(|pid| read_process_with(fs, pid, fields, &mut buf))
-        .collect())
+    let read = |chunk: &[u32]| -> Vec<ProcInfo> {
+        let mut buf = Vec::with_capacity(4096);
+        chunk
+            .iter()
+            .filter_map(|&pid| read_process_with(fs, pid, fields, &mut buf))
+            .collect()
+    };
+    // Reading /proc is all syscalls; on a host with thousands of processes two threads halve
+    // the time of a scan (the daemon's safety net runs one every 30 s).
+    if pids.len() < 2000 {
+        return Ok(read(&pids));
+    }
+    let (a, b) = pids.split_at(pids.len() / 2);
+    Ok(std::thread::scope(|s| {
+        let second = s.spawn(|| read(b));
+        let mut first = read(a);
+        first.extend(second.join().expect("proc reader thread"));
+        first
+    }))
 }
 
 #[cfg(test)]
