@@ -497,3 +497,49 @@ fn a_parent_cycle_terminates() {
     let got = placed(&ts, &procs);
     assert_eq!(got.keys().copied().collect::<Vec<_>>(), vec![12]);
 }
+
+#[test]
+fn classify_direct_agrees_with_classify_without_descendant_rules() {
+    let ts = tenants(
+        r#"
+[[tenant]]
+name = "a"
+match = [{ cmdline = "^ora_p[0-9a-z]{3}_BX1" }]
+exempt = [{ comm = "^ora_lgwr_BX1$" }]
+[[tenant]]
+name = "b"
+match = [{ comm = "^ora_" }]
+"#,
+    );
+    let procs = vec![
+        proc(10, "ora_p001_BX1", "ora_p001_BX1"),
+        proc(11, "ora_lgwr_BX1", "ora_lgwr_BX1"),
+        proc(12, "ora_pmon_BX2", "ora_pmon_BX2"),
+        proc(13, "bash", "bash"),
+    ];
+    let all = classify(&ts, &procs);
+    for p in &procs {
+        assert_eq!(
+            classify_direct(&ts, p).as_ref(),
+            all.iter().find(|x| x.pid == p.pid),
+            "pid {}",
+            p.pid
+        );
+    }
+}
+
+#[test]
+fn fields_needed_follow_the_rules() {
+    let only_cmdline = tenants("[[tenant]]\nname = \"a\"\nmatch = [{ cmdline = \"x\" }]\n");
+    assert_eq!(
+        fields_needed(&only_cmdline),
+        crate::inventory::procs::Fields {
+            ids: false,
+            exe: false
+        }
+    );
+    let with_user = tenants("[[tenant]]\nname = \"a\"\nmatch = [{ user = \"oracle\" }]\n");
+    assert!(fields_needed(&with_user).ids && !fields_needed(&with_user).exe);
+    let with_exe = tenants("[[tenant]]\nname = \"a\"\nexempt = [{ exe = \"/usr/bin/x\" }]\n");
+    assert!(fields_needed(&with_exe).exe && !fields_needed(&with_exe).ids);
+}
