@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for pair in fio:fio mkfs.ext4:e2fsprogs losetup:mount /usr/bin/python3:python3 qemu-system-x86_64:qemu-system-x86 busybox:busybox-static tmux:tmux; do
+for pair in fio:fio mkfs.ext4:e2fsprogs losetup:mount /usr/bin/python3:python3 qemu-system-x86_64:qemu-system-x86 busybox:busybox-static tmux:tmux debootstrap:debootstrap man:man-db systemd-analyze:systemd; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || missing+=(python3-prometheus-client)
@@ -17,12 +17,20 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
 fi
 
+if ! cargo deb --version >/dev/null 2>&1; then
+  echo "installing cargo-deb (cargo install cargo-deb --locked; a few minutes)"
+  cargo install cargo-deb --locked --quiet
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --check
 echo "== cargo clippy"
 cargo clippy --all-targets --quiet -- -D warnings
 echo "== unit tests"
 cargo test --lib --quiet
+echo "== Debian package (tests/it/package.rs installs it into a debootstrap root)"
+DBCAGE_DEB=$(scripts/build-deb.sh)
+export DBCAGE_DEB
 echo "== integration tests on this host's kernel (root)"
 cargo test --test it --quiet -- --test-threads=1
 echo "== cgroup v2 in a VM"

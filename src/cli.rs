@@ -109,6 +109,12 @@ pub enum Command {
     Probe(crate::probe::ProbeArgs),
     /// Check a tenant's IO limits by probing its devices from inside its limited group.
     Verify(crate::probe::verify::VerifyArgs),
+    /// Write the man pages (dbcage(8), one per subcommand) into DIR; used when packaging.
+    #[command(hide = true)]
+    GenerateMan { dir: PathBuf },
+    /// Write bash, zsh and fish completions into DIR; used when packaging.
+    #[command(hide = true)]
+    GenerateCompletions { dir: PathBuf },
     /// Move a tenant's processes back to the parent cgroup and remove its groups.
     Release {
         /// Tenants to release.
@@ -234,11 +240,13 @@ pub fn make_plan(ctx: &Context_) -> Result<Plan> {
     let placements = classify(&ctx.loaded.policy.tenants, &ctx.inventory.procs);
     let pids: Vec<u32> = placements.iter().map(|p| p.pid).collect();
     let snap = Snapshot::read(&ctx.fs, &ctx.layout, &pids);
-    Ok(plan::build(
+    // Outside the daemon there are no balancer shares: the equal split applies.
+    Ok(plan::build_with(
         &ctx.loaded.policy,
         &ctx.inventory,
         &ctx.layout,
         &snap,
+        &crate::balance::current_shares(),
     )?)
 }
 
@@ -342,6 +350,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Release { tenants, all } => release(&cli.config, &tenants, all, &mut out),
+        Command::GenerateMan { dir } => {
+            for path in generate_man(&dir)? {
+                writeln!(out, "{}", path.display())?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::GenerateCompletions { dir } => {
+            for path in generate_completions(&dir)? {
+                writeln!(out, "{}", path.display())?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Run {
             rescan_interval,
             fallback_interval,
@@ -714,6 +734,22 @@ fn print_status_table(
                     HumanBytes(d.usage.write_bytes),
                     d.usage.write_ios,
                 )?;
+                if let Some(b) = &d.balance {
+                    let parts: Vec<String> = b
+                        .iter()
+                        .map(|(k, v)| {
+                            format!(
+                                "{k} {:.1}% ({})",
+                                v.share * 100.0,
+                                match v.reason {
+                                    crate::balance::Reason::Demand => "demand",
+                                    crate::balance::Reason::Floor => "floor",
+                                }
+                            )
+                        })
+                        .collect();
+                    writeln!(out, "  {:<10} share of the total: {}", "", parts.join(", "))?;
+                }
             }
         }
         for m in &r.members {
@@ -804,4 +840,66 @@ fn release(
     }
     writeln!(out, "{moved} processes moved back to the parent cgroup")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes dbcage.8 and one dbcage-SUBCOMMAND.8 per visible subcommand into `dir`, generated
+/// from the clap definition (clap_mangen). Returns the files written.
+pub fn generate_man(dir: &Path) -> Result<Vec<PathBuf>> {
+    use clap::CommandFactory;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    let mut written = Vec::new();
+    let mut render = |cmd: clap::Command, see_also: &str| -> Result<()> {
+        let man = clap_mangen::Man::new(cmd)
+            .section("8")
+            .manual("System Administration")
+            .source(format!("dbcage {}", env!("CARGO_PKG_VERSION")));
+        let path = dir.join(man.get_filename());
+        let mut buf = Vec::new();
+        man.render(&mut buf)?;
+        buf.extend_from_slice(format!(".SH \"SEE ALSO\"\n{see_also}\n").as_bytes());
+        std::fs::write(&path, buf).with_context(|| format!("cannot write {}", path.display()))?;
+        written.push(path);
+        Ok(())
+    };
+    let subs: Vec<clap::Command> = cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .cloned()
+        .collect();
+    let mut refs: Vec<String> = subs
+        .iter()
+        .map(|s| format!("\\fBdbcage\\-{}\\fR(8)", s.get_name()))
+        .collect();
+    refs.push("\\fBdbcage.toml\\fR(5)".into());
+    refs.push("\\fBsystemctl\\fR(1)".into());
+    render(cmd.clone(), &refs.join(",\n"))?;
+    for sub in subs {
+        render(sub, "\\fBdbcage\\fR(8), \\fBdbcage.toml\\fR(5)")?;
+    }
+    Ok(written)
+}
+
+/// Writes the bash (`dbcage.bash`), zsh (`_dbcage`) and fish (`dbcage.fish`) completions into
+/// `dir`, generated from the clap definition (clap_complete). Returns the files written.
+pub fn generate_completions(dir: &Path) -> Result<Vec<PathBuf>> {
+    use clap::CommandFactory;
+    use clap_complete::Shell;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    // The same command without the hidden packaging subcommands.
+    let full = Cli::command();
+    let mut cmd = clap::Command::new("dbcage")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about(full.get_about().cloned().unwrap_or_default())
+        .args(full.get_arguments().cloned())
+        .subcommands(full.get_subcommands().filter(|s| !s.is_hide_set()).cloned())
+        .subcommand_required(true);
+    [Shell::Bash, Shell::Zsh, Shell::Fish]
+        .into_iter()
+        .map(|shell| {
+            clap_complete::generate_to(shell, &mut cmd, "dbcage", dir)
+                .with_context(|| format!("cannot write {shell} completions to {}", dir.display()))
+        })
+        .collect()
 }

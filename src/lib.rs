@@ -4,6 +4,7 @@
 //! with stats readers for status. `main.rs` is a thin CLI over `cli`.
 
 pub mod agent;
+pub mod balance;
 pub mod cgroup;
 pub mod classify;
 pub mod cli;

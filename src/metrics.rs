@@ -102,6 +102,7 @@ impl Collector for TenantCollector {
         let mut ios = Vec::new();
         let mut bps_limit = Vec::new();
         let mut iops_limit = Vec::new();
+        let mut io_share = Vec::new();
         let mut procs = Vec::new();
         let mut cpu = Vec::new();
         let mut throttled = Vec::new();
@@ -125,6 +126,14 @@ impl Collector for TenantCollector {
                     if let Some(v) = v {
                         iops_limit.push((dev(t, d, dir), v as f64));
                     }
+                }
+                for (key, v) in d.balance.iter().flatten() {
+                    let k = crate::balance::KEYS
+                        .iter()
+                        .find(|x| **x == key.as_str())
+                        .copied()
+                        .unwrap_or("other");
+                    io_share.push((dev(t, d, k), v.share));
                 }
             }
             if let Some(s) = t.cpu.usage_seconds {
@@ -178,6 +187,14 @@ impl Collector for TenantCollector {
             None,
             Gauge,
             &iops_limit,
+        )?;
+        family(
+            &mut enc,
+            "dbcage_io_share_ratio",
+            "Share of the tenant's instance total given to a device under io.split = demand (direction: read_bps, write_bps, read_iops, write_iops)",
+            None,
+            Gauge,
+            &io_share,
         )?;
         family(
             &mut enc,

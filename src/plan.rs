@@ -86,7 +86,60 @@ pub fn io_per_device(
     overrides: &BTreeMap<DevNum, IoLimits>,
     problems: &mut Vec<Problem>,
 ) -> BTreeMap<DevNum, IoLimits> {
+    io_per_device_with(t, devices, overrides, None, problems)
+}
+
+/// Whether the balancer's shares can stand in for the equal split: one entry per device, and
+/// for each key the tenant sets, every device has a value of at least 1 and their sum is within
+/// the total. Anything else (a device added or gone since) falls back to the equal split.
+pub fn shares_fit(t: &Tenant, devices: &[DevNum], shares: &BTreeMap<DevNum, IoLimits>) -> bool {
+    let same_devices =
+        shares.len() == devices.len() && devices.iter().all(|d| shares.contains_key(d));
+    same_devices
+        && (0..4).all(|k| {
+            let total = crate::balance::key_get(&t.io, k);
+            let vals: Vec<Option<u64>> = devices
+                .iter()
+                .map(|d| crate::balance::key_get(&shares[d], k))
+                .collect();
+            match total {
+                None => vals.iter().all(Option::is_none),
+                Some(total) => {
+                    vals.iter().all(|v| v.is_some_and(|v| v >= 1))
+                        && vals.iter().map(|v| v.unwrap_or(0) as u128).sum::<u128>()
+                            <= total as u128
+                }
+            }
+        })
+}
+
+/// `io_per_device`, with the balancer's current shares for a tenant with `split = "demand"`
+/// (when they fit, see `shares_fit`) in place of the equal split; overrides still apply on top.
+pub fn io_per_device_with(
+    t: &Tenant,
+    devices: &[DevNum],
+    overrides: &BTreeMap<DevNum, IoLimits>,
+    shares: Option<&BTreeMap<DevNum, IoLimits>>,
+    problems: &mut Vec<Problem>,
+) -> BTreeMap<DevNum, IoLimits> {
     let n = devices.len();
+    if t.io_split.split == crate::policy::Split::Demand
+        && n > 0
+        && t.io_split.floor * n as f64 > 1.0 + 1e-9
+    {
+        let msg = format!(
+            "tenant `{}`: io.floor {}% is more than an equal share of its {n} devices (at most {:.2}%)",
+            t.name,
+            t.io_split.floor * 100.0,
+            100.0 / n as f64
+        );
+        problems.push(match &t.io_split.floor_origin {
+            Some(o) => Problem::at(o, msg),
+            None => Problem::at(&t.origin, msg),
+        });
+    }
+    let balanced = shares
+        .filter(|s| t.io_split.split == crate::policy::Split::Demand && shares_fit(t, devices, s));
     let share = |total: Option<u64>, key: &str, problems: &mut Vec<Problem>| {
         let v = total.map(|t| split_equal(t, n));
         if v == Some(0) && n > 0 {
@@ -110,12 +163,13 @@ pub fn io_per_device(
     devices
         .iter()
         .map(|d| {
+            let base = balanced.map_or(equal, |s| s[d]);
             (
                 *d,
                 overrides
                     .get(d)
-                    .map(|o| equal.overridden_by(o))
-                    .unwrap_or(equal),
+                    .map(|o| base.overridden_by(o))
+                    .unwrap_or(base),
             )
         })
         .filter(|(_, l)| !l.is_empty())
@@ -194,6 +248,19 @@ pub fn build(
     layout: &Layout,
     snap: &Snapshot,
 ) -> Result<Plan, PolicyErrors> {
+    build_with(policy, inv, layout, snap, &crate::balance::Shares::new())
+}
+
+/// `build`, with the per-device shares the daemon's balancer decided for tenants with
+/// `io.split = "demand"` (tenant name → device → limits). Shares that do not fit the tenant's
+/// current devices and totals are ignored (the equal split applies).
+pub fn build_with(
+    policy: &Policy,
+    inv: &Inventory,
+    layout: &Layout,
+    snap: &Snapshot,
+    shares: &crate::balance::Shares,
+) -> Result<Plan, PolicyErrors> {
     let mut problems = Vec::new();
     let mut plan = Plan::default();
     let allowed_cpus = snap
@@ -263,7 +330,13 @@ pub fn build(
     for (ti, t) in policy.tenants.iter().enumerate() {
         let td = &inv.tenants[ti];
         let devnums: Vec<DevNum> = td.devices.iter().map(|d| d.devnum).collect();
-        let io = io_per_device(t, &devnums, &td.overrides, &mut problems);
+        let io = io_per_device_with(
+            t,
+            &devnums,
+            &td.overrides,
+            shares.get(&t.name),
+            &mut problems,
+        );
         let (cpus, mems) = cpu_sets(t, inv, &allowed_cpus, &allowed_mems, &mut problems);
         let members: Vec<&Placement> = placements.iter().filter(|p| p.tenant == ti).collect();
         if let Some(max) = &t.memory.max {

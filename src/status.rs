@@ -52,6 +52,10 @@ pub struct DeviceStatus {
     pub usage: stats::IoCounters,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rates: Option<IoRates>,
+    /// Under `io.split = "demand"`, the daemon's current decision per key (`read_bps`, ...):
+    /// the limit, its share of the total, why (`demand` or `floor`) and the usage it followed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub balance: Option<BTreeMap<String, crate::balance::KeyShare>>,
 }
 
 /// The tenant's IO over all its devices: rates, the sum of the per-device limits, and the share
@@ -171,6 +175,7 @@ fn io_of(fs: &HostFs, layout: &Layout, tenant: &str) -> Vec<DeviceStatus> {
                 write_iops_limit: l.write_iops,
                 usage: usage.get(&d).copied().unwrap_or_default(),
                 rates: None,
+                balance: None,
             }
         })
         .collect()
@@ -196,6 +201,12 @@ pub fn collect(
         .enumerate()
         .filter(|(_, t)| only.is_empty() || only.contains(&t.name))
         .collect();
+    let published = policy
+        .tenants
+        .iter()
+        .any(|t| t.io_split.split == crate::policy::Split::Demand)
+        .then(|| crate::balance::read_published(&layout.root_name))
+        .flatten();
     let one = |(ti, t): (usize, &crate::policy::Tenant)| -> TenantStatus {
         let h_procs = h_of(Controller::Io).or(h_of(Controller::Cpu)).unwrap_or(0);
         let mut members = Vec::new();
@@ -224,7 +235,12 @@ pub fn collect(
                 }
             }
         }
-        let devices = io_of(fs, layout, &t.name);
+        let mut devices = io_of(fs, layout, &t.name);
+        if let Some(b) = published.as_ref().and_then(|p| p.get(&t.name)) {
+            for d in &mut devices {
+                d.balance = b.get(&d.device).cloned();
+            }
+        }
         let sum = |f: fn(&DeviceStatus) -> Option<u64>| -> Option<u64> {
             let v: Vec<u64> = devices.iter().filter_map(f).collect();
             (!v.is_empty()).then(|| v.iter().sum())
@@ -453,6 +469,7 @@ mod tests {
                     write_ios: 0,
                 },
                 rates: None,
+                balance: None,
             }],
             io: IoTotals {
                 limits: IoLimits {

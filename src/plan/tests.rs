@@ -984,3 +984,75 @@ fn memory_limits_are_rounded_down_to_pages() {
     let plan = build(&p, &inv, &host.layout, &snap).unwrap();
     assert!(writes_to(&plan.steps, &limit).is_empty());
 }
+
+#[test]
+fn demand_shares_replace_the_equal_split_only_when_they_fit() {
+    let text = IO_TENANT.replace(
+        "write_iops = 1000",
+        "write_iops = 1000\nsplit = \"demand\"\nfloor = \"10%\"",
+    );
+    let p = policy(&text);
+    let t = &p.tenants[0];
+    let devices = [dev(0), dev(1), dev(2)];
+    let lim = |r: u64, w: u64| IoLimits {
+        read_bps: Some(r),
+        write_iops: Some(w),
+        ..Default::default()
+    };
+    let good: BTreeMap<DevNum, IoLimits> = [
+        (dev(0), lim(80 * MIB, 800)),
+        (dev(1), lim(10 * MIB, 100)),
+        (dev(2), lim(10 * MIB, 100)),
+    ]
+    .into_iter()
+    .collect();
+    let mut problems = Vec::new();
+    let got = io_per_device_with(t, &devices, &BTreeMap::new(), Some(&good), &mut problems);
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(got, good);
+    // over the total, a missing key, or another device set: the equal split
+    let mut over = good.clone();
+    over.get_mut(&dev(0)).unwrap().read_bps = Some(81 * MIB);
+    let mut missing = good.clone();
+    missing.get_mut(&dev(2)).unwrap().write_iops = None;
+    let mut fewer = good.clone();
+    fewer.remove(&dev(2));
+    for bad in [over, missing, fewer] {
+        let got = io_per_device_with(t, &devices, &BTreeMap::new(), Some(&bad), &mut problems);
+        assert_eq!(got[&dev(0)], lim(100 * MIB / 3, 333));
+    }
+    // an equal-split tenant ignores shares
+    let p = policy(IO_TENANT);
+    let got = io_per_device_with(
+        &p.tenants[0],
+        &devices,
+        &BTreeMap::new(),
+        Some(&good),
+        &mut problems,
+    );
+    assert_eq!(got[&dev(0)], lim(100 * MIB / 3, 333));
+    assert!(problems.is_empty());
+}
+
+#[test]
+fn demand_floor_above_an_equal_share_is_a_located_problem() {
+    let text = IO_TENANT.replace(
+        "write_iops = 1000",
+        "write_iops = 1000\nsplit = \"demand\"\nfloor = \"40%\"",
+    );
+    let p = policy(&text);
+    let mut problems = Vec::new();
+    io_per_device(
+        &p.tenants[0],
+        &[dev(0), dev(1), dev(2)],
+        &BTreeMap::new(),
+        &mut problems,
+    );
+    assert_eq!(problems.len(), 1);
+    let msg = problems[0].to_string();
+    assert!(
+        msg.contains(":11:9:")
+            && msg.contains("io.floor 40% is more than an equal share of its 3 devices"),
+        "{msg}"
+    );
+}

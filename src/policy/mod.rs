@@ -65,6 +65,8 @@ pub struct Tenant {
     /// Instance totals over all the tenant's devices.
     pub io: IoLimits,
     pub io_devices: Vec<DeviceOverride>,
+    /// How the totals divide over the devices (`split`, `rebalance_interval`, `floor`, ...).
+    pub io_split: IoSplit,
     pub cpu: CpuPolicy,
     pub memory: MemoryPolicy,
 }
@@ -116,6 +118,47 @@ impl IoLimits {
             write_bps: over.write_bps.or(self.write_bps),
             read_iops: over.read_iops.or(self.read_iops),
             write_iops: over.write_iops.or(self.write_iops),
+        }
+    }
+}
+
+/// `[tenant.io] split`: how an instance total divides over the tenant's devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Split {
+    /// Equal shares (what `dbcage apply` writes; the default).
+    #[default]
+    Equal,
+    /// The daemon follows each device's recent usage (see `balance`).
+    Demand,
+}
+
+/// Default `rebalance_interval`.
+pub const DEFAULT_REBALANCE: std::time::Duration = std::time::Duration::from_secs(1);
+/// Default `floor`: the share of the total each device keeps under `split = "demand"`.
+pub const DEFAULT_FLOOR: f64 = 0.02;
+/// Default `smoothing`: the weight of the previous estimate when a device's usage falls.
+pub const DEFAULT_SMOOTHING: f64 = 0.1;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct IoSplit {
+    pub split: Split,
+    pub interval: std::time::Duration,
+    /// Fraction of the total (0..=1/n); checked against the device count in `plan`.
+    pub floor: f64,
+    /// Where `floor` was written, for the error when it exceeds 1/n.
+    pub floor_origin: Option<Origin>,
+    pub smoothing: f64,
+}
+
+impl Default for IoSplit {
+    fn default() -> Self {
+        IoSplit {
+            split: Split::Equal,
+            interval: DEFAULT_REBALANCE,
+            floor: DEFAULT_FLOOR,
+            floor_origin: None,
+            smoothing: DEFAULT_SMOOTHING,
         }
     }
 }

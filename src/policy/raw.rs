@@ -87,6 +87,14 @@ pub struct RawIo {
     /// Per-device overrides: `[[tenant.io.device]] path = "/dev/sdb" read_bps = "10MiB"`.
     #[serde(default, rename = "device")]
     pub devices: Vec<Loc<RawIoDevice>>,
+    /// `"equal"` (default) or `"demand"`.
+    pub split: Option<Loc<String>>,
+    /// `"1s"`, `"500ms"`: how often the daemon rebalances under `split = "demand"`.
+    pub rebalance_interval: Option<Loc<String>>,
+    /// `"5%"`: the share of the total each device keeps under `split = "demand"`.
+    pub floor: Option<Loc<String>>,
+    /// 0..1: weight of the previous usage estimate when a device's usage falls.
+    pub smoothing: Option<Loc<Quantity>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -166,6 +174,10 @@ impl RawTenant {
                 take(&mut io.write_bps, l.write_bps);
                 take(&mut io.read_iops, l.read_iops);
                 take(&mut io.write_iops, l.write_iops);
+                take(&mut io.split, l.split);
+                take(&mut io.rebalance_interval, l.rebalance_interval);
+                take(&mut io.floor, l.floor);
+                take(&mut io.smoothing, l.smoothing);
                 if !l.devices.is_empty() {
                     io.devices = l.devices;
                 }

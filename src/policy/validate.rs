@@ -308,6 +308,10 @@ fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
         },
     };
 
+    let io_split = match &t.io {
+        None => IoSplit::default(),
+        Some(io) => validate_split(ctx, &name, io),
+    };
     let (io, io_devices) = match &t.io {
         None => (IoLimits::default(), Vec::new()),
         Some(io) => {
@@ -363,9 +367,77 @@ fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
         storage_level,
         io,
         io_devices,
+        io_split,
         cpu,
         memory,
     })
+}
+
+/// `"1s"`, `"500ms"`, `"2.5s"`, `"1m"` → a duration.
+fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num.parse().ok()?;
+    let secs = match unit.trim() {
+        "ms" => v / 1000.0,
+        "s" => v,
+        "m" | "min" => v * 60.0,
+        _ => return None,
+    };
+    (secs.is_finite() && secs >= 0.0).then(|| std::time::Duration::from_secs_f64(secs))
+}
+
+fn validate_split(ctx: &mut Ctx, tenant: &str, io: &super::raw::RawIo) -> IoSplit {
+    let mut out = IoSplit::default();
+    if let Some(s) = &io.split {
+        match s.value.as_str() {
+            "equal" => out.split = Split::Equal,
+            "demand" => out.split = Split::Demand,
+            other => ctx.error(s, format!("tenant `{tenant}`: io.split `{other}` is not valid; use \"equal\" (the default) or \"demand\"")),
+        }
+    }
+    if let Some(i) = &io.rebalance_interval {
+        match parse_duration(&i.value) {
+            Some(d) if d >= std::time::Duration::from_millis(100) && d <= std::time::Duration::from_secs(3600) => out.interval = d,
+            Some(_) => ctx.error(i, format!("tenant `{tenant}`: io.rebalance_interval `{}` is out of range (100ms to 1h)", i.value)),
+            None => ctx.error(i, format!("tenant `{tenant}`: io.rebalance_interval `{}` is not a duration; write e.g. \"1s\" or \"500ms\"", i.value)),
+        }
+    }
+    if let Some(f) = &io.floor {
+        let v = f.value.trim();
+        match v.strip_suffix('%').map(str::trim).and_then(|n| n.parse::<f64>().ok()) {
+            Some(p) if (0.0..=100.0).contains(&p) => {
+                out.floor = p / 100.0;
+                out.floor_origin = Some(ctx.origin(f));
+            }
+            Some(p) => ctx.error(f, format!("tenant `{tenant}`: io.floor = {p}% is out of range (0% to 100%/number of devices)")),
+            None => ctx.error(f, format!("tenant `{tenant}`: io.floor `{}` is not a percentage; write e.g. \"5%\"", f.value)),
+        }
+    }
+    if let Some(q) = &io.smoothing {
+        let v = match &q.value {
+            Quantity::Int(i) => Some(*i as f64),
+            Quantity::Float(f) => Some(*f),
+            Quantity::Text(s) => s.trim().parse::<f64>().ok(),
+        };
+        match v {
+            Some(v) if (0.0..1.0).contains(&v) => out.smoothing = v,
+            _ => ctx.error(q, format!("tenant `{tenant}`: io.smoothing must be a number from 0 (follow usage at once) to below 1 (default {DEFAULT_SMOOTHING})")),
+        }
+    }
+    let tuned = io.rebalance_interval.is_some() || io.floor.is_some() || io.smoothing.is_some();
+    if tuned && out.split != Split::Demand {
+        let o = io
+            .floor
+            .as_ref()
+            .map(|f| ctx.origin(f))
+            .or_else(|| io.rebalance_interval.as_ref().map(|f| ctx.origin(f)));
+        if let Some(o) = o {
+            ctx.warnings.push(Problem::at(&o, format!("tenant `{tenant}`: io.rebalance_interval, io.floor and io.smoothing apply only with io.split = \"demand\"")));
+        }
+    }
+    out
 }
 
 fn validate_rules(ctx: &mut Ctx, tenant: &str, list: &str, raw: &[Loc<RawRule>]) -> Vec<Rule> {

@@ -7,10 +7,12 @@
 //! measured figures. Everything they create has `dbcage-test` in its name and is removed by
 //! guards even when a test fails (see `common`).
 
+mod balance;
 mod common;
 mod cpu_mem;
 mod daemon;
 mod lifecycle;
 mod observe;
+mod package;
 mod probe;
 mod throttle;

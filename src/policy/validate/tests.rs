@@ -1062,3 +1062,55 @@ fn agent_metrics_address() {
         &["agent.metrics", "`localhost`", "off"],
     );
 }
+
+#[test]
+fn io_split_keys_parse_with_defaults() {
+    let base = "[[tenant]]\nname = \"a\"\nmatch = [{ comm = \"x\" }]\nstorage = [\"/data\"]\n";
+    let l = ok(&format!("{base}[tenant.io]\nread_bps = \"12MiB\"\n"));
+    let s = &l.policy.tenants[0].io_split;
+    assert_eq!(s.split, Split::Equal);
+    assert_eq!(s.interval, DEFAULT_REBALANCE);
+    assert_eq!(s.floor, DEFAULT_FLOOR);
+    assert_eq!(s.smoothing, DEFAULT_SMOOTHING);
+    let l = ok(&format!(
+        "{base}[tenant.io]\nread_bps = \"12MiB\"\nsplit = \"demand\"\nrebalance_interval = \"500ms\"\nfloor = \"5%\"\nsmoothing = 0.5\n"
+    ));
+    let s = &l.policy.tenants[0].io_split;
+    assert_eq!(s.split, Split::Demand);
+    assert_eq!(s.interval, std::time::Duration::from_millis(500));
+    assert!((s.floor - 0.05).abs() < 1e-12);
+    assert_eq!(s.smoothing, 0.5);
+}
+
+#[test]
+fn io_split_errors_are_located() {
+    let base = "[[tenant]]\nname = \"a\"\nmatch = [{ comm = \"x\" }]\nstorage = [\"/data\"]\n";
+    let e = errors(&format!(
+        "{base}[tenant.io]\nread_bps = \"12MiB\"\nsplit = \"load\"\nrebalance_interval = \"fast\"\nfloor = \"120%\"\nsmoothing = 1.5\n"
+    ));
+    assert_eq!(e.len(), 4, "{e:?}");
+    assert!(
+        e[0].starts_with("dbcage.toml:7:9:") && e[0].contains("io.split `load`"),
+        "{e:?}"
+    );
+    assert!(
+        e[1].starts_with("dbcage.toml:8:22:") && e[1].contains("not a duration"),
+        "{e:?}"
+    );
+    assert!(
+        e[2].starts_with("dbcage.toml:9:9:") && e[2].contains("io.floor"),
+        "{e:?}"
+    );
+    assert!(
+        e[3].starts_with("dbcage.toml:10:13:") && e[3].contains("io.smoothing"),
+        "{e:?}"
+    );
+    let e = errors(&format!(
+        "{base}[tenant.io]\nread_bps = \"12MiB\"\nrebalance_interval = \"10ms\"\nfloor = \"5\"\n"
+    ));
+    assert!(
+        e.iter().any(|m| m.contains("out of range (100ms to 1h)")),
+        "{e:?}"
+    );
+    assert!(e.iter().any(|m| m.contains("not a percentage")), "{e:?}");
+}
