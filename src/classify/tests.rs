@@ -4,26 +4,7 @@
 use std::path::PathBuf;
 
 use super::*;
-use crate::policy::Accounts;
-
-struct FakeAccounts;
-
-impl Accounts for FakeAccounts {
-    fn uid(&self, name: &str) -> Option<u32> {
-        match name {
-            "oracle" => Some(54321),
-            "postgres" => Some(104),
-            _ => None,
-        }
-    }
-    fn gid(&self, name: &str) -> Option<u32> {
-        match name {
-            "dba" => Some(54322),
-            "postgres" => Some(110),
-            _ => None,
-        }
-    }
-}
+use crate::policy::FakeAccounts;
 
 fn tenants(text: &str) -> Vec<Tenant> {
     match crate::policy::from_str("test.toml", text, &FakeAccounts) {

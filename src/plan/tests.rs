@@ -9,18 +9,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::cgroup::{Hierarchy, Setup};
 use crate::inventory::{BlockDevice, NumaTopology, ProcInfo, TenantDevices};
-use crate::policy::Accounts;
-
-struct FakeAccounts;
-
-impl Accounts for FakeAccounts {
-    fn uid(&self, name: &str) -> Option<u32> {
-        (name == "oracle").then_some(54321)
-    }
-    fn gid(&self, _: &str) -> Option<u32> {
-        None
-    }
-}
+use crate::policy::FakeAccounts;
 
 const FILE: &str = "dbcage.toml";
 

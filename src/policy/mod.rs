@@ -308,3 +308,26 @@ pub fn load(path: &Path, accounts: &dyn Accounts) -> Result<Loaded, PolicyErrors
 pub fn from_str(name: &str, text: &str, accounts: &dyn Accounts) -> Result<Loaded, PolicyErrors> {
     validate::from_sources(&[(PathBuf::from(name), text.to_string())], accounts)
 }
+
+/// A fixed account table for unit tests, so they do not depend on the users of the machine.
+#[cfg(test)]
+pub(crate) struct FakeAccounts;
+
+#[cfg(test)]
+impl Accounts for FakeAccounts {
+    fn uid(&self, name: &str) -> Option<u32> {
+        match name {
+            "oracle" => Some(54321),
+            "postgres" => Some(104),
+            _ => None,
+        }
+    }
+    fn gid(&self, name: &str) -> Option<u32> {
+        match name {
+            "dba" => Some(54322),
+            "oinstall" => Some(54321),
+            "postgres" => Some(110),
+            _ => None,
+        }
+    }
+}

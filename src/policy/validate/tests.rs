@@ -2,26 +2,7 @@
 //! them in one go; a good policy parses into the expected values; drop-ins merge key by key.
 
 use super::*;
-
-/// A fixed account table, so the tests do not depend on the users of the machine running them.
-struct FakeAccounts;
-
-impl Accounts for FakeAccounts {
-    fn uid(&self, name: &str) -> Option<u32> {
-        match name {
-            "oracle" => Some(54321),
-            "postgres" => Some(104),
-            _ => None,
-        }
-    }
-    fn gid(&self, name: &str) -> Option<u32> {
-        match name {
-            "dba" => Some(54322),
-            "oinstall" => Some(54321),
-            _ => None,
-        }
-    }
-}
+use crate::policy::FakeAccounts;
 
 const NAME: &str = "dbcage.toml";
 
