@@ -102,6 +102,8 @@ struct Agent {
     write_hist: Histogram<u64>,
     rescan_hist: Histogram<u64>,
     has_descendant_rules: bool,
+    /// The process fields the rules look at (see `procs::Fields`); set with the policy.
+    fields: crate::inventory::procs::Fields,
     /// What the metrics endpoint reads.
     shared: Arc<metrics::Shared>,
 }
@@ -178,6 +180,7 @@ impl Agent {
             .tenants
             .iter()
             .any(|t| t.rules.iter().chain(&t.exempt).any(|r| r.descendants));
+        self.fields = classify::fields_needed(&self.ctx.loaded.policy.tenants);
     }
 
     fn execute(&mut self, plan: &Plan, event_at: Option<EventTime>) {
@@ -233,7 +236,7 @@ impl Agent {
     fn handle_pid(&mut self, pid: u32, event_at: EventTime) {
         let fs = &self.ctx.fs;
         let policy = &self.ctx.loaded.policy;
-        let fields = classify::fields_needed(&policy.tenants);
+        let fields = self.fields;
         let Some(p) = read_process_fields(fs, pid, fields) else {
             return;
         };
@@ -439,6 +442,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         write_hist: histogram(),
         rescan_hist: histogram(),
         has_descendant_rules: false,
+        fields: crate::inventory::procs::Fields::ALL,
         opts,
     };
     let first = make_plan(&agent.ctx)?;

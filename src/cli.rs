@@ -564,7 +564,7 @@ struct StatusArgs {
 fn layout_for(config: &Path) -> Result<(Loaded, Layout, HostFs)> {
     let fs = HostFs::default();
     let loaded = load_policy(config)?;
-    let mounts = inventory::MountTable::read(&fs)?;
+    let mounts = inventory::MountTable::read(&fs).context("reading /proc/self/mountinfo")?;
     let setup = Setup::detect(&fs, &mounts)?;
     let layout = Layout::new(setup, &loaded.policy.agent)?;
     Ok((loaded, layout, fs))
@@ -808,11 +808,7 @@ fn release(
     if only.is_empty() && !all {
         return Err(Invalid("name the tenants to release, or give --all".into()).into());
     }
-    let fs = HostFs::default();
-    let loaded = load_policy(config)?;
-    let mounts = inventory::MountTable::read(&fs)?;
-    let setup = Setup::detect(&fs, &mounts)?;
-    let layout = Layout::new(setup, &loaded.policy.agent)?;
+    let (_loaded, layout, _fs) = layout_for(config)?;
     let existing = layout.existing_tenants();
     let names: Vec<String> = if all {
         existing.iter().cloned().collect()

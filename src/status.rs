@@ -190,9 +190,18 @@ pub fn collect(
     procs: Option<&[ProcInfo]>,
 ) -> Sample {
     let at = Instant::now();
-    let placements = procs
+    // pid → (process, placement), for listing members with the rule that placed them.
+    let by_pid: std::collections::HashMap<u32, &ProcInfo> = procs
+        .unwrap_or_default()
+        .iter()
+        .map(|p| (p.pid, p))
+        .collect();
+    let placed: std::collections::HashMap<u32, crate::classify::Placement> = procs
         .map(|p| classify(&policy.tenants, p))
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .into_iter()
+        .map(|x| (x.pid, x))
+        .collect();
     let h_of = |c| layout.setup.hierarchy_of(c);
     let version = |h: usize| layout.setup.hierarchies[h].version;
     let selected: Vec<(usize, &crate::policy::Tenant)> = policy
@@ -217,12 +226,12 @@ pub fn collect(
             }
             let pids = cgroup::procs_in(&layout.leaf_dir(h_procs, &t.name, leaf));
             count += pids.len();
-            if let Some(procs) = procs {
+            if procs.is_some() {
                 for pid in pids {
-                    let p = procs.iter().find(|p| p.pid == pid);
-                    let rule = placements
-                        .iter()
-                        .find(|x| x.pid == pid && x.tenant == ti)
+                    let p = by_pid.get(&pid).copied();
+                    let rule = placed
+                        .get(&pid)
+                        .filter(|x| x.tenant == ti)
                         .map(|x| x.reason.clone())
                         .unwrap_or_else(|| "inherited from its parent (no rule matches it; new children stay in their parent's group)".into());
                     members.push(Member {

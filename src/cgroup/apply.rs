@@ -117,20 +117,6 @@ the processes stay where they are: move them to a leaf cgroup yourself, or use t
 pub fn execute(plan: &Plan) -> Outcome {
     let mut out = Outcome::default();
     for (i, step) in plan.steps.iter().enumerate() {
-        if let Step::Write { path, value, .. } = step {
-            if path.ends_with(v2::SUBTREE_CONTROL) {
-                if let Err(e) = write_file(path, value) {
-                    out.errors.push(e);
-                    out.skipped = plan.steps.len() - i - 1;
-                    break;
-                }
-                out.written += 1;
-                if let Err(e) = read_back(path, value) {
-                    out.errors.push(e);
-                }
-                continue;
-            }
-        }
         match step {
             Step::Mkdir { path, .. } => match std::fs::create_dir(path) {
                 Ok(()) => out.created += 1,
@@ -146,6 +132,13 @@ pub fn execute(plan: &Plan) -> Outcome {
                     if let Err(e) = read_back(path, value) {
                         out.errors.push(e);
                     }
+                }
+                // Without the controllers enabled there are no limit files to write, and
+                // moved processes would run unlimited: the rest of the plan is left undone.
+                Err(e) if path.ends_with(v2::SUBTREE_CONTROL) => {
+                    out.errors.push(e);
+                    out.skipped = plan.steps.len() - i - 1;
+                    break;
                 }
                 Err(e) => out.errors.push(e),
             },
