@@ -22,10 +22,32 @@ pub const CONTROLLERS: [&str; 5] = ["blkio", "cpu", "cpuacct", "cpuset", "memory
 
 /// Tests that measure throughput or cpu time (and the ones that load the machine with many
 /// processes) hold this for their whole run, so they never overlap.
+/// The in-process lock is paired with `flock` on a host-wide file, so that test runs from other
+/// checkouts (or `flock /tmp/dbcage-measure.lock bench/...`) do not overlap either.
 static MEASURE: Mutex<()> = Mutex::new(());
 
-pub fn measure_lock() -> MutexGuard<'static, ()> {
-    MEASURE.lock().unwrap_or_else(|e| e.into_inner())
+pub struct MeasureGuard {
+    // Field order: the host lock is released before the in-process one.
+    _host: nix::fcntl::Flock<std::fs::File>,
+    _local: MutexGuard<'static, ()>,
+}
+
+pub const HOST_MEASURE_LOCK: &str = "/tmp/dbcage-measure.lock";
+
+pub fn measure_lock() -> MeasureGuard {
+    let local = MEASURE.lock().unwrap_or_else(|e| e.into_inner());
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(HOST_MEASURE_LOCK)
+        .expect("open the host-wide measure lock");
+    let host = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .expect("flock the host-wide measure lock");
+    MeasureGuard {
+        _host: host,
+        _local: local,
+    }
 }
 
 /// True when the test cannot run here (prints why): it needs root and cgroup v1 controllers.
