@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::AsFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -335,7 +335,7 @@ impl Agent {
 
 /// The directories whose entries decide a storage glob (`/dev/oracleasm/disks` for
 /// `/dev/oracleasm/disks/BX1_*`): when a disk appears or goes there, devices are re-resolved.
-fn glob_dirs(policy: &crate::policy::Policy) -> Vec<PathBuf> {
+fn watched_dirs(policy: &crate::policy::Policy) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = policy
         .tenants
         .iter()
@@ -347,16 +347,23 @@ fn glob_dirs(policy: &crate::policy::Policy) -> Vec<PathBuf> {
                 .rfind('/')
                 .map(|i| PathBuf::from(if i == 0 { "/" } else { &fixed[..i] }))
         })
+        // A server's restart rewrites its pid file: the new PID (and its children) are placed by
+        // the rescan the change triggers.
+        .chain(
+            policy
+                .pid_files()
+                .filter_map(|f| f.path.parent().map(Path::to_path_buf)),
+        )
         .collect();
     dirs.sort();
     dirs.dedup();
     dirs
 }
 
-/// Watches the storage globs' directories; `None` if inotify is unavailable (the periodic
-/// rescan still re-resolves devices).
-fn watch_globs(policy: &crate::policy::Policy) -> Option<Inotify> {
-    let dirs = glob_dirs(policy);
+/// Watches the storage globs' and pid files' directories; `None` if inotify is unavailable
+/// (the periodic rescan still re-resolves devices and re-reads pid files).
+fn watch_dirs(policy: &crate::policy::Policy) -> Option<Inotify> {
+    let dirs = watched_dirs(policy);
     if dirs.is_empty() {
         return None;
     }
@@ -364,7 +371,8 @@ fn watch_globs(policy: &crate::policy::Policy) -> Option<Inotify> {
     let flags = AddWatchFlags::IN_CREATE
         | AddWatchFlags::IN_DELETE
         | AddWatchFlags::IN_MOVED_FROM
-        | AddWatchFlags::IN_MOVED_TO;
+        | AddWatchFlags::IN_MOVED_TO
+        | AddWatchFlags::IN_CLOSE_WRITE;
     for d in &dirs {
         if let Err(e) = ino.add_watch(d, flags) {
             warn!("cannot watch {} for storage changes ({e}); devices there are re-resolved by the periodic rescan", d.display());
@@ -453,7 +461,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         .last_scan_ms
         .store(unix_ms(), Ordering::Relaxed);
     agent.refresh_members();
-    let mut storage_watch = watch_globs(&agent.ctx.loaded.policy);
+    let mut storage_watch = watch_dirs(&agent.ctx.loaded.policy);
     let without_favordynmods: Vec<String> = agent
         .ctx
         .layout
@@ -533,8 +541,8 @@ pub fn run(opts: AgentOptions) -> Result<()> {
                     }
                 }
             }
-            info!("a storage directory changed: re-resolving devices");
-            agent.rescan("storage changed");
+            info!("a storage or pid file directory changed: re-resolving devices and pid files");
+            agent.rescan("storage or pid file changed");
         }
         if sig_ready {
             let mut stop = false;
@@ -542,7 +550,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
                 match Signal::try_from(info.ssi_signo as i32) {
                     Ok(Signal::SIGHUP) => {
                         agent.reload();
-                        storage_watch = watch_globs(&agent.ctx.loaded.policy);
+                        storage_watch = watch_dirs(&agent.ctx.loaded.policy);
                     }
                     Ok(s) => {
                         info!(signal = ?s, "stopping; limits stay in place");
@@ -651,7 +659,7 @@ mod tests {
             &crate::policy::SystemAccounts,
         )
         .unwrap();
-        let dirs = glob_dirs(&loaded.policy);
+        let dirs = watched_dirs(&loaded.policy);
         assert_eq!(
             dirs,
             vec![
@@ -659,6 +667,20 @@ mod tests {
                 PathBuf::from("/dev"),
                 PathBuf::from("/dev/oracleasm/disks")
             ]
+        );
+    }
+
+    #[test]
+    fn pid_file_directories_are_watched() {
+        let loaded = crate::policy::from_str(
+            "p.toml",
+            "[[tenant]]\nname = \"a\"\nmatch = [{ pidfile = \"/run/mysqld/mysqld.pid\", descendants = true }]\n",
+            &crate::policy::SystemAccounts,
+        )
+        .unwrap();
+        assert_eq!(
+            watched_dirs(&loaded.policy),
+            vec![PathBuf::from("/run/mysqld")]
         );
     }
 }

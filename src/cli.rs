@@ -585,6 +585,7 @@ fn show_status(
         }
     }
     let procs = if args.verbose {
+        policy.refresh_pid_files(&fs);
         Some(inventory::procs::scan(&fs)?)
     } else {
         None

@@ -52,6 +52,7 @@ impl Rule {
                 .is_none_or(|e| p.exe.as_deref() == Some(e.as_path()))
             && self.uid.is_none_or(|u| u == p.uid)
             && self.gid.is_none_or(|g| g == p.gid)
+            && self.pidfile.as_ref().is_none_or(|f| f.pid() == Some(p.pid))
     }
 }
 

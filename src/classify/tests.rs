@@ -524,3 +524,68 @@ fn fields_needed_follow_the_rules() {
     let with_exe = tenants("[[tenant]]\nname = \"a\"\nexempt = [{ exe = \"/usr/bin/x\" }]\n");
     assert!(fields_needed(&with_exe).exe && !fields_needed(&with_exe).ids);
 }
+
+#[test]
+fn pidfile_rule_takes_the_process_named_in_the_file_and_follows_a_rewrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("postmaster.pid");
+    let text = format!(
+        "[[tenant]]\nname = \"pg\"\n[[tenant.match]]\npidfile = \"{}\"\ndescendants = true\n",
+        pidfile.display()
+    );
+    let ts = tenants(&text);
+    let procs = vec![
+        proc(500, "postgres", "postgres -D /a"),
+        child(501, 500, "postgres"),
+        proc(600, "postgres", "postgres -D /b"),
+        child(601, 600, "postgres"),
+    ];
+    let fs = crate::hostfs::HostFs::default();
+    let refresh = |ts: &[Tenant]| {
+        ts.iter()
+            .flat_map(|t| &t.rules)
+            .filter_map(|r| r.pidfile.as_ref())
+            .fold(false, |c, f| f.refresh(&fs) | c)
+    };
+    // No file yet: the rule matches nothing.
+    assert!(!refresh(&ts));
+    assert!(placed(&ts, &procs).is_empty());
+    // PostgreSQL's postmaster.pid: the PID first, then the data directory and more.
+    std::fs::write(&pidfile, "500\n/a\n1700000000\n5432\n").unwrap();
+    assert!(refresh(&ts));
+    let got = placed(&ts, &procs);
+    assert_eq!(
+        got.keys()
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>(),
+        [500, 501].into()
+    );
+    // A restart writes a new PID: the old tree leaves the rule, the new one is taken.
+    std::fs::write(&pidfile, "600\n/a\n").unwrap();
+    assert!(refresh(&ts));
+    let got = placed(&ts, &procs);
+    assert_eq!(
+        got.keys()
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>(),
+        [600, 601].into()
+    );
+    // Garbage or a file mid-write gives no PID rather than a wrong one.
+    std::fs::write(&pidfile, "").unwrap();
+    assert!(refresh(&ts));
+    assert!(placed(&ts, &procs).is_empty());
+}
+
+#[test]
+fn pid_file_first_line_only_and_never_init() {
+    use crate::policy::parse_pid_file;
+    assert_eq!(
+        parse_pid_file("812\n/var/lib/postgresql/15/main\n"),
+        Some(812)
+    );
+    assert_eq!(parse_pid_file(" 812 \n"), Some(812));
+    assert_eq!(parse_pid_file("1\n"), None);
+    assert_eq!(parse_pid_file("0\n"), None);
+    assert_eq!(parse_pid_file("abc\n"), None);
+    assert_eq!(parse_pid_file(""), None);
+}

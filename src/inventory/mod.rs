@@ -80,6 +80,7 @@ pub fn gather(fs: &HostFs, policy: &Policy) -> anyhow::Result<(Inventory, Vec<Pr
     let mounts = MountTable::read(fs).context("reading /proc/self/mountinfo")?;
     let (tenants, problems) = resolve_devices(fs, &mounts, policy);
     let numa = NumaTopology::read(fs).context("reading NUMA topology from /sys/devices/system")?;
+    policy.refresh_pid_files(fs);
     let fields = crate::classify::fields_needed(&policy.tenants);
     let procs = procs::scan_fields(fs, fields).context("scanning /proc")?;
     Ok((

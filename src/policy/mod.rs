@@ -5,6 +5,7 @@
 //! users and groups, and collects *every* problem before returning, so one run of `dbcage check`
 //! lists all of them. A policy with any error is never applied.
 
+mod preset;
 mod raw;
 pub mod source;
 mod validate;
@@ -196,11 +197,76 @@ pub struct Rule {
     pub exe: Option<PathBuf>,
     pub uid: Option<u32>,
     pub gid: Option<u32>,
+    /// The process named by a pid file (`postmaster.pid`, `mysqld.pid`).
+    pub pidfile: Option<PidFile>,
     /// Also take every existing descendant of a process this rule matches.
     pub descendants: bool,
     /// How the rule reads in plans and status (`match[1] comm=~^ora_p...`).
     pub label: String,
     pub origin: Origin,
+}
+
+/// A pid file a rule refers to, and the PID last read from it (0: none, unreadable, or not a
+/// PID). The PID is shared by every clone of the policy, so one `refresh` (at each scan, and in
+/// the daemon when the file's directory changes) serves the daemon's copy and the plan's alike.
+#[derive(Debug, Clone)]
+pub struct PidFile {
+    pub path: PathBuf,
+    pid: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl PidFile {
+    pub fn new(path: PathBuf) -> Self {
+        PidFile {
+            path,
+            pid: Default::default(),
+        }
+    }
+
+    /// The PID read at the last refresh.
+    pub fn pid(&self) -> Option<u32> {
+        match self.pid.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            p => Some(p),
+        }
+    }
+
+    /// Re-reads the file (through `fs`, so fixtures work); true when the PID changed. A missing
+    /// file or one whose first line is not a PID (a server that is down, or mid-write) gives none.
+    pub fn refresh(&self, fs: &crate::hostfs::HostFs) -> bool {
+        let pid = fs
+            .read_to_string(&self.path)
+            .ok()
+            .and_then(|t| parse_pid_file(&t))
+            .unwrap_or(0);
+        self.pid.swap(pid, std::sync::atomic::Ordering::Relaxed) != pid
+    }
+}
+
+/// The PID on the first line of a pid file (PostgreSQL's postmaster.pid has more lines after it).
+pub fn parse_pid_file(text: &str) -> Option<u32> {
+    text.lines()
+        .next()?
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|p| *p > 1)
+}
+
+impl Policy {
+    /// Every pid file the rules name.
+    pub fn pid_files(&self) -> impl Iterator<Item = &PidFile> {
+        self.tenants
+            .iter()
+            .flat_map(|t| t.rules.iter().chain(&t.exempt))
+            .filter_map(|r| r.pidfile.as_ref())
+    }
+
+    /// Re-reads every pid file; true when any PID changed.
+    pub fn refresh_pid_files(&self, fs: &crate::hostfs::HostFs) -> bool {
+        self.pid_files()
+            .fold(false, |changed, f| f.refresh(fs) | changed)
+    }
 }
 
 /// Everything wrong with a policy, each with its location when one is known.

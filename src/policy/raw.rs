@@ -29,6 +29,8 @@ pub struct RawAgent {
 #[serde(deny_unknown_fields)]
 pub struct RawTenant {
     pub name: Loc<String>,
+    /// A database preset (`"postgres"`, ...) that adds match rules and storage; see `preset`.
+    pub preset: Option<Loc<String>>,
     #[serde(rename = "match")]
     pub rules: Option<Vec<Loc<RawRule>>>,
     pub exempt: Option<Vec<Loc<RawRule>>>,
@@ -48,6 +50,8 @@ pub struct RawRule {
     pub exe: Option<Loc<String>>,
     pub user: Option<Loc<Name>>,
     pub group: Option<Loc<Name>>,
+    /// The process whose PID is the first line of this file (a server's pid file).
+    pub pidfile: Option<Loc<String>>,
     pub descendants: Option<bool>,
 }
 
@@ -164,6 +168,7 @@ impl RawTenant {
     /// `exempt`, `storage`, `io.device`) are replaced whole, since merging rule lists item by
     /// item would make the result hard to predict.
     pub fn merge(&mut self, later: RawTenant) {
+        take(&mut self.preset, later.preset);
         take(&mut self.rules, later.rules);
         take(&mut self.exempt, later.exempt);
         take(&mut self.storage, later.storage);

@@ -90,6 +90,17 @@ pub struct Loc<T> {
     pub span: Range<usize>,
 }
 
+impl<T> Loc<T> {
+    /// Another value at this value's place: what a preset adds is located at its `preset` key.
+    pub fn here<U>(&self, value: U) -> Loc<U> {
+        Loc {
+            value,
+            file: self.file,
+            span: self.span.clone(),
+        }
+    }
+}
+
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for Loc<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let spanned = serde_spanned::Spanned::<T>::deserialize(d)?;

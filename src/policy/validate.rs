@@ -264,7 +264,10 @@ fn validate_agent(ctx: &mut Ctx, raw: super::raw::RawAgent) -> Agent {
 
 fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
     let before = ctx.problems.len();
-    let t = raw.value;
+    let mut t = raw.value;
+    for problem in super::preset::expand(&mut t) {
+        ctx.error(&problem, problem.value.clone());
+    }
     let name = t.name.value.clone();
     if let Err(e) = check_group_name(&name) {
         ctx.error(&t.name, format!("tenant name: {e}"));
@@ -494,10 +497,23 @@ fn validate_rules(ctx: &mut Ctx, tenant: &str, list: &str, raw: &[Loc<RawRule>])
             parts.push(format!("group={}", name_text(&g.value)));
             resolve_name(ctx, g, tenant, list, i, "group", |n| accounts.gid(n))
         });
+        let pidfile = rv.pidfile.as_ref().map(|f| {
+            parts.push(format!("pidfile={}", f.value));
+            if !f.value.starts_with('/') || f.value.split('/').any(|c| c == "..") {
+                ctx.error(
+                    f,
+                    format!(
+                        "tenant `{tenant}`: {list}[{i}].pidfile `{}` must be an absolute path without `..`",
+                        f.value
+                    ),
+                );
+            }
+            PidFile::new(PathBuf::from(&f.value))
+        });
         let descendants = rv.descendants.unwrap_or(false);
         if parts.is_empty() {
             ctx.error(r, format!(
-                "tenant `{tenant}`: {list}[{i}] matches nothing: give at least one of cmdline, comm, exe, user, group"
+                "tenant `{tenant}`: {list}[{i}] matches nothing: give at least one of cmdline, comm, exe, user, group, pidfile"
             ));
             continue;
         }
@@ -510,6 +526,7 @@ fn validate_rules(ctx: &mut Ctx, tenant: &str, list: &str, raw: &[Loc<RawRule>])
             exe,
             uid,
             gid,
+            pidfile,
             descendants,
             label: format!("{list}[{i}] {}", parts.join(" ")),
             origin: ctx.origin(r),
@@ -729,7 +746,8 @@ fn validate_memory(ctx: &mut Ctx, tenant: &str, m: &super::raw::RawMemory) -> Me
 fn warn_static_overlaps(ctx: &mut Ctx, tenants: &[Tenant]) {
     let key = |r: &Rule| {
         format!(
-            "{:?}|{:?}|{:?}|{:?}|{:?}",
+            "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+            r.pidfile.as_ref().map(|f| &f.path),
             r.cmdline.as_ref().map(|x| x.as_str()),
             r.comm.as_ref().map(|x| x.as_str()),
             r.exe,

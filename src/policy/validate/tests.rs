@@ -283,6 +283,20 @@ fn exe_must_be_absolute() {
 }
 
 #[test]
+fn pidfile_must_be_absolute_without_dotdot() {
+    for bad in ["run/mysqld.pid", "/var/lib/../../etc/shadow"] {
+        let text = format!("[[tenant]]\nname = \"db\"\n[[tenant.match]]\npidfile = \"{bad}\"\n");
+        let msg = error(&text);
+        assert_located(
+            &msg,
+            &text,
+            &format!("\"{bad}\""),
+            &["match[0].pidfile", "absolute path without `..`"],
+        );
+    }
+}
+
+#[test]
 fn rule_with_no_fields() {
     let text = "[[tenant]]\nname = \"bx1\"\n[[tenant.match]]\ncomm = \"x\"\n\
                 [[tenant.match]]\ndescendants = true\n";
