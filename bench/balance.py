@@ -16,7 +16,12 @@ from each move until the new disk reaches 95% of the total (1-s windows sampled 
 the worst move), and the largest per-device sum of the limits over all samples of the control
 files (read about every millisecond by a thread, must be <= TOTAL).
 
-Usage (root): bench/balance.sh [--total-mib 12] [--secs 12] [--move-secs 10] [--only one,moving]
+--key balances write_bps (writes each followed by fsync), read_iops (4 KiB O_DIRECT reads at
+scattered offsets) or write_iops (4 KiB writes + fsync) instead; the iops total is --total-iops
+(300 by default).
+
+Usage (root): bench/balance.sh [--key read_bps] [--total-mib 12] [--secs 12] [--move-secs 10]
+              [--only one,moving]
 Everything it makes has dbcage-test in its name and is removed on exit.
 """
 
@@ -99,16 +104,32 @@ def hierarchy():
 VERSION, OWN = hierarchy()
 
 
+# The balanced key (--key): v1 counter file and row, v1 limit file, v2 io.stat / io.max field.
+KEYS = {
+    "read_bps": ("blkio.throttle.io_service_bytes_recursive", "Read",
+                 "blkio.throttle.read_bps_device", "rbytes", "rbps"),
+    "write_bps": ("blkio.throttle.io_service_bytes_recursive", "Write",
+                  "blkio.throttle.write_bps_device", "wbytes", "wbps"),
+    "read_iops": ("blkio.throttle.io_serviced_recursive", "Read",
+                  "blkio.throttle.read_iops_device", "rios", "riops"),
+    "write_iops": ("blkio.throttle.io_serviced_recursive", "Write",
+                   "blkio.throttle.write_iops_device", "wios", "wiops"),
+}
+KEY = "read_bps"
+
+
 def read_bytes(leaf):
+    """The balanced key's counter per device (bytes or IOs)."""
+    v1file, v1row, _, v2stat, _ = KEYS[KEY]
     out = {}
     if VERSION == 1:
         try:
-            text = open(os.path.join(leaf, "blkio.throttle.io_service_bytes_recursive")).read()
+            text = open(os.path.join(leaf, v1file)).read()
         except OSError:
             return out
         for l in text.splitlines():
             f = l.split()
-            if len(f) == 3 and f[1] == "Read":
+            if len(f) == 3 and f[1] == v1row:
                 out[f[0]] = int(f[2])
     else:
         try:
@@ -118,23 +139,24 @@ def read_bytes(leaf):
         for l in text.splitlines():
             f = l.split()
             kv = dict(x.split("=", 1) for x in f[1:] if "=" in x)
-            out[f[0]] = int(kv.get("rbytes", 0))
+            out[f[0]] = int(kv.get(v2stat, 0))
     return out
 
 
 def read_limits(leaf):
+    _, _, v1limit, _, v2max = KEYS[KEY]
     out = {}
     try:
         if VERSION == 1:
-            for l in open(os.path.join(leaf, "blkio.throttle.read_bps_device")):
+            for l in open(os.path.join(leaf, v1limit)):
                 d, v = l.split()
                 out[d] = int(v)
         else:
             for l in open(os.path.join(leaf, "io.max")):
                 f = l.split()
                 kv = dict(x.split("=", 1) for x in f[1:])
-                if kv.get("rbps", "max") != "max":
-                    out[f[0]] = int(kv["rbps"])
+                if kv.get(v2max, "max") != "max":
+                    out[f[0]] = int(kv[v2max])
     except OSError:
         pass
     return out
@@ -197,8 +219,13 @@ class Rates(threading.Thread):
 
 
 def reader(name, marker, ctrl, f, secs):
+    """The load for the balanced key: O_DIRECT 64 KiB reads (bps) or 4 KiB reads at scattered
+    offsets (iops); writes each followed by fsync (64 KiB for bps, 4 KiB for iops)."""
+    bs = "65536" if KEY.endswith("bps") else "4096"
+    mode = {"read_bps": "read", "read_iops": "randread"}.get(KEY, "write")
+    target = f if mode != "write" else f + ".dbcage-test-w"
     args = [name, IOLOAD, "--marker", marker, "--controller", ctrl, "--duration", str(secs),
-            "--bs", "65536", "read", f]
+            "--bs", bs, mode, target]
     return subprocess.Popen(args, executable=sys.executable, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -206,16 +233,21 @@ def reader(name, marker, ctrl, f, secs):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dbcage", default=os.path.join(REPO, "target", "release", "dbcage"))
-    ap.add_argument("--total-mib", type=float, default=12)
+    ap.add_argument("--key", default="read_bps", choices=sorted(KEYS),
+                    help="the limit to balance (read_bps by default)")
+    ap.add_argument("--total-mib", type=float, default=12, help="total for the bps keys")
+    ap.add_argument("--total-iops", type=int, default=300, help="total for the iops keys")
     ap.add_argument("--secs", type=float, default=12, help="steady loads: seconds per run")
     ap.add_argument("--warmup", type=float, default=4, help="steady loads: seconds not counted")
     ap.add_argument("--move-secs", type=float, default=10)
-    ap.add_argument("--floor", default="2%")
+    ap.add_argument("--floor", default="1%")
     ap.add_argument("--only", default="one,two,three,moving")
     ap.add_argument("--splits", default="equal,demand")
     ap.add_argument("--json", default=None, help="append the results as JSON lines here")
     a = ap.parse_args()
-    total = int(a.total_mib * (1 << 20))
+    global KEY
+    KEY = a.key
+    total = int(a.total_mib * (1 << 20)) if KEY.endswith("bps") else a.total_iops
     tag = "dbcage-test-bal-%d" % os.getpid()
     disks = Disks(3, 256)
     work = tempfile.mkdtemp(prefix="dbcage-test-balance-run-")
@@ -246,8 +278,8 @@ def main():
                 f.write('[agent]\nparent = "self"\nroot = "%s"\nmetrics = "off"\n\n' % tag)
                 f.write('[[tenant]]\nname = "db"\nmatch = [{ cmdline = "^%s( |$)" }]\n' % name)
                 f.write("storage = [%s]\n" % ", ".join('"%s"' % m for m in disks.mounts))
-                f.write('[tenant.io]\nread_bps = %d\nsplit = "%s"\nfloor = "%s"\n'
-                        % (total, split, a.floor))
+                f.write('[tenant.io]\n%s = %d\nsplit = "%s"\nfloor = "%s"\n'
+                        % (KEY, total, split, a.floor))
             daemon = subprocess.Popen([a.dbcage, "-c", policy, "run"], stdout=subprocess.DEVNULL,
                                       stderr=open(os.path.join(work, "daemon-%s.log" % split), "w"))
             time.sleep(1.0)
@@ -310,8 +342,9 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
 
     print()
-    print("cgroup v%d, 3 loop disks, total %.0f MiB/s read_bps, floor %s; share of the total "
-          "achieved (steady: after %.0f s warm-up)" % (VERSION, a.total_mib, a.floor, a.warmup))
+    shown = "%.0f MiB/s" % a.total_mib if KEY.endswith("bps") else "%d IOPS" % total
+    print("cgroup v%d, 3 loop disks, total %s %s, floor %s; share of the total "
+          "achieved (steady: after %.0f s warm-up)" % (VERSION, shown, KEY, a.floor, a.warmup))
     print("%-8s %10s %10s %16s %22s" % ("load", "equal", "demand", "recovery(demand)",
                                         "max sum / total"))
     by = {(r["split"], r["load"]): r for r in results}

@@ -22,8 +22,8 @@ use serde::Serialize;
 use tracing::{info, warn};
 
 use crate::cgroup::{self, apply, Snapshot};
-use crate::classify::connector::{Connector, ProcEvent, Received, Timed};
-use crate::classify::{self, classify};
+use crate::classify::connector::{self, Connector, ProcEvent, Received, Timed};
+use crate::classify::{self, classify, Leaf};
 use crate::cli::{make_plan, prepare, prepare_with, Context_};
 use crate::inventory::procs::read_process_fields;
 use crate::metrics;
@@ -71,6 +71,11 @@ pub struct AgentStats {
     pub write_us: Percentiles,
     pub rescan_ms: Percentiles,
     pub connector: bool,
+    /// The kernel sends only the events the daemon uses (Linux 6.6 and later: no exits).
+    pub connector_filtered: bool,
+    /// Events for processes already where they belong (inherited from a member): no /proc read
+    /// of their cgroups, no write.
+    pub already_placed: u64,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -93,8 +98,10 @@ fn percentiles(h: &Histogram<u64>, scale: f64) -> Percentiles {
 struct Agent {
     opts: AgentOptions,
     ctx: Context_,
-    /// Processes placed in a tenant (by us or by inheritance): forks of these are re-checked.
-    members: HashMap<u32, usize>,
+    /// Processes placed in a tenant and leaf (by us or by inheritance): forks of these are
+    /// re-checked, and an event for one whose classification still gives that place needs no
+    /// move. Kept exact by fork events (a fork from a non-member forgets a reused PID).
+    members: HashMap<u32, (usize, Leaf)>,
     rechecks: BTreeMap<(Instant, u32), ()>,
     stats: AgentStats,
     event_hist: Histogram<u64>,
@@ -171,7 +178,7 @@ impl Agent {
         self.members.clear();
         let placements = classify(&self.ctx.loaded.policy.tenants, &self.ctx.inventory.procs);
         for p in placements {
-            self.members.insert(p.pid, p.tenant);
+            self.members.insert(p.pid, (p.tenant, p.leaf));
         }
         self.has_descendant_rules = self
             .ctx
@@ -183,7 +190,8 @@ impl Agent {
         self.fields = classify::fields_needed(&self.ctx.loaded.policy.tenants);
     }
 
-    fn execute(&mut self, plan: &Plan, event_at: Option<EventTime>) {
+    /// Runs a plan; false if any step failed (a vanished process is not a failure).
+    fn execute(&mut self, plan: &Plan, event_at: Option<EventTime>) -> bool {
         for s in &plan.steps {
             if let Step::Move {
                 pid,
@@ -229,6 +237,7 @@ impl Agent {
         for e in &outcome.errors {
             warn!("{e}");
         }
+        outcome.errors.is_empty()
     }
 
     /// Classifies one process (with its ancestors when a rule passes a tenant to descendants)
@@ -265,7 +274,12 @@ impl Agent {
         let Some(placed) = placements.first() else {
             return;
         };
-        self.members.insert(pid, placed.tenant);
+        let place = (placed.tenant, placed.leaf);
+        if self.members.insert(pid, place) == Some(place) {
+            // Placed there already (by us, or inherited from its parent): nothing to read or write.
+            self.stats.already_placed += 1;
+            return;
+        }
         let Some(dirs) = cgroup::proc_group_dirs(fs, &self.ctx.layout, pid) else {
             return;
         };
@@ -277,7 +291,10 @@ impl Agent {
                 steps,
                 ..Plan::default()
             };
-            self.execute(&plan, Some(event_at));
+            if !self.execute(&plan, Some(event_at)) {
+                // Not known to be there: the next event or rescan looks again.
+                self.members.remove(&pid);
+            }
         }
     }
 
@@ -299,6 +316,9 @@ impl Agent {
                     for d in RECHECK_AFTER {
                         self.rechecks.insert((received + d, child), ());
                     }
+                } else {
+                    // A reused PID (exits are not always delivered) must not look placed.
+                    self.members.remove(&child);
                 }
             }
             ProcEvent::Exit { pid } => {
@@ -413,7 +433,11 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         .context("signalfd")?;
 
     // Subscribe before the first scan so that nothing started in between is missed.
-    let mut connector = match Connector::open(opts.event_buffer) {
+    let filtered = connector::kernel_filters_events();
+    let mut connector = match Connector::open(
+        opts.event_buffer,
+        filtered.then_some(connector::DAEMON_EVENTS),
+    ) {
         Ok(c) => Some(c),
         Err(e) => {
             warn!(
@@ -443,6 +467,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         rechecks: BTreeMap::new(),
         stats: AgentStats {
             connector: connector.is_some(),
+            connector_filtered: connector.is_some() && filtered,
             ..AgentStats::default()
         },
         event_hist: histogram(),
@@ -639,6 +664,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     agent.stats.kernel_event_to_write_us = percentiles(&agent.kernel_hist, 1.0);
     agent.stats.write_us = percentiles(&agent.write_hist, 1.0);
     agent.stats.rescan_ms = percentiles(&agent.rescan_hist, 1000.0);
+    crate::balance::unpublish(&agent.ctx.loaded.policy.agent.root_name);
     if let Some(path) = &agent.opts.stats_out {
         let line = serde_json::to_string(&agent.stats)? + "\n";
         std::fs::write(path, line)

@@ -24,9 +24,11 @@
 //! Smoothing: usage rises are taken at once (a new load is served within one interval) and
 //! falls are followed as `est = smoothing*est + (1-smoothing)*rate` (default 0.1), so a short
 //! pause does not take a device's budget away, except while some device is pinned (the budget is
-//! contested): then falls are followed at once too, so a load that moves is followed within two
-//! intervals (one to see the new disk pinned at its floor, one to give it the rest); a change smaller than `DEADBAND` (1% of the
-//! total) on every device is not written at all, so constant load gives constant limits.
+//! contested): then falls are followed at once too, and after a contested change the next look
+//! comes after a quarter interval (`FOLLOW_UP`), so a load that moves is followed within about
+//! 1.25 intervals (one to see the new disk pinned at its floor, a quarter more to give it the
+//! rest). A change smaller than `DEADBAND` (1% of the total) on every device is not written at
+//! all, so constant load gives constant limits.
 //! The result never sums to more than the total (integer arithmetic, proven by a proptest).
 //!
 //! The driver (`Balancer`) keeps the current shares in memory and publishes them
@@ -34,7 +36,7 @@
 //! rebalance) uses them instead of the equal split; `dbcage apply` without the daemon uses the
 //! equal split. Writes go through `plan` → `apply` (lower-before-raise: the per-device sum never
 //! exceeds the total mid-change). The decisions go to `/run/dbcage/<root>.balance.json` for
-//! `status` and the metrics. If the daemon stops, the last written limits stay.
+//! `status` and the metrics, removed when the daemon stops; the last written limits stay.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -58,6 +60,11 @@ pub const AT_FLOOR: f64 = 0.5;
 pub const MARGIN: f64 = 1.25;
 /// Changes below this share of the total (on every device) are not written.
 pub const DEADBAND: f64 = 0.01;
+/// After a change made while the budget is contested (some device pinned), or when a busy
+/// device's use halved, the next look comes after this share of the interval: a load that moved
+/// mid-interval was only partly visible, and the follow-up gives the new disk the rest without
+/// waiting a whole interval.
+pub const FOLLOW_UP: f64 = 0.25;
 
 /// The four keys, in `IoLimits` order.
 pub const KEYS: [&str; 4] = ["read_bps", "write_bps", "read_iops", "write_iops"];
@@ -241,10 +248,27 @@ pub fn published_path(root_name: &str) -> PathBuf {
     PathBuf::from(format!("/run/dbcage/{root_name}.balance.json"))
 }
 
-/// Reads the published decisions, if a daemon wrote them.
+/// The published file: the decisions and the daemon that maintains them.
+#[derive(Serialize, Deserialize)]
+struct PublishedFile {
+    pid: u32,
+    tenants: Published,
+}
+
+/// Reads the published decisions, if a running daemon wrote them. A file left by a daemon that
+/// was killed (its pid gone or now another program) is ignored.
 pub fn read_published(root_name: &str) -> Option<Published> {
     let text = std::fs::read_to_string(published_path(root_name)).ok()?;
-    serde_json::from_str(&text).ok()
+    let file: PublishedFile = serde_json::from_str(&text).ok()?;
+    daemon_alive(file.pid).then_some(file.tenants)
+}
+
+fn daemon_alive(pid: u32) -> bool {
+    let own = std::fs::read_link("/proc/self/exe").ok();
+    let theirs = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    // The same binary, or at least a process called dbcage (after an upgrade the path differs).
+    theirs.is_some() && (theirs == own || comm.trim_end() == "dbcage")
 }
 
 fn publish(root_name: &str, p: &Published) {
@@ -257,7 +281,11 @@ fn publish(root_name: &str, p: &Published) {
             .create(dir);
     }
     let tmp = path.with_extension("json.tmp");
-    if let Ok(text) = serde_json::to_string(p) {
+    let file = PublishedFile {
+        pid: std::process::id(),
+        tenants: p.clone(),
+    };
+    if let Ok(text) = serde_json::to_string(&file) {
         if std::fs::write(&tmp, text).is_ok() {
             let _ = std::fs::rename(&tmp, &path);
         }
@@ -356,6 +384,7 @@ impl Balancer {
                 continue;
             }
             st.next = Some(now + t.io_split.interval);
+            let mut contested_change = false;
             let Some(td) = ctx.inventory.tenants.get(ti) else {
                 continue;
             };
@@ -402,11 +431,16 @@ impl Balancer {
                     .collect();
                 // When a device is held back by its limit the budget is contested: falls
                 // elsewhere are followed at once, unsmoothed.
-                let smoothing = if raw.iter().any(pinned) {
-                    0.0
-                } else {
-                    t.io_split.smoothing
-                };
+                let contested = raw.iter().any(pinned);
+                // A busy device that fell to less than half its use: the load may be moving to
+                // a disk where it does not show yet; look again soon.
+                let floor = floor_units(total, devices.len(), t.io_split.floor) as f64;
+                let dropped = devices.iter().zip(&raw).any(|(d, u)| {
+                    st.est
+                        .get(&(*d, k))
+                        .is_some_and(|e| *e > floor && u.rate < 0.5 * e)
+                });
+                let smoothing = if contested { 0.0 } else { t.io_split.smoothing };
                 let usage: Vec<Usage> = devices
                     .iter()
                     .zip(&raw)
@@ -420,6 +454,7 @@ impl Balancer {
                 let cur: Vec<Option<u64>> = usage.iter().map(|u| u.limit).collect();
                 let vals: Vec<u64> = alloc.iter().map(|a| a.0).collect();
                 let write = worth_writing(total, &cur, &vals);
+                contested_change |= (write && contested) || dropped;
                 for (i, d) in devices.iter().enumerate() {
                     let limit = if write {
                         vals[i]
@@ -449,6 +484,9 @@ impl Balancer {
                 changed = true;
                 self.shares.insert(t.name.clone(), new);
             }
+            if contested_change {
+                st.next = Some(now + t.io_split.interval.mul_f64(FOLLOW_UP));
+            }
             self.published.insert(t.name.clone(), pub_t);
         }
         set_current(self.shares.clone());
@@ -456,9 +494,17 @@ impl Balancer {
         if !changed {
             return None;
         }
-        let plan = crate::cli::make_plan(ctx).ok()?;
-        Some(io_writes_only(plan))
+        let plan = io_writes_only(crate::cli::make_plan(ctx).ok()?);
+        // Limits the kernel already holds (per-device overrides, a share written before) give
+        // no step: nothing to execute.
+        (!plan.steps.is_empty()).then_some(plan)
     }
+}
+
+/// Removes the published decisions: the daemon calls it when it stops, so that `status` does
+/// not show shares nobody maintains any more (the limits themselves stay in the kernel).
+pub fn unpublish(root_name: &str) {
+    let _ = std::fs::remove_file(published_path(root_name));
 }
 
 /// Keeps only the writes of per-device IO limits (a rebalance moves no process).
@@ -530,6 +576,26 @@ mod tests {
     }
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn published_decisions_of_a_dead_daemon_are_ignored() {
+        if !nix::unistd::Uid::effective().is_root() {
+            return; // /run/dbcage is root's
+        }
+        let root = format!("dbcage-test-unit-{}", std::process::id());
+        let mut p = Published::new();
+        p.entry("db".into()).or_default();
+        publish(&root, &p);
+        // This process wrote it and is alive: read back.
+        assert_eq!(read_published(&root), Some(p.clone()));
+        // A daemon that was killed: its pid now belongs to another program (here pid 1).
+        let text = serde_json::to_string(&PublishedFile { pid: 1, tenants: p }).unwrap();
+        std::fs::write(published_path(&root), text).unwrap();
+        let got = read_published(&root);
+        unpublish(&root);
+        assert_eq!(got, None);
+        assert!(!published_path(&root).exists());
+    }
 
     #[test]
     fn idle_tenant_splits_equally_with_floors() {

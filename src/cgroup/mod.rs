@@ -460,8 +460,12 @@ impl Snapshot {
 /// Where a process is now: its group directory in each hierarchy (indexed like
 /// `Setup::hierarchies`), or `None` if it has exited.
 pub fn proc_group_dirs(fs: &HostFs, layout: &Layout, pid: u32) -> Option<Vec<Option<PathBuf>>> {
-    let text = std::fs::read_to_string(fs.proc().join(pid.to_string()).join("cgroup")).ok()?;
-    let lines = parse_proc_cgroup(&text);
+    let mut buf = Vec::with_capacity(4096);
+    let raw = crate::inventory::procs::read_small(
+        &fs.proc().join(pid.to_string()).join("cgroup"),
+        &mut buf,
+    )?;
+    let lines = parse_proc_cgroup(std::str::from_utf8(raw).ok()?);
     Some(
         layout
             .setup

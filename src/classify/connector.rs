@@ -23,6 +23,30 @@ const PROC_EVENT_GID: u32 = 0x0000_0040;
 const PROC_EVENT_COMM: u32 = 0x0000_0200;
 const PROC_EVENT_EXIT: u32 = 0x8000_0000;
 
+/// The events the daemon acts on: exec, uid/gid and comm changes (a process may now match), and
+/// fork (a child inherits its parent's tenant, and a PID that is reused must not). Exits are not
+/// needed (an exited PID's bookkeeping is overwritten by the fork that reuses it, and dropped at
+/// the next rescan); on a storm of short-lived processes they are a third of all events.
+pub const DAEMON_EVENTS: u32 =
+    PROC_EVENT_FORK | PROC_EVENT_EXEC | PROC_EVENT_UID | PROC_EVENT_GID | PROC_EVENT_COMM;
+
+/// Whether the running kernel filters events per listener (`struct proc_input`, Linux 6.6).
+/// Older kernels silently ignore a subscription in that form, so it must not be sent there.
+pub fn kernel_filters_events() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .ok()
+        .and_then(|r| parse_release(&r))
+        .is_some_and(|v| v >= (6, 6))
+}
+
+/// `6.18.0-1-amd64` → (6, 18).
+pub fn parse_release(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.trim().split(['.', '-']);
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
 /// One process event; pids are thread-group ids (processes) unless said otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProcEvent {
@@ -151,7 +175,9 @@ pub struct Connector {
 impl Connector {
     /// Opens the socket, subscribes to process events, and asks for a large receive buffer
     /// (SO_RCVBUFFORCE, root only; plain SO_RCVBUF otherwise) so bursts do not overrun it.
-    pub fn open(rcvbuf: usize) -> io::Result<Connector> {
+    /// With `only`, the kernel sends only those events (a `PROC_EVENT_*` mask); pass it only
+    /// where `kernel_filters_events()` holds.
+    pub fn open(rcvbuf: usize, only: Option<u32>) -> io::Result<Connector> {
         // SAFETY: plain socket(2); the fd is owned below.
         let raw = unsafe {
             libc::socket(
@@ -196,8 +222,9 @@ impl Connector {
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
-        // Subscribe: nlmsghdr + cn_msg + op.
-        let total = NLMSG_HDRLEN + CN_MSG_LEN + 4;
+        // Subscribe: nlmsghdr + cn_msg + op (and the event mask: `struct proc_input`).
+        let payload: u16 = if only.is_some() { 8 } else { 4 };
+        let total = NLMSG_HDRLEN + CN_MSG_LEN + payload as usize;
         let mut msg = Vec::with_capacity(total);
         msg.extend_from_slice(&(total as u32).to_ne_bytes());
         msg.extend_from_slice(&(libc::NLMSG_DONE as u16).to_ne_bytes());
@@ -208,9 +235,12 @@ impl Connector {
         msg.extend_from_slice(&CN_VAL_PROC.to_ne_bytes());
         msg.extend_from_slice(&0u32.to_ne_bytes()); // seq
         msg.extend_from_slice(&0u32.to_ne_bytes()); // ack
-        msg.extend_from_slice(&4u16.to_ne_bytes()); // len
+        msg.extend_from_slice(&payload.to_ne_bytes()); // len
         msg.extend_from_slice(&0u16.to_ne_bytes()); // flags
         msg.extend_from_slice(&PROC_CN_MCAST_LISTEN.to_ne_bytes());
+        if let Some(mask) = only {
+            msg.extend_from_slice(&mask.to_ne_bytes());
+        }
         // SAFETY: msg is a valid buffer of msg.len() bytes.
         let r = unsafe {
             libc::send(
@@ -317,6 +347,18 @@ mod tests {
                 ProcEvent::Exit { pid: 11 },
             ]
         );
+    }
+
+    #[test]
+    fn kernel_release_versions() {
+        assert_eq!(parse_release("6.18.0-1-amd64\n"), Some((6, 18)));
+        assert_eq!(parse_release("6.1.0-26-amd64"), Some((6, 1)));
+        assert_eq!(
+            parse_release("5.15.167.4-microsoft-standard-WSL2"),
+            Some((5, 15))
+        );
+        assert_eq!(parse_release("garbage"), None);
+        assert!((6, 6) > (5, 19) && (6, 18) >= (6, 6) && (6, 1) < (6, 6));
     }
 
     #[test]

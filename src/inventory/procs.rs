@@ -85,8 +85,10 @@ pub fn read_process_fields(fs: &HostFs, pid: u32, fields: Fields) -> Option<Proc
 }
 
 /// Reads a small /proc file into `buf` with open, read and close only (`std::fs::read` adds a
-/// statx per file for a size hint, which /proc cannot give anyway).
-fn read_small<'b>(path: &std::path::Path, buf: &'b mut Vec<u8>) -> Option<&'b [u8]> {
+/// statx per file for a size hint, which /proc cannot give anyway). The /proc files read here
+/// (stat, cmdline, status, cgroup) hand over everything they have in one read when the buffer is
+/// large enough, so a read that does not fill the buffer is the end: no second read for EOF.
+pub fn read_small<'b>(path: &std::path::Path, buf: &'b mut Vec<u8>) -> Option<&'b [u8]> {
     use std::io::Read;
     let mut f = std::fs::File::open(path).ok()?;
     buf.clear();
@@ -99,7 +101,7 @@ fn read_small<'b>(path: &std::path::Path, buf: &'b mut Vec<u8>) -> Option<&'b [u
         buf.resize(len + spare, 0);
         let n = f.read(&mut buf[len..]).ok()?;
         buf.truncate(len + n);
-        if n == 0 {
+        if n < spare {
             return Some(&buf[..]);
         }
     }

@@ -188,7 +188,7 @@ fn balance_demand_gives_one_busy_disk_the_total_and_equal_a_third() {
     // demand: the daemon follows the load
     t.set_policy(&policy(&d, &name, "demand"));
     let _published = published(&t);
-    let _daemon = Daemon::start(&t, &[]);
+    let daemon = Daemon::start(&t, &[]);
     let sampler = Sampler::start(leaf.join("blkio.throttle.read_bps_device"), devs.clone());
     let mut one = reader(&name, &marker, &d.files[0], "10");
     assert!(wait_until(Duration::from_secs(10), || procs_in(&leaf)
@@ -230,6 +230,29 @@ fn balance_demand_gives_one_busy_disk_the_total_and_equal_a_third() {
     assert!(max_sum <= TOTAL, "sum of limits {max_sum} > total {TOTAL}");
     assert!(reached.is_some_and(|s| s <= 4.0), "{series:?}");
     assert!(tail_avg >= 0.95 * 12.0, "{series:?}");
+
+    // A stopped daemon takes its published shares with it; the limits stay in the kernel.
+    let kept = device_lines(&leaf.join("blkio.throttle.read_bps_device"));
+    drop(daemon);
+    assert!(
+        !_published.0.exists(),
+        "{} outlived the daemon",
+        _published.0.display()
+    );
+    let status = t.json(&["status", "--json"]);
+    assert!(
+        status["tenants"][0]["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|x| x["balance"].is_null()),
+        "status still shows balance decisions: {status:#}"
+    );
+    assert_eq!(
+        device_lines(&leaf.join("blkio.throttle.read_bps_device")),
+        kept,
+        "the limits changed when the daemon stopped"
+    );
 }
 
 #[test]

@@ -134,7 +134,7 @@ EOF
 done
 
 echo
-echo "cgroup v2 (VM), 3 disks, total 12 MiB/s read_bps, floor 2%"
+echo "cgroup v2 (VM), 3 disks, total 12 MiB/s read_bps, floor 1% (the default)"
 echo "load          equal   demand   recovery(demand)   max sum (equal/demand) / total"
 echo "one disk      $ONE_equal%   $ONE_demand%"
 echo "moved         $MOVED_equal%   $MOVED_demand%   $REC_demand s   $MAX_equal / $MAX_demand / $TOTAL"
