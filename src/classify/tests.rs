@@ -516,9 +516,13 @@ fn fields_needed_follow_the_rules() {
         fields_needed(&only_cmdline),
         crate::inventory::procs::Fields {
             ids: false,
-            exe: false
+            exe: false,
+            tree: false
         }
     );
+    let with_tree =
+        tenants("[[tenant]]\nname = \"a\"\nmatch = [{ comm = \"x\", descendants = true }]\n");
+    assert!(fields_needed(&with_tree).tree);
     let with_user = tenants("[[tenant]]\nname = \"a\"\nmatch = [{ user = \"oracle\" }]\n");
     assert!(fields_needed(&with_user).ids && !fields_needed(&with_user).exe);
     let with_exe = tenants("[[tenant]]\nname = \"a\"\nexempt = [{ exe = \"/usr/bin/x\" }]\n");

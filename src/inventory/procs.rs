@@ -5,7 +5,11 @@
 //! of the host; we need six fields. A process that exits while being read is skipped, never an
 //! error. Kernel threads (children of kthreadd, pid 2) are left out: they cannot be moved.
 
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStringExt as _;
 use std::path::PathBuf;
+
+use rustix::fs::{Mode, OFlags};
 
 use serde::Serialize;
 
@@ -32,10 +36,10 @@ pub fn parse_stat(text: &str) -> Option<(String, u32, u64)> {
     let open = text.find('(')?;
     let close = text.rfind(')')?;
     let comm = text.get(open + 1..close)?.to_string();
-    let rest: Vec<&str> = text.get(close + 2..)?.split_whitespace().collect();
-    // rest[0] is the state, rest[1] ppid, ... rest[19] starttime (field 22 of stat(5)).
-    let ppid = rest.get(1)?.parse().ok()?;
-    let start = rest.get(19)?.parse().ok()?;
+    let mut rest = text.get(close + 2..)?.split_ascii_whitespace();
+    // After comm: state, ppid (field 4 of stat(5)), ..., starttime (field 22).
+    let ppid = rest.nth(1)?.parse().ok()?;
+    let start = rest.nth(17)?.parse().ok()?;
     Some((comm, ppid, start))
 }
 
@@ -64,12 +68,16 @@ pub fn join_cmdline(raw: &[u8]) -> String {
 pub struct Fields {
     pub ids: bool,
     pub exe: bool,
+    /// ppid and start time (`stat`, the costliest file to produce): needed when a rule passes
+    /// its tenant on to descendants. Without it they are 0, and comm comes from `comm`.
+    pub tree: bool,
 }
 
 impl Fields {
     pub const ALL: Fields = Fields {
         ids: true,
         exe: true,
+        tree: true,
     };
 }
 
@@ -80,17 +88,99 @@ pub fn read_process(fs: &HostFs, pid: u32) -> Option<ProcInfo> {
 
 /// `read_process`, reading only the optional fields asked for.
 pub fn read_process_fields(fs: &HostFs, pid: u32, fields: Fields) -> Option<ProcInfo> {
-    let mut buf = Vec::with_capacity(1024);
-    read_process_with(fs, pid, fields, &mut buf)
+    ProcReader::open(fs).ok()?.read(pid, fields)
+}
+
+/// Reads processes through a descriptor of /proc kept open (`PID/cmdline` relative to it: no
+/// walk from `/` for every file), with one buffer for all reads. (A descriptor per process
+/// directory costs an extra open and close, which is more than the lookup it saves.)
+pub struct ProcReader {
+    proc: OwnedFd,
+    buf: Vec<u8>,
+}
+
+impl ProcReader {
+    pub fn open(fs: &HostFs) -> std::io::Result<ProcReader> {
+        let proc = rustix::fs::open(
+            fs.proc(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(ProcReader {
+            proc,
+            buf: Vec::with_capacity(4096),
+        })
+    }
+
+    /// One process; `None` if it is gone, or is a kernel thread.
+    pub fn read(&mut self, pid: u32, fields: Fields) -> Option<ProcInfo> {
+        let dir = &self.proc;
+        let buf = &mut self.buf;
+        let file = |f: &str| format!("{pid}/{f}");
+        let cmdline = join_cmdline(read_small_at(dir, &file("cmdline"), buf)?);
+        // Kernel threads have no argv: `stat` tells them (children of kthreadd) from a user
+        // process that emptied its own. Otherwise `comm` is enough unless the tree is needed.
+        let short_comm = (!fields.tree && !cmdline.is_empty())
+            .then(|| read_small_at(dir, &file("comm"), buf))
+            .flatten()
+            .map(|raw| {
+                String::from_utf8_lossy(raw.strip_suffix(b"\n").unwrap_or(raw)).into_owned()
+            });
+        let (comm, ppid, start_time) = match short_comm {
+            Some(comm) => (comm, 0, 0),
+            None => {
+                let (comm, ppid, start) =
+                    parse_stat(std::str::from_utf8(read_small_at(dir, &file("stat"), buf)?).ok()?)?;
+                if pid == 2 || ppid == 2 {
+                    return None;
+                }
+                (comm, ppid, start)
+            }
+        };
+        let (uid, gid) = if fields.ids {
+            parse_status_ids(&String::from_utf8_lossy(read_small_at(
+                dir,
+                &file("status"),
+                buf,
+            )?))?
+        } else {
+            (u32::MAX, u32::MAX)
+        };
+        let exe = if fields.exe {
+            rustix::fs::readlinkat(dir, file("exe"), Vec::new())
+                .ok()
+                .map(|p| PathBuf::from(std::ffi::OsString::from_vec(p.into_bytes())))
+        } else {
+            None
+        };
+        Some(ProcInfo {
+            pid,
+            ppid,
+            comm,
+            cmdline,
+            exe,
+            uid,
+            gid,
+            start_time,
+        })
+    }
 }
 
 /// Reads a small /proc file into `buf` with open, read and close only (`std::fs::read` adds a
 /// statx per file for a size hint, which /proc cannot give anyway). The /proc files read here
-/// (stat, cmdline, status, cgroup) hand over everything they have in one read when the buffer is
-/// large enough, so a read that does not fill the buffer is the end: no second read for EOF.
+/// (stat, comm, cmdline, status, cgroup) hand over everything they have in one read when the
+/// buffer is large enough, so a read that does not fill the buffer is the end: no second read.
 pub fn read_small<'b>(path: &std::path::Path, buf: &'b mut Vec<u8>) -> Option<&'b [u8]> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path).ok()?;
+    let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    read_all(&fd, buf)
+}
+
+fn read_small_at<'b>(dir: &OwnedFd, name: &str, buf: &'b mut Vec<u8>) -> Option<&'b [u8]> {
+    let fd = rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    read_all(&fd, buf)
+}
+
+fn read_all<'b>(fd: &OwnedFd, buf: &'b mut Vec<u8>) -> Option<&'b [u8]> {
     buf.clear();
     loop {
         if buf.capacity() - buf.len() < 512 {
@@ -99,46 +189,12 @@ pub fn read_small<'b>(path: &std::path::Path, buf: &'b mut Vec<u8>) -> Option<&'
         let len = buf.len();
         let spare = buf.capacity() - len;
         buf.resize(len + spare, 0);
-        let n = f.read(&mut buf[len..]).ok()?;
+        let n = rustix::io::read(fd, &mut buf[len..]).ok()?;
         buf.truncate(len + n);
         if n < spare {
             return Some(&buf[..]);
         }
     }
-}
-
-/// `read_process_fields` with a caller's buffer, so a scan of every process reuses one.
-fn read_process_with(fs: &HostFs, pid: u32, fields: Fields, buf: &mut Vec<u8>) -> Option<ProcInfo> {
-    let dir = fs.proc().join(pid.to_string());
-    let (comm, ppid, start_time) =
-        parse_stat(std::str::from_utf8(read_small(&dir.join("stat"), buf)?).ok()?)?;
-    if pid == 2 || ppid == 2 {
-        return None;
-    }
-    let cmdline = join_cmdline(read_small(&dir.join("cmdline"), buf)?);
-    let (uid, gid) = if fields.ids {
-        parse_status_ids(&String::from_utf8_lossy(read_small(
-            &dir.join("status"),
-            buf,
-        )?))?
-    } else {
-        (u32::MAX, u32::MAX)
-    };
-    let exe = if fields.exe {
-        std::fs::read_link(dir.join("exe")).ok()
-    } else {
-        None
-    };
-    Some(ProcInfo {
-        pid,
-        ppid,
-        comm,
-        cmdline,
-        exe,
-        uid,
-        gid,
-        start_time,
-    })
 }
 
 /// Every user-space process of the host, in pid order.
@@ -152,22 +208,23 @@ pub fn scan_fields(fs: &HostFs, fields: Fields) -> std::io::Result<Vec<ProcInfo>
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
     pids.sort_unstable();
-    let read = |chunk: &[u32]| -> Vec<ProcInfo> {
-        let mut buf = Vec::with_capacity(4096);
+    let read = |reader: &mut ProcReader, chunk: &[u32]| -> Vec<ProcInfo> {
         chunk
             .iter()
-            .filter_map(|&pid| read_process_with(fs, pid, fields, &mut buf))
+            .filter_map(|&pid| reader.read(pid, fields))
             .collect()
     };
+    let mut first_reader = ProcReader::open(fs)?;
     // Reading /proc is all syscalls; on a host with thousands of processes two threads halve
     // the time of a scan (the daemon's safety net runs one every 30 s).
     if pids.len() < 2000 {
-        return Ok(read(&pids));
+        return Ok(read(&mut first_reader, &pids));
     }
+    let mut second_reader = ProcReader::open(fs)?;
     let (a, b) = pids.split_at(pids.len() / 2);
     Ok(std::thread::scope(|s| {
-        let second = s.spawn(|| read(b));
-        let mut first = read(a);
+        let second = s.spawn(|| read(&mut second_reader, b));
+        let mut first = read(&mut first_reader, a);
         first.extend(second.join().expect("proc reader thread"));
         first
     }))
@@ -232,6 +289,20 @@ mod tests {
         let procs = scan(&fs).unwrap();
         let pids: Vec<u32> = procs.iter().map(|p| p.pid).collect();
         assert_eq!(pids, vec![1, 77]);
+        // Without the tree, comm comes from `comm` where there is one, and the kernel threads
+        // (no argv) are still told apart by `stat`.
+        std::fs::write(fs.proc().join("77/comm"), "ora_pmon_BX1\n").unwrap();
+        let light = Fields {
+            ids: false,
+            exe: false,
+            tree: false,
+        };
+        let light_procs = scan_fields(&fs, light).unwrap();
+        let got: Vec<(u32, &str, u32)> = light_procs
+            .iter()
+            .map(|p| (p.pid, p.comm.as_str(), p.ppid))
+            .collect();
+        assert_eq!(got, vec![(1, "init", 0), (77, "ora_pmon_BX1", 0)]);
         assert_eq!(procs[1].uid, 1000);
         assert_eq!(procs[1].gid, 1001);
         assert_eq!(procs[1].cmdline, "ora_pmon_BX1");

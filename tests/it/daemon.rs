@@ -1257,3 +1257,49 @@ fn daemon_postgres_walwriter_exempt() {
     drop(pm);
     drop(d);
 }
+
+/// The kernel-side event filter the daemon asks for on Linux 6.6 and later: exec events arrive,
+/// exits do not; without the filter both do.
+#[test]
+fn connector_filter_drops_exits() {
+    use dbcage::classify::connector::{self, Connector, ProcEvent, Received};
+    if skip() {
+        return;
+    }
+    if !connector::kernel_filters_events() {
+        println!("skipped: this kernel (before 6.6) has no per-listener event filter");
+        return;
+    }
+    let collect = |only: Option<u32>| -> (bool, bool) {
+        let mut c = Connector::open(1 << 20, only).expect("open the proc connector");
+        let child = Command::new("/bin/true").spawn().expect("spawn /bin/true");
+        let pid = child.id();
+        let mut child = child;
+        child.wait().unwrap();
+        let (mut exec, mut exit) = (false, false);
+        let deadline = Instant::now() + Duration::from_millis(500);
+        let mut events = Vec::new();
+        while Instant::now() < deadline && !(exec && exit) {
+            events.clear();
+            match c.receive(&mut events).expect("receive") {
+                Received::Empty => std::thread::sleep(Duration::from_millis(5)),
+                Received::Overrun => panic!("overrun"),
+                Received::Events => {}
+            }
+            for e in &events {
+                match e.event {
+                    ProcEvent::Exec { pid: p } if p == pid => exec = true,
+                    ProcEvent::Exit { pid: p } if p == pid => exit = true,
+                    _ => {}
+                }
+            }
+        }
+        (exec, exit)
+    };
+    assert_eq!(collect(None), (true, true), "unfiltered: exec and exit");
+    assert_eq!(
+        collect(Some(connector::DAEMON_EVENTS)),
+        (true, false),
+        "filtered: exec only"
+    );
+}
