@@ -24,10 +24,11 @@
 //! Smoothing: usage rises are taken at once (a new load is served within one interval) and
 //! falls are followed as `est = smoothing*est + (1-smoothing)*rate` (default 0.1), so a short
 //! pause does not take a device's budget away, except while some device is pinned (the budget is
-//! contested): then falls are followed at once too, and after a contested change the next look
-//! comes after a quarter interval (`FOLLOW_UP`), so a load that moves is followed within about
-//! 1.25 intervals (one to see the new disk pinned at its floor, a quarter more to give it the
-//! rest). A change smaller than `DEADBAND` (1% of the total) on every device is not written at
+//! contested): then falls are followed at once too. When a busy device's use halves while
+//! another is held back (a load that moves), the next look comes after a quarter interval
+//! (`FOLLOW_UP`), with the held devices still counted as held, so a moving load is followed
+//! within about 1.25 intervals (one to see the new disk pinned at its floor, a quarter more to
+//! give it what the old disk no longer uses). A change smaller than `DEADBAND` (1% of the total) on every device is not written at
 //! all, so constant load gives constant limits.
 //! The result never sums to more than the total (integer arithmetic, proven by a proptest).
 //!
@@ -60,10 +61,10 @@ pub const AT_FLOOR: f64 = 0.5;
 pub const MARGIN: f64 = 1.25;
 /// Changes below this share of the total (on every device) are not written.
 pub const DEADBAND: f64 = 0.01;
-/// After a change made while the budget is contested (some device pinned), or when a busy
-/// device's use halved, the next look comes after this share of the interval: a load that moved
-/// mid-interval was only partly visible, and the follow-up gives the new disk the rest without
-/// waiting a whole interval.
+/// When a busy device's use halved while another device is held back by its limit (a load
+/// moving between disks), the next look comes after this share of the interval: the load moved
+/// mid-interval and was only partly visible, and the follow-up gives the new disk the rest
+/// without waiting a whole interval.
 pub const FOLLOW_UP: f64 = 0.25;
 
 /// The four keys, in `IoLimits` order.
@@ -298,6 +299,11 @@ struct TenantState {
     /// Smoothed usage per (device, key).
     est: BTreeMap<(DevNum, usize), f64>,
     next: Option<Instant>,
+    /// The next tick is a quick follow-up: these (device, key) were held back by their limits
+    /// when it was scheduled, and count as held in it too (a quarter interval of counters is
+    /// too short to tell a held device from a slow one; without this a noisy short sample could
+    /// take the new disk's share away again).
+    follow_up: Option<std::collections::BTreeSet<(DevNum, usize)>>,
 }
 
 /// The daemon's side: state between intervals.
@@ -384,7 +390,8 @@ impl Balancer {
                 continue;
             }
             st.next = Some(now + t.io_split.interval);
-            let mut contested_change = false;
+            let held_before = st.follow_up.take();
+            let mut held_now = std::collections::BTreeSet::new();
             let Some(td) = ctx.inventory.tenants.get(ti) else {
                 continue;
             };
@@ -431,15 +438,30 @@ impl Balancer {
                     .collect();
                 // When a device is held back by its limit the budget is contested: falls
                 // elsewhere are followed at once, unsmoothed.
-                let contested = raw.iter().any(pinned);
-                // A busy device that fell to less than half its use: the load may be moving to
-                // a disk where it does not show yet; look again soon.
                 let floor = floor_units(total, devices.len(), t.io_split.floor) as f64;
+                let held = |u: &Usage| {
+                    pinned(u)
+                        || u.limit.is_some_and(|l| {
+                            l as f64 <= floor && u.rate > 0.0 && u.rate >= AT_FLOOR * l as f64
+                        })
+                };
+                let contested = raw.iter().any(held);
+                // A busy device that fell to less than half its use while another is held back:
+                // the load is moving; a follow-up after a quarter interval gives the held device
+                // what the first look had to leave to the old one (it was still busy for part
+                // of the interval).
                 let dropped = devices.iter().zip(&raw).any(|(d, u)| {
                     st.est
                         .get(&(*d, k))
                         .is_some_and(|e| *e > floor && u.rate < 0.5 * e)
                 });
+                if contested && dropped {
+                    for (d, u) in devices.iter().zip(&raw) {
+                        if held(u) {
+                            held_now.insert((*d, k));
+                        }
+                    }
+                }
                 let smoothing = if contested { 0.0 } else { t.io_split.smoothing };
                 let usage: Vec<Usage> = devices
                     .iter()
@@ -447,14 +469,20 @@ impl Balancer {
                     .map(|(d, u)| {
                         let e = smooth(st.est.get(&(*d, k)).copied(), u.rate, smoothing);
                         st.est.insert((*d, k), e);
-                        Usage { rate: e, ..*u }
+                        let still_held = held_before.as_ref().is_some_and(|h| h.contains(&(*d, k)));
+                        match u.limit {
+                            Some(l) if still_held => Usage {
+                                rate: e.max(l as f64),
+                                ..*u
+                            },
+                            _ => Usage { rate: e, ..*u },
+                        }
                     })
                     .collect();
                 let alloc = allocate(total, t.io_split.floor, &usage);
                 let cur: Vec<Option<u64>> = usage.iter().map(|u| u.limit).collect();
                 let vals: Vec<u64> = alloc.iter().map(|a| a.0).collect();
                 let write = worth_writing(total, &cur, &vals);
-                contested_change |= (write && contested) || dropped;
                 for (i, d) in devices.iter().enumerate() {
                     let limit = if write {
                         vals[i]
@@ -484,8 +512,9 @@ impl Balancer {
                 changed = true;
                 self.shares.insert(t.name.clone(), new);
             }
-            if contested_change {
+            if !held_now.is_empty() {
                 st.next = Some(now + t.io_split.interval.mul_f64(FOLLOW_UP));
+                st.follow_up = Some(held_now);
             }
             self.published.insert(t.name.clone(), pub_t);
         }
