@@ -14,5 +14,6 @@ mod daemon;
 mod lifecycle;
 mod observe;
 mod package;
+mod presets;
 mod probe;
 mod throttle;
