@@ -12,6 +12,7 @@ mod common;
 mod cpu_mem;
 mod daemon;
 mod lifecycle;
+mod mysql;
 mod observe;
 mod package;
 mod presets;
