@@ -11,6 +11,7 @@ mod balance;
 mod common;
 mod cpu_mem;
 mod daemon;
+mod import;
 mod lifecycle;
 mod mysql;
 mod observe;
