@@ -342,3 +342,93 @@ fn devnum(dev: &str) -> String {
         nix::sys::stat::minor(rdev)
     )
 }
+
+/// The listener script: `tnslsnr LISTENER -inherit` (python reading the file `LISTENER`), which
+/// waits for the file `go`, then forks and execs one dedicated server per SID given in `sids`,
+/// exactly as a listener starts them: argv `oracle<SID> (LOCAL=NO)` (python reading the file
+/// `(LOCAL=NO)`, which sleeps). Writes the children's PIDs to `children`.
+const LISTENER: &str = r#"
+import os, time
+while not os.path.exists("go"):
+    time.sleep(0.02)
+pids = []
+for sid in open("sids").read().split():
+    pid = os.fork()
+    if pid == 0:
+        os.execv(os.environ["DBCAGE_TEST_PYTHON"], ["oracle" + sid, "(LOCAL=NO)"])
+    pids.append(pid)
+open("children.tmp", "w").write(" ".join(map(str, pids)))
+os.rename("children.tmp", "children")
+time.sleep(600)
+"#;
+
+#[test]
+fn a_shared_listener_stays_out_and_its_sessions_go_to_their_instances() {
+    if skip() {
+        return;
+    }
+    let (a, b) = (format!("{}A", sid()), format!("{}B", sid()));
+    let tenant =
+        |s: &str| format!("[[tenant]]\nname = \"{s}\"\npreset = \"oracle\"\nsid = \"{s}\"\n\n");
+    let t = Tenancy::new("listener", &(tenant(&a) + &tenant(&b)));
+    let dir = t.dir().join("dbcage-test-listener");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("LISTENER"), LISTENER).unwrap();
+    std::fs::write(dir.join("(LOCAL=NO)"), "import time\ntime.sleep(600)\n").unwrap();
+    std::fs::write(dir.join("sids"), format!("{a} {b} {a}")).unwrap();
+    let mut cmd = Command::new(python());
+    use std::os::unix::process::CommandExt;
+    cmd.arg0("tnslsnr")
+        .args(["LISTENER", "-inherit"])
+        .current_dir(&dir)
+        .env("DBCAGE_TEST_PYTHON", python())
+        .stdin(Stdio::null());
+    let listener = Child::spawn(cmd, "tnslsnr");
+
+    let _d = Daemon::start(&t, &[]);
+    std::fs::write(dir.join("go"), "").unwrap();
+    assert!(wait_until(Duration::from_secs(10), || dir
+        .join("children")
+        .exists()));
+    let children: Vec<u32> = std::fs::read_to_string(dir.join("children"))
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    // Reap-free cleanup: the children die with a SIGKILL by pid at the end.
+    struct Kill(Vec<u32>);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            for p in &self.0 {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(*p as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+    let _kill = Kill(children.clone());
+    let want = [&a, &b, &a];
+    for (pid, sid) in children.iter().zip(want) {
+        let marker = t.marker(sid, "limited");
+        let placed = wait_until(Duration::from_secs(5), || {
+            blkio_path(*pid).contains(&marker)
+        });
+        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+            .unwrap_or_default()
+            .replace('\0', " ");
+        assert!(
+            placed,
+            "session {pid} `{}` not in {marker}: {}",
+            cmdline.trim(),
+            blkio_path(*pid)
+        );
+        println!("session {pid} `{}` -> {marker}", cmdline.trim());
+    }
+    let lpath = blkio_path(listener.pid);
+    assert!(
+        !lpath.contains(&t.root),
+        "the shared listener was placed: {lpath}"
+    );
+    println!("listener {} stays in {lpath}", listener.pid);
+}
