@@ -608,6 +608,9 @@ pub fn convert(cgconfig: Option<Input>, cgrules: Option<Input>, fs: &HostFs) -> 
                     if name.is_empty() { "" } else { " " },
                     if kind == "default" { "default permissions for groups: dbcage's groups stay root's" } else { "groups created on demand by cgred from a template have no dbcage equivalent" }
                 )),
+                Item::Group(g) if matches!(norm_group(&g.name).as_str(), "" | ".") => {
+                    c.notes.push(format!("{file}:{}: group {}: the hierarchy's root group; dbcage changes only its own groups; not converted", g.line, g.name));
+                }
                 Item::Group(g) => c.group(&file, g),
             }
         }

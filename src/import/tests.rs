@@ -156,6 +156,7 @@ fn documented_grammar_converts_or_explains_every_line() {
         "blkio.weight = 500: proportional IO weights",
         "dbcage does not drive the `devices` controller",
         "template users/%u",
+        "group .: the hierarchy's root group",
         "namespace:",
         "default:",
         "memory.swappiness = 10: no dbcage equivalent",
