@@ -57,18 +57,19 @@ pub fn expand(t: &RawTenant, key: &Loc<String>) -> Result<Expansion, Vec<Loc<Str
     let pid_file = path("pid_file", &t.pid_file);
     let logdir = path("innodb_log_group_home_dir", &t.innodb_log_group_home_dir);
     let tmpdir = path("tmpdir", &t.tmpdir);
-    let Some(datadir) = datadir else {
-        if t.datadir.is_none() {
-            problems.push(key.here(format!(
-                "tenant `{name}`: preset `mysql` needs `datadir` (the server's data directory)"
-            )));
-        }
-        return Err(problems);
-    };
+    if t.datadir.is_none() && t.pid_file.is_none() {
+        problems.push(key.here(format!(
+            "tenant `{name}`: preset `mysql` needs `datadir` (the server's data directory) or `pid_file`"
+        )));
+    }
     if !problems.is_empty() {
         return Err(problems);
     }
-    let pid_file = pid_file.unwrap_or_else(|| format!("{datadir}/{}.pid", hostname()));
+    let pid_file = match (pid_file, &datadir) {
+        (Some(p), _) => p,
+        (None, Some(d)) => format!("{d}/{}.pid", hostname()),
+        (None, None) => unreachable!("checked above"),
+    };
     let at = t.pid_file.as_ref().unwrap_or(key);
     let mut e = Expansion::default();
     e.named_rule(
@@ -79,7 +80,7 @@ pub fn expand(t: &RawTenant, key: &Loc<String>) -> Result<Expansion, Vec<Loc<Str
             ..Default::default()
         },
     );
-    e.storage.push(datadir);
+    e.storage.extend(datadir);
     e.storage.extend(logdir);
     e.storage.extend(tmpdir);
     Ok(e)
