@@ -366,19 +366,7 @@ fn watched_dirs(policy: &crate::policy::Policy) -> Vec<PathBuf> {
 /// was already there is seen by asmcmd at the next periodic rescan.
 fn watch_globs(entry: &str) -> Vec<String> {
     match crate::inventory::asm::AsmSpec::parse(entry.strip_prefix("asm:").unwrap_or("")) {
-        Ok(spec) if entry.starts_with("asm:") => spec
-            .diskstring
-            .iter()
-            .map(|g| {
-                if g.starts_with("ORCL:") {
-                    "/dev/oracleasm/disks/*".to_string()
-                } else if g.starts_with("AFD:") {
-                    "/dev/oracleafd/disks/*".to_string()
-                } else {
-                    g.clone()
-                }
-            })
-            .collect(),
+        Ok(spec) if entry.starts_with("asm:") => spec.device_globs(),
         _ => vec![entry.to_string()],
     }
 }

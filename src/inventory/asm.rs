@@ -185,23 +185,56 @@ pub fn find_asmcmd(fs: &HostFs) -> Option<Asmcmd> {
 /// asmcmd run costs seconds of CPU (seed 000 re-read its diskgroup hourly).
 const REUSE: Duration = Duration::from_secs(300);
 
-type Cache = std::collections::HashMap<(PathBuf, AsmSpec), (Instant, Vec<String>)>;
+/// One asmcmd answer: when, what the diskstring matched then, and the disks.
+type Cache = std::collections::HashMap<(PathBuf, AsmSpec), (Instant, Vec<PathBuf>, Vec<String>)>;
 static CACHE: std::sync::Mutex<Option<Cache>> = std::sync::Mutex::new(None);
 
-/// The device paths of the diskgroup's disks, from asmcmd (a successful answer is reused for
-/// five minutes; failures are retried at the next resolution).
+impl AsmSpec {
+    /// The device globs the diskstring stands for (labels live in the ASMLib and AFD dirs).
+    pub fn device_globs(&self) -> Vec<String> {
+        self.diskstring
+            .iter()
+            .map(|g| {
+                if let Some(l) = g.strip_prefix("ORCL:") {
+                    format!("/dev/oracleasm/disks/{l}")
+                } else if let Some(l) = g.strip_prefix("AFD:") {
+                    format!("/dev/oracleafd/disks/{l}")
+                } else {
+                    g.clone()
+                }
+            })
+            .collect()
+    }
+
+    /// Every path the diskstring matches now (cheap: a glob, no asmcmd).
+    fn candidates(&self, fs: &HostFs) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = self
+            .device_globs()
+            .iter()
+            .filter_map(|g| glob::glob(&fs.path(g).to_string_lossy()).ok())
+            .flat_map(|paths| paths.flatten())
+            .collect();
+        out.sort();
+        out
+    }
+}
+
+/// The device paths of the diskgroup's disks, from asmcmd. A successful answer is reused for
+/// five minutes, or until the set of devices the diskstring matches changes (a new LUN shows
+/// up there before ASM can add it); failures are retried at the next resolution.
 pub fn list_disks(fs: &HostFs, spec: &AsmSpec) -> Result<Vec<String>, String> {
     let key = (fs.root().to_path_buf(), spec.clone());
+    let candidates = spec.candidates(fs);
     let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((at, disks)) = cache.get_or_insert_with(Default::default).get(&key) {
-        if at.elapsed() < REUSE {
+    if let Some((at, seen, disks)) = cache.get_or_insert_with(Default::default).get(&key) {
+        if at.elapsed() < REUSE && *seen == candidates {
             return Ok(disks.clone());
         }
     }
     let disks = list_disks_now(fs, spec)?;
     cache
         .get_or_insert_with(Default::default)
-        .insert(key, (Instant::now(), disks.clone()));
+        .insert(key, (Instant::now(), candidates, disks.clone()));
     Ok(disks)
 }
 

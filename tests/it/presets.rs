@@ -432,3 +432,63 @@ fn a_shared_listener_stays_out_and_its_sessions_go_to_their_instances() {
     );
     println!("listener {} stays in {lpath}", listener.pid);
 }
+
+#[test]
+fn the_daemon_divides_the_total_again_when_the_diskgroup_gains_a_disk() {
+    if skip() {
+        return;
+    }
+    let sid = sid();
+    let disks: Vec<RawDisk> = (0..3).map(|_| RawDisk::new(64)).collect();
+    let links: Vec<(String, &RawDisk)> = disks[..2]
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (format!("DATA{i}"), d))
+        .collect();
+    let asm = asm_dir(&links);
+    let body = format!(
+        "[[tenant]]\nname = \"{sid}\"\npreset = \"oracle\"\nsid = \"{sid}\"\nasm_diskgroup = \"DATA\"\nasm_diskstring = \"{}/DATA*\"\n\n[tenant.io]\nread_bps = \"12MiB\"\n",
+        asm.path().display()
+    );
+    let t = Tenancy::new("asmd", &body);
+    let list = t.dir().join("dbcage-test-lsdsk.txt");
+    let bin = fake_asmcmd(t.dir(), "DATA", &list);
+    let disk_line = |i: usize| format!("{}/DATA{i}\n", asm.path().display());
+    std::fs::write(&list, disk_line(0) + &disk_line(1)).unwrap();
+    let path_env = format!(
+        "PATH={}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let _pmon = titled(&format!("ora_pmon_{sid}"));
+    let d = Daemon::start_wrapped(&t, &["env", "-u", "ORACLE_SID", &path_env], &[]);
+    let has = |n: usize, each: u64| {
+        let lim = limits_of(&t, &sid);
+        disks[..n]
+            .iter()
+            .all(|d| lim.contains(&format!("{} {each}", devnum(&d.dev))))
+            && lim.lines().count() == n
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || has(2, 6 << 20)),
+        "two disks at 6 MiB/s each expected:\n{}",
+        limits_of(&t, &sid)
+    );
+    // A new LUN appears and ASM adds it to the group: asmcmd lists it, the daemon (woken by
+    // the new device node) asks again and divides the total by three. (The time is mostly the
+    // daemon's rescan of /proc on a busy host.)
+    std::fs::write(&list, disk_line(0) + &disk_line(1) + &disk_line(2)).unwrap();
+    let start = std::time::Instant::now();
+    std::os::unix::fs::symlink(&disks[2].dev, asm.path().join("DATA2")).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || has(3, 4 << 20)),
+        "three disks at 4 MiB/s each expected:\n{}",
+        limits_of(&t, &sid)
+    );
+    println!(
+        "daemon: diskgroup grew from 2 to 3 disks, limits re-divided in {:.0} ms:\n{}",
+        start.elapsed().as_secs_f64() * 1000.0,
+        limits_of(&t, &sid)
+    );
+    drop(d);
+}
