@@ -359,7 +359,7 @@ fn watched_dirs(policy: &crate::policy::Policy) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = policy
         .tenants
         .iter()
-        .flat_map(|t| t.storage.iter().map(|s| s.value.as_str()))
+        .flat_map(|t| t.storage.iter().flat_map(|s| watch_globs(&s.value)))
         .filter(|p| p.contains(['*', '?', '[']))
         .filter_map(|p| {
             let fixed = &p[..p.find(['*', '?', '[']).unwrap_or(p.len())];
@@ -378,6 +378,17 @@ fn watched_dirs(policy: &crate::policy::Policy) -> Vec<PathBuf> {
     dirs.sort();
     dirs.dedup();
     dirs
+}
+
+/// The globs whose directories decide a storage entry: the entry itself, or for an ASM
+/// diskgroup (`asm:DG:diskstring`) its discovery globs (ASMLib and AFD labels live in
+/// /dev/oracleasm/disks and /dev/oracleafd/disks). A disk added to the group on a device that
+/// was already there is seen by asmcmd at the next periodic rescan.
+fn watch_globs(entry: &str) -> Vec<String> {
+    match crate::inventory::asm::AsmSpec::parse(entry.strip_prefix("asm:").unwrap_or("")) {
+        Ok(spec) if entry.starts_with("asm:") => spec.device_globs(),
+        _ => vec![entry.to_string()],
+    }
 }
 
 /// Watches the storage globs' and pid files' directories; `None` if inotify is unavailable
@@ -691,6 +702,23 @@ mod tests {
             vec![
                 PathBuf::from("/"),
                 PathBuf::from("/dev"),
+                PathBuf::from("/dev/oracleasm/disks")
+            ]
+        );
+    }
+
+    #[test]
+    fn asm_diskgroup_entries_watch_their_diskstring_directories() {
+        let loaded = crate::policy::from_str(
+            "p.toml",
+            "[[tenant]]\nname = \"a\"\npreset = \"oracle\"\nsid = \"BX1\"\nasm_diskgroup = \"DATA\"\nasm_diskstring = \"/dev/mapper/asm*,ORCL:*\"\n",
+            &crate::policy::SystemAccounts,
+        )
+        .unwrap();
+        assert_eq!(
+            watched_dirs(&loaded.policy),
+            vec![
+                PathBuf::from("/dev/mapper"),
                 PathBuf::from("/dev/oracleasm/disks")
             ]
         );

@@ -115,6 +115,21 @@ pub enum Command {
     /// Write bash, zsh and fish completions into DIR; used when packaging.
     #[command(hide = true)]
     GenerateCompletions { dir: PathBuf },
+    /// Convert a libcgroup setup (cgconfig.conf groups, cgrules.conf rules) into a dbcage policy,
+    /// printed on stdout; what has no equivalent becomes a comment that says why. Lines that
+    /// cannot be read are reported as FILE:LINE, and then nothing is printed unless --force.
+    /// Without options, reads /etc/cgconfig.conf and /etc/cgrules.conf (those that exist).
+    ImportLibcgroup {
+        /// cgconfig.conf to read.
+        #[arg(long, value_name = "FILE")]
+        cgconfig: Option<PathBuf>,
+        /// cgrules.conf to read.
+        #[arg(long, value_name = "FILE")]
+        cgrules: Option<PathBuf>,
+        /// Print the policy even when some lines could not be read.
+        #[arg(long)]
+        force: bool,
+    },
     /// Move a tenant's processes back to the parent cgroup and remove its groups.
     Release {
         /// Tenants to release.
@@ -250,6 +265,55 @@ pub fn make_plan(ctx: &Context_) -> Result<Plan> {
     )?)
 }
 
+fn import_libcgroup(
+    cgconfig: Option<PathBuf>,
+    cgrules: Option<PathBuf>,
+    force: bool,
+    out: &mut impl std::io::Write,
+) -> Result<ExitCode> {
+    // Explicit files must exist; the defaults are read when they do.
+    let defaults = cgconfig.is_none() && cgrules.is_none();
+    let pick = |given: Option<PathBuf>, default: &str| -> Result<Option<(PathBuf, String)>> {
+        let path = match given {
+            Some(p) => p,
+            None if defaults && Path::new(default).exists() => PathBuf::from(default),
+            None => return Ok(None),
+        };
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        Ok(Some((path, text)))
+    };
+    let cfg = pick(cgconfig, "/etc/cgconfig.conf")?;
+    let rules = pick(cgrules, "/etc/cgrules.conf")?;
+    if cfg.is_none() && rules.is_none() {
+        anyhow::bail!("neither /etc/cgconfig.conf nor /etc/cgrules.conf exists; name the files with --cgconfig and --cgrules");
+    }
+    fn input(f: &Option<(PathBuf, String)>) -> Option<crate::import::Input<'_>> {
+        f.as_ref().map(|(path, text)| crate::import::Input {
+            path: path.as_path(),
+            text: text.as_str(),
+        })
+    }
+    let imported = crate::import::convert(input(&cfg), input(&rules), &HostFs::default());
+    for e in &imported.errors {
+        eprintln!("{e}");
+    }
+    if !imported.errors.is_empty() && !force {
+        eprintln!(
+            "dbcage: {} line{} could not be read; nothing was printed (--force prints the policy without them)",
+            imported.errors.len(),
+            if imported.errors.len() == 1 { "" } else { "s" }
+        );
+        return Ok(ExitCode::from(1));
+    }
+    out.write_all(imported.policy.as_bytes())?;
+    Ok(if imported.errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
 fn run(cli: Cli) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     match cli.command {
@@ -350,6 +414,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Release { tenants, all } => release(&cli.config, &tenants, all, &mut out),
+        Command::ImportLibcgroup {
+            cgconfig,
+            cgrules,
+            force,
+        } => import_libcgroup(cgconfig, cgrules, force, &mut out),
         Command::GenerateMan { dir } => {
             for path in generate_man(&dir)? {
                 writeln!(out, "{}", path.display())?;

@@ -42,6 +42,8 @@ pub enum DeviceError {
         fstype: String,
         fs_source: String,
     },
+    #[error("storage `{entry}`: {reason}")]
+    Asm { entry: String, reason: String },
     #[error("storage path `{path}` is on device {devnum}, which the kernel does not list in /sys/dev/block")]
     UnknownDevice { path: String, devnum: DevNum },
 }
@@ -80,6 +82,19 @@ pub fn resolve_entry(
     path: &str,
     level: StorageLevel,
 ) -> Result<Vec<BlockDevice>, DeviceError> {
+    if let Some(spec) = path.strip_prefix("asm:") {
+        let asm_err = |reason| DeviceError::Asm {
+            entry: path.into(),
+            reason,
+        };
+        let spec = super::asm::AsmSpec::parse(spec).map_err(asm_err)?;
+        let disks = super::asm::list_disks(fs, &spec).map_err(asm_err)?;
+        let mut out = Vec::new();
+        for d in disks {
+            out.extend(resolve_path(fs, mounts, &d, level)?);
+        }
+        return Ok(out);
+    }
     if !is_glob(path) {
         return resolve_path(fs, mounts, path, level);
     }

@@ -1,6 +1,7 @@
 //! What the host has: block devices behind each tenant's storage, NUMA nodes, processes.
 //! Everything here only reads, through a `HostFs`, so fixtures can stand in for a real host.
 
+pub mod asm;
 pub mod devices;
 pub mod mounts;
 pub mod numa;

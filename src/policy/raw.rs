@@ -40,6 +40,41 @@ pub struct RawTenant {
     pub io: Option<RawIo>,
     pub cpu: Option<RawCpu>,
     pub memory: Option<RawMemory>,
+    /// Names of preset rules to leave out (`["log_writers"]`); see `preset`.
+    pub preset_omit: Option<Loc<Vec<String>>>,
+    /// `preset = "oracle"`: the instance's ORACLE_SID.
+    pub sid: Option<Loc<String>>,
+    /// `preset = "oracle"`: the ASM disks, a glob or a list of globs.
+    pub asm_disks: Option<Loc<OneOrMany>>,
+    /// `preset = "oracle"`: ASM's discovery string, with `asm_diskgroup`.
+    pub asm_diskstring: Option<Loc<String>>,
+    /// `preset = "oracle"`: the diskgroup whose disks `asmcmd lsdsk` lists.
+    pub asm_diskgroup: Option<Loc<String>>,
+    /// `preset = "mysql"`: the server's data directory.
+    pub datadir: Option<Loc<String>>,
+    /// `preset = "mysql"`: the server's pid file (default `<datadir>/<hostname>.pid`).
+    pub pid_file: Option<Loc<String>>,
+    /// `preset = "mysql"`: innodb_log_group_home_dir, when not in the datadir.
+    pub innodb_log_group_home_dir: Option<Loc<String>>,
+    /// `preset = "mysql"`: the server's tmpdir, when its IO counts as the instance's.
+    pub tmpdir: Option<Loc<String>>,
+}
+
+/// A string or a list of strings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub fn items(&self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s.clone()],
+            OneOrMany::Many(v) => v.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -173,6 +208,18 @@ impl RawTenant {
         take(&mut self.exempt, later.exempt);
         take(&mut self.storage, later.storage);
         take(&mut self.storage_level, later.storage_level);
+        take(&mut self.preset_omit, later.preset_omit);
+        take(&mut self.sid, later.sid);
+        take(&mut self.asm_disks, later.asm_disks);
+        take(&mut self.asm_diskstring, later.asm_diskstring);
+        take(&mut self.asm_diskgroup, later.asm_diskgroup);
+        take(&mut self.datadir, later.datadir);
+        take(&mut self.pid_file, later.pid_file);
+        take(
+            &mut self.innodb_log_group_home_dir,
+            later.innodb_log_group_home_dir,
+        );
+        take(&mut self.tmpdir, later.tmpdir);
         match (&mut self.io, later.io) {
             (Some(io), Some(l)) => {
                 take(&mut io.read_bps, l.read_bps);

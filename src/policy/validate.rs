@@ -284,7 +284,13 @@ fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
 
     let mut storage = Vec::new();
     for s in t.storage.iter().flatten() {
-        if !s.value.starts_with('/') {
+        let asm = s
+            .value
+            .strip_prefix("asm:")
+            .map(crate::inventory::asm::AsmSpec::parse);
+        if let Some(Err(e)) = asm {
+            ctx.error(s, format!("tenant `{name}`: storage `{}`: {e}", s.value));
+        } else if asm.is_none() && !s.value.starts_with('/') {
             ctx.error(
                 s,
                 format!(

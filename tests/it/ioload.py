@@ -68,7 +68,8 @@ def open_direct(path):
 
 def run_read(args, files):
     fds = [open_direct(p) for p in files]
-    sizes = [os.fstat(fd).st_size // args.bs * args.bs for fd in fds]
+    # A block device's fstat size is 0: its size is where SEEK_END lands.
+    sizes = [(os.fstat(fd).st_size or os.lseek(fd, 0, os.SEEK_END)) // args.bs * args.bs for fd in fds]
     buf = mmap.mmap(-1, args.bs)  # page-aligned, as O_DIRECT needs
     offsets = [0] * len(fds)
     per_file = [0] * len(fds)

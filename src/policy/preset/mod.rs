@@ -8,6 +8,9 @@
 //! preset documents; rules the user writes in `match`/`exempt` are added after them, and storage
 //! the user lists is added to the preset's.
 
+mod mysql;
+mod oracle;
+
 use super::raw::{RawRule, RawTenant};
 use super::source::Loc;
 
@@ -17,20 +20,91 @@ pub struct Expansion {
     pub rules: Vec<RawRule>,
     pub exempt: Vec<RawRule>,
     pub storage: Vec<String>,
+    /// Names of `rules` then `exempt`, in order, for `preset_omit` (a preset that names none
+    /// leaves this empty, and then none of its rules can be omitted).
+    pub names: Vec<&'static str>,
 }
+
+impl Expansion {
+    /// Adds a named match rule (one `preset_omit` can remove).
+    pub fn named_rule(&mut self, name: &'static str, r: RawRule) {
+        self.rules.push(r);
+        self.names.insert(self.rules.len() - 1, name);
+    }
+    /// Adds a named exempt rule.
+    pub fn named_exempt(&mut self, name: &'static str, r: RawRule) {
+        self.exempt.push(r);
+        self.names.push(name);
+    }
+
+    /// Drops the rules `omit` names; returns the names that are not the preset's.
+    fn omit(&mut self, omit: &[String]) -> Vec<String> {
+        let unknown = omit
+            .iter()
+            .filter(|o| !self.names.contains(&o.as_str()))
+            .cloned()
+            .collect();
+        let n = self.rules.len();
+        let keep = |i: usize| !omit.iter().any(|o| self.names.get(i) == Some(&o.as_str()));
+        let rules = std::mem::take(&mut self.rules)
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| keep(*i))
+            .map(|(_, r)| r)
+            .collect();
+        let exempt = std::mem::take(&mut self.exempt)
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| keep(n + i))
+            .map(|(_, r)| r)
+            .collect();
+        self.rules = rules;
+        self.exempt = exempt;
+        unknown
+    }
+}
+
+/// Each preset's own keys, so that a key set on a tenant with another preset (or none) is
+/// reported instead of silently ignored.
+type Keys = fn(&RawTenant) -> Vec<Loc<&'static str>>;
+
+const PRESET_KEYS: &[(&str, Keys)] = &[("oracle", oracle::keys), ("mysql", mysql::keys)];
 
 /// The presets dbcage knows, by name: each reads its own keys from the raw tenant and returns
 /// what it adds, or the problems it found (located at the offending key).
 type Expander = fn(&RawTenant, &Loc<String>) -> Result<Expansion, Vec<Loc<String>>>;
 
-const PRESETS: &[(&str, Expander)] = &[];
+const PRESETS: &[(&str, Expander)] = &[("oracle", oracle::expand), ("mysql", mysql::expand)];
 
 /// Expands the tenant's preset in place; returns the problems (message as the value, located
 /// where they are). A tenant without `preset` is left as it is.
 pub fn expand(t: &mut RawTenant) -> Vec<Loc<String>> {
+    let ro: &RawTenant = t;
+    let active = ro.preset.as_ref().map(|p| p.value.as_str());
+    let mut stray: Vec<Loc<String>> = PRESET_KEYS
+        .iter()
+        .filter(|(name, _)| Some(*name) != active)
+        .flat_map(|(name, keys)| {
+            keys(ro).into_iter().map(move |k| {
+                k.here(format!(
+                    "tenant `{}`: `{}` is a key of `preset = \"{name}\"`, which this tenant does not use",
+                    ro.name.value, k.value
+                ))
+            })
+        })
+        .collect();
     let Some(key) = t.preset.clone() else {
-        return Vec::new();
+        if let Some(o) = &t.preset_omit {
+            stray.push(o.here(format!(
+                "tenant `{}`: `preset_omit` needs a `preset`",
+                t.name.value
+            )));
+        }
+        return stray;
     };
+    if !stray.is_empty() {
+        return stray;
+    }
     let Some((_, expander)) = PRESETS.iter().find(|(name, _)| *name == key.value) else {
         let known: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
         return vec![key.here(format!(
@@ -45,7 +119,19 @@ pub fn expand(t: &mut RawTenant) -> Vec<Loc<String>> {
         ))];
     };
     match expander(t, &key) {
-        Ok(e) => {
+        Ok(mut e) => {
+            if let Some(omit) = &t.preset_omit {
+                let unknown = e.omit(&omit.value);
+                if !unknown.is_empty() {
+                    return vec![omit.here(format!(
+                        "tenant `{}`: preset_omit: `{}` is not a rule of preset `{}`; its rules are: {}",
+                        t.name.value,
+                        unknown.join("`, `"),
+                        key.value,
+                        if e.names.is_empty() { "none (unnamed)".to_string() } else { e.names.join(", ") }
+                    ))];
+                }
+            }
             let at = |r: RawRule| key.here(r);
             let mut rules: Vec<Loc<RawRule>> = e.rules.into_iter().map(at).collect();
             rules.extend(t.rules.take().unwrap_or_default());
