@@ -14,7 +14,9 @@
 #   SIDES (default baseline,baseline4,cgrulesengd,dbcage), STORM_ARGS (more bench options, e.g.
 #   "--spawners 1 --long-ms 500"; `storm --help` lists them), DBCAGE_BIN (the dbcage to test;
 #   default the target/release/dbcage this script builds),
-#   STORM_RESULTS (a file to append the JSON lines to; by default they are only printed).
+#   STORM_RESULTS (a file to append the JSON lines to; by default they are only printed),
+#   CLASSIFIER_NICE (default -10, as dist/dbcage.service sets it: both classifiers run at this
+#   nice value, so neither is starved by the storm it classifies).
 #
 # Everything it makes has dbcage-test in its name and is removed on exit, also on failure:
 # /tmp/dbcage-test-storm-run-XXXX, the cgroups dbcage-test-storm-cgred/BX1 (cpu, cpuacct only),
@@ -31,6 +33,7 @@ set -euo pipefail
 RATES=${RATES:-50,500,2000}
 DURATION=${DURATION:-3}
 SIDES=${SIDES:-baseline,baseline4,cgrulesengd,dbcage}
+CLASSIFIER_NICE=${CLASSIFIER_NICE:--10}
 STORM_ARGS=${STORM_ARGS:-}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CG=/sys/fs/cgroup
@@ -190,7 +193,7 @@ if side cgrulesengd; then
     unshare --mount --propagation private -- sh -c '
         mount -t overlay dbcage-test-storm-etc -o "lowerdir=$1/etc:/etc" /etc &&
         mount -t tmpfs dbcage-test-storm-run /run &&
-        exec cgrulesengd -n -f "$1/cgrulesengd.log"' sh "$W" &
+        exec nice -n "$2" cgrulesengd -n -f "$1/cgrulesengd.log"' sh "$W" "$CLASSIFIER_NICE" &
     CGRED_PID=$!
     STARTED+=("$CGRED_PID")
     if wait_ready "/$CGRED_GROUP/BX1"; then
@@ -229,7 +232,7 @@ match = [{ cmdline = '^ora_p[0-9a-z]{3}_BX1' }, { cmdline = '^oracleBX1' }]
 EOF
         "$DBCAGE" -c "$POLICY" check
         # Its log (one line per move at info level) goes to a file, not into the tables.
-        "$DBCAGE" -c "$POLICY" run --stats-out "$W/dbcage-stats.json" 2>"$W/dbcage-run.log" &
+        nice -n "$CLASSIFIER_NICE" "$DBCAGE" -c "$POLICY" run --stats-out "$W/dbcage-stats.json" 2>"$W/dbcage-run.log" &
         DB_PID=$!
         STARTED+=("$DB_PID")
         if wait_ready "$SELF_CPU/dbcage-test-storm/BX1/limited"; then

@@ -25,7 +25,7 @@ use crate::cgroup::{self, apply, Snapshot};
 use crate::classify::connector::{self, Connector, ProcEvent, Received, Timed};
 use crate::classify::{self, classify, Leaf};
 use crate::cli::{make_plan, prepare, prepare_with, Context_};
-use crate::inventory::procs::read_process_fields;
+use crate::inventory::procs::ProcReader;
 use crate::metrics;
 use crate::plan::{self, Plan, Step};
 use std::sync::atomic::Ordering;
@@ -111,6 +111,8 @@ struct Agent {
     has_descendant_rules: bool,
     /// The process fields the rules look at (see `procs::Fields`); set with the policy.
     fields: crate::inventory::procs::Fields,
+    /// /proc, kept open for the events' reads.
+    reader: ProcReader,
     /// What the metrics endpoint reads.
     shared: Arc<metrics::Shared>,
 }
@@ -246,7 +248,8 @@ impl Agent {
         let fs = &self.ctx.fs;
         let policy = &self.ctx.loaded.policy;
         let fields = self.fields;
-        let Some(p) = read_process_fields(fs, pid, fields) else {
+        let reader = &mut self.reader;
+        let Some(p) = reader.read(pid, fields) else {
             return;
         };
         let mut procs = vec![p];
@@ -254,7 +257,7 @@ impl Agent {
             // A descendant claim needs the ancestors, read up to init.
             let mut ppid = procs[0].ppid;
             while ppid > 1 && procs.len() < 64 {
-                match read_process_fields(fs, ppid, fields) {
+                match reader.read(ppid, fields) {
                     Some(a) => {
                         ppid = a.ppid;
                         procs.push(a);
@@ -471,6 +474,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             Err(e) => warn!("{e:#}; running without the metrics endpoint"),
         }
     }
+    let ctx_fs = ctx.fs.clone();
     let mut agent = Agent {
         shared,
         ctx,
@@ -487,6 +491,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         rescan_hist: histogram(),
         has_descendant_rules: false,
         fields: crate::inventory::procs::Fields::ALL,
+        reader: ProcReader::open(&ctx_fs).context("opening /proc")?,
         opts,
     };
     let first = make_plan(&agent.ctx)?;
