@@ -241,6 +241,7 @@ def main():
     ap.add_argument("--warmup", type=float, default=4, help="steady loads: seconds not counted")
     ap.add_argument("--move-secs", type=float, default=10)
     ap.add_argument("--floor", default="1%")
+    ap.add_argument("--interval", default=None, help="rebalance_interval (default: dbcage's)")
     ap.add_argument("--only", default="one,two,three,moving")
     ap.add_argument("--splits", default="equal,demand")
     ap.add_argument("--json", default=None, help="append the results as JSON lines here")
@@ -280,6 +281,8 @@ def main():
                 f.write("storage = [%s]\n" % ", ".join('"%s"' % m for m in disks.mounts))
                 f.write('[tenant.io]\n%s = %d\nsplit = "%s"\nfloor = "%s"\n'
                         % (KEY, total, split, a.floor))
+                if a.interval and split == "demand":
+                    f.write('rebalance_interval = "%s"\n' % a.interval)
             daemon = subprocess.Popen([a.dbcage, "-c", policy, "run"], stdout=subprocess.DEVNULL,
                                       stderr=open(os.path.join(work, "daemon-%s.log" % split), "w"))
             time.sleep(1.0)

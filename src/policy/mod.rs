@@ -135,7 +135,7 @@ pub enum Split {
 }
 
 /// Default `rebalance_interval`.
-pub const DEFAULT_REBALANCE: std::time::Duration = std::time::Duration::from_secs(1);
+pub const DEFAULT_REBALANCE: std::time::Duration = std::time::Duration::from_millis(500);
 /// Default `floor`: the share of the total each device keeps under `split = "demand"`.
 pub const DEFAULT_FLOOR: f64 = 0.01;
 /// Default `smoothing`: the weight of the previous estimate when a device's usage falls.
