@@ -201,6 +201,9 @@ pub struct Rule {
     pub pidfile: Option<PidFile>,
     /// Also take every existing descendant of a process this rule matches.
     pub descendants: bool,
+    /// An exempt rule that only decides the leaf of the tenant's inherited processes and claims
+    /// none by itself (`within_tenant = true`).
+    pub within_tenant: bool,
     /// How the rule reads in plans and status (`match[1] comm=~^ora_p...`).
     pub label: String,
     pub origin: Origin,

@@ -37,6 +37,10 @@ pub struct RawTenant {
     pub storage: Option<Vec<Loc<String>>>,
     /// `"device"` (default: dm/md devices themselves) or `"members"` (their member disks).
     pub storage_level: Option<Loc<String>>,
+    /// `preset = "postgres"`: the instance's data directory.
+    pub data_dir: Option<Loc<String>>,
+    /// `preset = "postgres"`: `"exempt"` (default) or `"limited"` for the WAL-critical processes.
+    pub wal: Option<Loc<String>>,
     pub io: Option<RawIo>,
     pub cpu: Option<RawCpu>,
     pub memory: Option<RawMemory>,
@@ -53,6 +57,10 @@ pub struct RawRule {
     /// The process whose PID is the first line of this file (a server's pid file).
     pub pidfile: Option<Loc<String>>,
     pub descendants: Option<bool>,
+    /// Exempt rules only: decide the leaf of processes the tenant already holds as descendants,
+    /// claim none by themselves (a preset's `postgres: walwriter` must not take another
+    /// cluster's walwriter).
+    pub within_tenant: Option<bool>,
 }
 
 /// A user or group, by name or by number.
@@ -173,6 +181,8 @@ impl RawTenant {
         take(&mut self.exempt, later.exempt);
         take(&mut self.storage, later.storage);
         take(&mut self.storage_level, later.storage_level);
+        take(&mut self.data_dir, later.data_dir);
+        take(&mut self.wal, later.wal);
         match (&mut self.io, later.io) {
             (Some(io), Some(l)) => {
                 take(&mut io.read_bps, l.read_bps);

@@ -520,6 +520,15 @@ fn validate_rules(ctx: &mut Ctx, tenant: &str, list: &str, raw: &[Loc<RawRule>])
         if descendants {
             parts.push("+descendants".into());
         }
+        let within_tenant = rv.within_tenant.unwrap_or(false);
+        if within_tenant {
+            if list != "exempt" {
+                ctx.error(r, format!(
+                    "tenant `{tenant}`: {list}[{i}].within_tenant is only for exempt rules (it picks the leaf of processes the tenant already holds)"
+                ));
+            }
+            parts.push("+within_tenant".into());
+        }
         out.push(Rule {
             cmdline,
             comm,
@@ -528,6 +537,7 @@ fn validate_rules(ctx: &mut Ctx, tenant: &str, list: &str, raw: &[Loc<RawRule>])
             gid,
             pidfile,
             descendants,
+            within_tenant,
             label: format!("{list}[{i}] {}", parts.join(" ")),
             origin: ctx.origin(r),
         });

@@ -8,6 +8,8 @@
 //! preset documents; rules the user writes in `match`/`exempt` are added after them, and storage
 //! the user lists is added to the preset's.
 
+mod postgres;
+
 use super::raw::{RawRule, RawTenant};
 use super::source::Loc;
 
@@ -23,13 +25,23 @@ pub struct Expansion {
 /// what it adds, or the problems it found (located at the offending key).
 type Expander = fn(&RawTenant, &Loc<String>) -> Result<Expansion, Vec<Loc<String>>>;
 
-const PRESETS: &[(&str, Expander)] = &[];
+const PRESETS: &[(&str, Expander)] = &[("postgres", postgres::expand)];
 
 /// Expands the tenant's preset in place; returns the problems (message as the value, located
 /// where they are). A tenant without `preset` is left as it is.
 pub fn expand(t: &mut RawTenant) -> Vec<Loc<String>> {
     let Some(key) = t.preset.clone() else {
-        return Vec::new();
+        // A preset's own keys mean nothing without it.
+        return [("data_dir", &t.data_dir), ("wal", &t.wal)]
+            .into_iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
+            .map(|(k, v)| {
+                v.here(format!(
+                    "tenant `{}`: `{k}` is read by a preset (`preset = \"postgres\"`), and this tenant has none",
+                    t.name.value
+                ))
+            })
+            .collect();
     };
     let Some((_, expander)) = PRESETS.iter().find(|(name, _)| *name == key.value) else {
         let known: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
