@@ -14,5 +14,7 @@ mod daemon;
 mod lifecycle;
 mod observe;
 mod package;
+mod pg;
+mod postgres;
 mod probe;
 mod throttle;
