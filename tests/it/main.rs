@@ -15,6 +15,7 @@ mod lifecycle;
 mod observe;
 mod package;
 mod pg;
+mod pg_bench;
 mod postgres;
 mod probe;
 mod throttle;
