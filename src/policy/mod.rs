@@ -6,9 +6,10 @@
 //! lists all of them. A policy with any error is never applied.
 
 mod preset;
-mod raw;
+pub mod raw;
 pub mod source;
 mod validate;
+pub(crate) use validate::parse_duration;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -70,6 +71,8 @@ pub struct Tenant {
     pub io_split: IoSplit,
     pub cpu: CpuPolicy,
     pub memory: MemoryPolicy,
+    /// `[tenant.replication]`: the replication guard, if any.
+    pub replication: Option<crate::replication::GuardConfig>,
 }
 
 impl Tenant {

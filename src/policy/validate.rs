@@ -358,6 +358,15 @@ fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
         Some(m) => validate_memory(ctx, &name, m),
     };
 
+    let replication = t.replication.as_ref().and_then(|r| {
+        crate::replication::validate(&name, r)
+            .map_err(|problems| {
+                for p in problems {
+                    ctx.error(&p, p.value.clone());
+                }
+            })
+            .ok()
+    });
     if ctx.problems.len() > before {
         return None;
     }
@@ -373,11 +382,12 @@ fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
         io_split,
         cpu,
         memory,
+        replication,
     })
 }
 
 /// `"1s"`, `"500ms"`, `"2.5s"`, `"1m"` → a duration.
-fn parse_duration(text: &str) -> Option<std::time::Duration> {
+pub(crate) fn parse_duration(text: &str) -> Option<std::time::Duration> {
     let t = text.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
     let (num, unit) = t.split_at(split);

@@ -16,6 +16,7 @@ mod observe;
 mod package;
 mod pg;
 mod pg_bench;
+mod pg_repl;
 mod postgres;
 mod probe;
 mod throttle;

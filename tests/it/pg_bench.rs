@@ -122,7 +122,7 @@ const CONF: &[&str] = &[
 
 /// A's batch: bulk inserts of ~5 MB per transaction (WAL written and flushed at commit by the
 /// backend), with the table truncated now and then so the disk does not fill.
-const BATCH: &str = "\\set r random(1, 40)\n\
+pub const BATCH: &str = "\\set r random(1, 40)\n\
 \\if :r = 1\n\
 truncate batch;\n\
 \\else\n\
