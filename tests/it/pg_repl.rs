@@ -183,3 +183,81 @@ fn pg_replication_lag_limited_vs_exempt() {
         series_text(&exempt)
     );
 }
+
+/// The same limited standby (`wal = "limited"`) with the replication guard raising its limits:
+/// the lag is bounded, and once the load stops and the standby has caught up, the configured
+/// limits come back.
+#[test]
+fn pg_replication_guard_raises_limits() {
+    if skip() {
+        return;
+    }
+    let Some(user) = pg_user() else { return };
+    let _m = measure_lock();
+    let secs = phase_secs() + 8;
+    let t = Tenancy::new("pgguard", "");
+    let (p, s) = primary_and_standby(&user, 3072);
+    let guard = format!(
+        "[tenant.replication]\nrole = \"standby\"\nconninfo = \"host={} port={}\"\nlag_bytes = \"32MiB\"\nfor = \"1s\"\naction = \"raise\"\nraise_to = \"256MiB\"\nraise_iops_to = 20000\n",
+        s.sock.display(),
+        s.port
+    );
+    t.set_policy(&standby_policy(&s, "limited", &guard));
+    let d = Daemon::start(&t, &[]);
+    let limits_file = t
+        .leaf_dir("blkio", "s", "limited")
+        .join("blkio.throttle.write_bps_device");
+    let configured = format!("{} {}", s.disk.devnum(), 4u64 << 20);
+    assert!(
+        wait_until(Duration::from_secs(5), || std::fs::read_to_string(
+            &limits_file
+        )
+        .is_ok_and(|l| l.contains(&configured))),
+        "write_bps is not the configured 4MiB: {:?}",
+        std::fs::read_to_string(&limits_file)
+    );
+    println!("wal = \"limited\", write_bps 4MiB, write_iops 200, guard: lag_bytes 32MiB for 1s, raise to 256MiB/s, 20000 IO/s:");
+    let series = load_and_watch(&p, secs, "4");
+    println!("  {}", series_text(&series));
+    let log = d.log();
+    let raises: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("raises the IO limits"))
+        .collect();
+    for l in &raises {
+        println!(
+            "  daemon: {}",
+            l.split("replication guard ").nth(1).unwrap_or(l)
+        );
+    }
+    assert!(
+        !raises.is_empty(),
+        "the guard did not raise; daemon log:\n{}",
+        d.log()
+    );
+    let peak = series.iter().map(|l| l.replay).max().unwrap_or(0);
+    let last = series.last().map_or(0, |l| l.replay);
+    // Bounded: the lag peaked and falls by the end of the load, while the primary still writes.
+    assert!(
+        last < peak * 9 / 10 || last < 32 << 20,
+        "the lag was not brought down (peak {:.0} MiB, last {:.0} MiB)",
+        mib(peak),
+        mib(last)
+    );
+    // Caught up and calm for `for`: the configured limits are back.
+    let restored = wait_until(Duration::from_secs(60), || {
+        d.log().contains("lowers the IO limits")
+            && std::fs::read_to_string(&limits_file).is_ok_and(|l| l.contains(&configured))
+    });
+    let restore_line = d
+        .log()
+        .lines()
+        .find(|l| l.contains("lowers the IO limits"))
+        .map(str::to_string);
+    println!("  daemon: {restore_line:?}");
+    assert!(
+        restored,
+        "the limits were not restored; daemon log:\n{}",
+        d.log()
+    );
+}
