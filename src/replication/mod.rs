@@ -535,6 +535,29 @@ fn spawn_watcher(
         .expect("spawning a replication watcher");
 }
 
+/// Where the daemon publishes each guarded tenant's `GuardStatus` (lag, behind, raised limits,
+/// actions taken): `/run/dbcage/<root>.replication.json`.
+pub fn published_path(root_name: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("/run/dbcage/{root_name}.replication.json"))
+}
+
+fn publish(root_name: &str, status: &std::collections::BTreeMap<String, GuardStatus>) {
+    use std::os::unix::fs::DirBuilderExt;
+    let path = published_path(root_name);
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir);
+    }
+    let tmp = path.with_extension("json.tmp");
+    if let Ok(text) = serde_json::to_string(status) {
+        if std::fs::write(&tmp, text).is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        }
+    }
+}
+
 /// How often the daemon looks for new samples while a guard runs.
 pub const TICK: Duration = Duration::from_millis(250);
 
@@ -598,6 +621,7 @@ impl Guard {
     pub fn tick(&mut self, policy: &mut Policy) -> bool {
         self.sync(policy);
         let mut changed = false;
+        let mut fresh = false;
         let samples: Vec<(String, Sample)> = self
             .rx
             .as_ref()
@@ -643,6 +667,10 @@ impl Guard {
                 t.io = want;
                 changed = true;
             }
+            fresh = true;
+        }
+        if fresh {
+            publish(&policy.agent.root_name, &self.status);
         }
         changed
     }

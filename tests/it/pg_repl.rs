@@ -203,6 +203,7 @@ fn pg_replication_guard_raises_limits() {
         s.port
     );
     t.set_policy(&standby_policy(&s, "limited", &guard));
+    let published = RemoveOnDrop(format!("/run/dbcage/{}.replication.json", t.root));
     let d = Daemon::start(&t, &[]);
     let limits_file = t
         .leaf_dir("blkio", "s", "limited")
@@ -260,4 +261,29 @@ fn pg_replication_guard_raises_limits() {
         "the limits were not restored; daemon log:\n{}",
         d.log()
     );
+    // What the daemon publishes for status: the lag, not behind any more, the actions taken.
+    let published = &published.0;
+    let mut st = serde_json::Value::Null;
+    let calm = wait_until(Duration::from_secs(5), || {
+        st = std::fs::read_to_string(published)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        st["s"]["behind"] == false && st["s"]["raised_write_bps"].is_null()
+    });
+    assert!(calm, "{published}: {st}");
+    assert!(
+        st["s"]["actions"].as_u64().unwrap() >= raises.len() as u64 + 2,
+        "{st}"
+    );
+    println!("  {published}: {st}");
+}
+
+/// Removes a file the daemon writes, also when the test fails.
+struct RemoveOnDrop(String);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
