@@ -389,11 +389,14 @@ const STANDBY_SQL: &str = "select coalesce(pg_wal_lsn_diff(greatest(r.latest_end
  coalesce(extract(epoch from now() - pg_last_xact_replay_timestamp()), 0)::float8 \
  from (select 1) one left join pg_stat_wal_receiver r on true";
 
-/// Primary: per standby, the bytes not replayed, replay lag time, and what is kept for it.
+/// Primary: per standby, the bytes not replayed, replay lag time, and what is kept for it:
+/// `wal_keep_size` without a slot; with a slot whose WAL is bounded (`max_slot_wal_keep_size`),
+/// what it holds now plus what may still be written before it is in danger (`safe_wal_size`);
+/// -1 when unbounded.
 const PRIMARY_SQL: &str = "select r.application_name, \
  coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), r.replay_lsn), 0)::bigint, \
  coalesce(extract(epoch from r.replay_lag), 0)::float8, \
- coalesce(s.safe_wal_size, case when s.slot_name is null then (select setting::bigint * 1048576 from pg_settings where name = 'wal_keep_size') end, -1)::bigint, \
+ coalesce(s.safe_wal_size + pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), case when s.slot_name is null then (select setting::bigint * 1048576 from pg_settings where name = 'wal_keep_size') end, -1)::bigint, \
  coalesce(s.wal_status, '') \
  from pg_stat_replication r left join pg_replication_slots s on s.active_pid = r.pid";
 

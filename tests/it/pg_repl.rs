@@ -118,6 +118,22 @@ pub fn load_and_watch(p: &PgCluster, secs: u64, rate: &str) -> Vec<Lag> {
     out
 }
 
+/// Reloads `body` without its IO limits and waits until the daemon has applied it.
+fn lift_limits(d: &mut Daemon, t: &Tenancy, body: &str) {
+    let before = d.log().matches("policy reloaded").count();
+    t.set_policy(&body.replace("write_bps = \"4MiB\"\nwrite_iops = 200\n", ""));
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    assert!(
+        wait_until(Duration::from_secs(10), || d
+            .log()
+            .matches("policy reloaded")
+            .count()
+            > before),
+        "the daemon did not reload:\n{}",
+        d.log()
+    );
+}
+
 fn standby_policy(s: &PgCluster, wal: &str, extra: &str) -> String {
     format!(
         "[[tenant]]\nname = \"s\"\npreset = \"postgres\"\ndata_dir = \"{}\"\nwal = \"{wal}\"\n\
@@ -139,7 +155,16 @@ fn pg_replication_lag_limited_vs_exempt() {
     let t = Tenancy::new("pgrepl", "");
     let (p, s) = primary_and_standby(&user, 3072);
 
-    t.set_policy(&standby_policy(&s, "limited", ""));
+    // The primary as a tenant too, with a guard that warns (it reads pg_stat_replication).
+    let primary = format!(
+        "[[tenant]]\nname = \"p\"\npreset = \"postgres\"\ndata_dir = \"{}\"\n\
+         [tenant.replication]\nrole = \"primary\"\nconninfo = \"host={} port={}\"\nlag_bytes = \"64MiB\"\nfor = \"2s\"\n",
+        p.data.display(),
+        p.sock.display(),
+        p.port
+    );
+    let published = RemoveOnDrop(format!("/run/dbcage/{}.replication.json", t.root));
+    t.set_policy(&(primary.clone() + &standby_policy(&s, "limited", "")));
     let mut d = Daemon::start(&t, &[]);
     println!(
         "wal = \"limited\", standby write_bps 4MiB, write_iops 200 (lag MiB flushed/replayed):"
@@ -148,8 +173,22 @@ fn pg_replication_lag_limited_vs_exempt() {
     println!("  {}", series_text(&limited));
 
     // Let the standby catch up (its limit lifted), then the same with the WAL processes exempt.
+    let log = d.log();
+    let warned = log.lines().find(|l| {
+        l.contains("replication guard: replication is behind") && l.contains("tenant=\"p\"")
+    });
+    println!("  daemon (primary's guard): {warned:?}");
+    assert!(
+        warned.is_some() && !log.contains("cannot read the server"),
+        "the primary's guard did not warn; daemon log:\n{log}"
+    );
+    let st: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&published.0).unwrap()).unwrap();
+    assert!(st["p"]["lag_bytes"].as_u64().unwrap() > 32 << 20, "{st}");
     t.set_policy(
-        &standby_policy(&s, "exempt", "").replace("write_bps = \"4MiB\"\nwrite_iops = 200\n", ""),
+        &(primary.clone()
+            + &standby_policy(&s, "exempt", "")
+                .replace("write_bps = \"4MiB\"\nwrite_iops = 200\n", "")),
     );
     d.signal(nix::sys::signal::Signal::SIGHUP);
     let caught_up = wait_until(Duration::from_secs(120), || {
@@ -157,7 +196,7 @@ fn pg_replication_lag_limited_vs_exempt() {
     });
     assert!(caught_up, "the standby did not catch up once unlimited");
     let before = d.log().matches("policy reloaded").count();
-    t.set_policy(&standby_policy(&s, "exempt", ""));
+    t.set_policy(&(primary.clone() + &standby_policy(&s, "exempt", "")));
     d.signal(nix::sys::signal::Signal::SIGHUP);
     assert!(wait_until(Duration::from_secs(10), || d
         .log()
@@ -167,7 +206,12 @@ fn pg_replication_lag_limited_vs_exempt() {
     println!("wal = \"exempt\", same limits:");
     let exempt = load_and_watch(&p, secs, "4");
     println!("  {}", series_text(&exempt));
+    // Lift the limits before the servers stop: IO queued in the throttle would hold their
+    // shutdown (processes in D state) for minutes.
+    lift_limits(&mut d, &t, &(primary + &standby_policy(&s, "exempt", "")));
     drop(d);
+    drop(s);
+    drop(p);
 
     let last = |v: &[Lag]| v.last().map_or(0, |l| l.replay);
     let third = |v: &[Lag]| v.get(v.len() / 3).map_or(0, |l| l.replay);
@@ -204,7 +248,7 @@ fn pg_replication_guard_raises_limits() {
     );
     t.set_policy(&standby_policy(&s, "limited", &guard));
     let published = RemoveOnDrop(format!("/run/dbcage/{}.replication.json", t.root));
-    let d = Daemon::start(&t, &[]);
+    let mut d = Daemon::start(&t, &[]);
     let limits_file = t
         .leaf_dir("blkio", "s", "limited")
         .join("blkio.throttle.write_bps_device");
@@ -277,6 +321,10 @@ fn pg_replication_guard_raises_limits() {
         "{st}"
     );
     println!("  {published}: {st}");
+    lift_limits(&mut d, &t, &standby_policy(&s, "limited", ""));
+    drop(d);
+    drop(s);
+    drop(p);
 }
 
 /// Removes a file the daemon writes, also when the test fails.
