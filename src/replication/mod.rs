@@ -53,8 +53,9 @@ pub struct GuardConfig {
     pub role: Role,
     /// libpq connection string of the local server (`host=/run/postgresql port=5432`).
     pub conninfo: String,
-    /// The account psql runs as (peer authentication on the socket); default `postgres`.
-    pub user: String,
+    /// The account psql runs as (peer authentication on the socket); `None`: the daemon's own
+    /// (then `conninfo` names the database role, and pg_hba/pg_ident let root in as it).
+    pub user: Option<String>,
     pub psql: String,
     pub lag_bytes: u64,
     pub lag_seconds: Option<f64>,
@@ -90,7 +91,7 @@ pub fn validate(tenant: &str, r: &RawReplication) -> Result<GuardConfig, Vec<Loc
             "conninfo must be a one-line libpq connection string".into(),
         );
     }
-    let user = r.user.as_ref().map_or("postgres".to_string(), |u| {
+    let user = r.user.as_ref().map(|u| {
         if u.value.is_empty()
             || !u
                 .value
@@ -444,10 +445,14 @@ pub fn parse(role: Role, at: Instant, out: &str) -> Option<Sample> {
 fn query(c: &GuardConfig, sql: &str, timeout: Duration) -> Result<String, String> {
     use std::io::Read as _;
     use std::os::unix::process::CommandExt as _;
-    let account = nix::unistd::User::from_name(&c.user)
-        .map_err(|e| format!("account `{}`: {e}", c.user))?
-        .ok_or_else(|| format!("no account `{}`", c.user))?;
-    let mut child = Command::new(&c.psql)
+    let mut cmd = Command::new(&c.psql);
+    if let Some(user) = &c.user {
+        let account = nix::unistd::User::from_name(user)
+            .map_err(|e| format!("account `{user}`: {e}"))?
+            .ok_or_else(|| format!("no account `{user}`"))?;
+        cmd.uid(account.uid.as_raw()).gid(account.gid.as_raw());
+    }
+    let mut child = cmd
         .args([
             "-XAtq",
             "-v",
@@ -457,8 +462,6 @@ fn query(c: &GuardConfig, sql: &str, timeout: Duration) -> Result<String, String
             "-c",
             sql,
         ])
-        .uid(account.uid.as_raw())
-        .gid(account.gid.as_raw())
         .current_dir("/")
         .env("PGCONNECT_TIMEOUT", "2")
         .stdin(Stdio::null())

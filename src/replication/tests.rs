@@ -51,16 +51,17 @@ fn keys_and_defaults() {
     assert_eq!(c.hold, Duration::from_secs(10));
     assert_eq!(c.interval, Duration::from_secs(1));
     assert_eq!(c.action, Action::Warn);
-    assert_eq!(c.user, "postgres");
+    assert_eq!(c.user, None);
     assert_eq!(c.psql, "/usr/bin/psql");
     let c = config(
-        "role = \"standby\"\nconninfo = \"port=5433\"\nlag_bytes = \"16MiB\"\nlag_seconds = 30\nfor = \"5s\"\naction = \"raise\"\nraise_to = \"200MiB\"\nraise_iops_to = 4000",
+        "role = \"standby\"\nconninfo = \"port=5433\"\nuser = \"postgres\"\nlag_bytes = \"16MiB\"\nlag_seconds = 30\nfor = \"5s\"\naction = \"raise\"\nraise_to = \"200MiB\"\nraise_iops_to = 4000",
     );
     assert_eq!(c.lag_bytes, 16 * MIB);
     assert_eq!(c.lag_seconds, Some(30.0));
     assert_eq!(c.hold, Duration::from_secs(5));
     assert_eq!(c.raise_to, Some(200 * MIB));
     assert_eq!(c.raise_iops_to, Some(4000));
+    assert_eq!(c.user.as_deref(), Some("postgres"));
 }
 
 #[test]

@@ -158,7 +158,7 @@ fn pg_replication_lag_limited_vs_exempt() {
     // The primary as a tenant too, with a guard that warns (it reads pg_stat_replication).
     let primary = format!(
         "[[tenant]]\nname = \"p\"\npreset = \"postgres\"\ndata_dir = \"{}\"\n\
-         [tenant.replication]\nrole = \"primary\"\nconninfo = \"host={} port={}\"\nlag_bytes = \"64MiB\"\nfor = \"2s\"\n",
+         [tenant.replication]\nrole = \"primary\"\nconninfo = \"host={} port={} user=postgres\"\nlag_bytes = \"64MiB\"\nfor = \"2s\"\n",
         p.data.display(),
         p.sock.display(),
         p.port
@@ -242,7 +242,7 @@ fn pg_replication_guard_raises_limits() {
     let t = Tenancy::new("pgguard", "");
     let (p, s) = primary_and_standby(&user, 3072);
     let guard = format!(
-        "[tenant.replication]\nrole = \"standby\"\nconninfo = \"host={} port={}\"\nlag_bytes = \"32MiB\"\nfor = \"1s\"\naction = \"raise\"\nraise_to = \"256MiB\"\nraise_iops_to = 20000\n",
+        "[tenant.replication]\nrole = \"standby\"\nconninfo = \"host={} port={} user=postgres\"\nlag_bytes = \"32MiB\"\nfor = \"1s\"\naction = \"raise\"\nraise_to = \"256MiB\"\nraise_iops_to = 20000\n",
         s.sock.display(),
         s.port
     );
