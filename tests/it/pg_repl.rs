@@ -214,9 +214,10 @@ fn pg_replication_lag_limited_vs_exempt() {
     drop(p);
 
     let last = |v: &[Lag]| v.last().map_or(0, |l| l.replay);
-    let third = |v: &[Lag]| v.get(v.len() / 3).map_or(0, |l| l.replay);
+    // Still growing in the second half, and far behind by the end.
+    let half = |v: &[Lag]| v.get(v.len() / 2).map_or(0, |l| l.replay);
     assert!(
-        last(&limited) > 2 * third(&limited) && last(&limited) > 64 << 20,
+        last(&limited) > half(&limited) * 13 / 10 && last(&limited) > 64 << 20,
         "with wal = \"limited\" the lag should grow: {}",
         series_text(&limited)
     );
