@@ -204,16 +204,14 @@ fn pg_noisy_neighbour_io() {
     let b_args = ["-c", "4", "-j", "2", "-T", &dur, "-n"];
     let a_args = ["-c", "2", "-T", &dur, "-n", "-f", &script];
     let timeout = Duration::from_secs(3 * secs + 60);
+    // Every phase starts from the same state: B's tables made afresh (TPC-B on a small buffer
+    // pool slows down as its tables grow, several-fold within a minute here), both clusters
+    // checkpointed, the page cache written back.
     let settle = || {
-        let s0 = Instant::now();
+        b.run_ok("pgbench", &["-i", "-q", "-s", "10"]);
         a.sql("checkpoint");
         b.sql("checkpoint");
         nix::unistd::sync();
-        println!(
-            "settle: {:.1} s (at {:.1} s)",
-            s0.elapsed().as_secs_f64(),
-            t0.elapsed().as_secs_f64()
-        );
     };
     let b_run = || {
         settle();
@@ -233,14 +231,7 @@ fn pg_noisy_neighbour_io() {
         (bb, aa, mib)
     };
 
-    // Warm-up, then B alone, B next to A free; the daemon governs A; B next to A limited;
-    // B alone again.
-    Pgbench::start(
-        &b,
-        "dbcage-test-pgbench-b",
-        &["-c", "4", "-j", "2", "-T", "5", "-n"],
-    )
-    .finish(&b, timeout);
+    // B alone, B next to A free; the daemon governs A; B next to A limited; B alone again.
     let solo1 = b_run();
     let (noisy, a_free, a_free_mib) = b_with_a();
     let body = |mib: u64| {
