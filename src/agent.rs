@@ -540,9 +540,14 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     let mut events = Vec::with_capacity(256);
     // io.split = "demand": per-device shares of the totals, rebalanced on a timer (balance.rs).
     let mut balancer = crate::balance::Balancer::default();
+    // [tenant.replication]: lag watchers, warnings, temporary IO raises (replication/mod.rs).
+    let mut replication = crate::replication::Guard::default();
     loop {
         let now = Instant::now();
         let mut deadline = next_rescan;
+        if replication.active(&agent.ctx.loaded.policy) {
+            deadline = deadline.min(now + crate::replication::TICK);
+        }
         if let Some(at) = balancer.next_due(&agent.ctx.loaded.policy) {
             deadline = deadline.min(at);
         }
@@ -664,6 +669,15 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         {
             if let Some(plan) = balancer.tick(&agent.ctx) {
                 agent.execute(&plan, None);
+            }
+        }
+        if replication.tick(&mut agent.ctx.loaded.policy) {
+            match crate::cli::make_plan(&agent.ctx) {
+                Ok(plan) => {
+                    agent.publish();
+                    agent.execute(&plan, None);
+                }
+                Err(e) => warn!("replication guard: cannot plan the changed limits: {e:#}"),
             }
         }
         if now >= next_rescan {

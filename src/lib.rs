@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod plan;
 pub mod policy;
 pub mod probe;
+pub mod replication;
 pub mod stats;
 pub mod status;
 pub mod top;

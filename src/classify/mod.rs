@@ -57,8 +57,9 @@ impl Rule {
 }
 
 /// The direct claim of one tenant on a process: (leaf, rule).
+/// `within_tenant` exempt rules claim nothing by themselves (see `leaf_within`).
 fn direct_claim<'a>(t: &'a Tenant, p: &ProcInfo) -> Option<(Leaf, &'a Rule)> {
-    if let Some(r) = t.exempt.iter().find(|r| r.matches(p)) {
+    if let Some(r) = t.exempt.iter().find(|r| !r.within_tenant && r.matches(p)) {
         return Some((Leaf::Exempt, r));
     }
     t.rules

@@ -6,9 +6,10 @@
 //! lists all of them. A policy with any error is never applied.
 
 mod preset;
-mod raw;
+pub mod raw;
 pub mod source;
 mod validate;
+pub(crate) use validate::parse_duration;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -70,6 +71,8 @@ pub struct Tenant {
     pub io_split: IoSplit,
     pub cpu: CpuPolicy,
     pub memory: MemoryPolicy,
+    /// `[tenant.replication]`: the replication guard, if any.
+    pub replication: Option<crate::replication::GuardConfig>,
 }
 
 impl Tenant {
@@ -201,6 +204,9 @@ pub struct Rule {
     pub pidfile: Option<PidFile>,
     /// Also take every existing descendant of a process this rule matches.
     pub descendants: bool,
+    /// An exempt rule that only decides the leaf of the tenant's inherited processes and claims
+    /// none by itself (`within_tenant = true`).
+    pub within_tenant: bool,
     /// How the rule reads in plans and status (`match[1] comm=~^ora_p...`).
     pub label: String,
     pub origin: Origin,

@@ -37,6 +37,12 @@ pub struct RawTenant {
     pub storage: Option<Vec<Loc<String>>>,
     /// `"device"` (default: dm/md devices themselves) or `"members"` (their member disks).
     pub storage_level: Option<Loc<String>>,
+    /// `preset = "postgres"`: the instance's data directory.
+    pub data_dir: Option<Loc<String>>,
+    /// `preset = "postgres"`: `"exempt"` (default) or `"limited"` for the WAL-critical processes.
+    pub wal: Option<Loc<String>>,
+    /// `[tenant.replication]`: the replication guard (see `crate::replication`).
+    pub replication: Option<RawReplication>,
     pub io: Option<RawIo>,
     pub cpu: Option<RawCpu>,
     pub memory: Option<RawMemory>,
@@ -88,6 +94,10 @@ pub struct RawRule {
     /// The process whose PID is the first line of this file (a server's pid file).
     pub pidfile: Option<Loc<String>>,
     pub descendants: Option<bool>,
+    /// Exempt rules only: decide the leaf of processes the tenant already holds as descendants,
+    /// claim none by themselves (a preset's `postgres: walwriter` must not take another
+    /// cluster's walwriter).
+    pub within_tenant: Option<bool>,
 }
 
 /// A user or group, by name or by number.
@@ -165,6 +175,30 @@ macro_rules! io_values {
 io_values!(RawIo);
 io_values!(RawIoDevice);
 
+/// `[tenant.replication]`, replaced whole by a drop-in.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawReplication {
+    /// `"primary"` or `"standby"`.
+    pub role: Loc<String>,
+    /// libpq connection string of the local server.
+    pub conninfo: Loc<String>,
+    /// The account psql runs as (default `postgres`).
+    pub user: Option<Loc<String>>,
+    /// Path of psql (default `/usr/bin/psql`).
+    pub psql: Option<Loc<String>>,
+    pub lag_bytes: Option<Loc<Quantity>>,
+    pub lag_seconds: Option<Loc<f64>>,
+    /// How long the lag stays past a threshold before the guard acts (`"10s"`).
+    #[serde(rename = "for")]
+    pub hold: Option<Loc<String>>,
+    pub interval: Option<Loc<String>>,
+    /// `"warn"` (default) or `"raise"`.
+    pub action: Option<Loc<String>>,
+    pub raise_to: Option<Loc<Quantity>>,
+    pub raise_iops_to: Option<Loc<Quantity>>,
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawCpu {
@@ -220,6 +254,9 @@ impl RawTenant {
             later.innodb_log_group_home_dir,
         );
         take(&mut self.tmpdir, later.tmpdir);
+        take(&mut self.data_dir, later.data_dir);
+        take(&mut self.wal, later.wal);
+        take(&mut self.replication, later.replication);
         match (&mut self.io, later.io) {
             (Some(io), Some(l)) => {
                 take(&mut io.read_bps, l.read_bps);

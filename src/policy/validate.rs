@@ -364,6 +364,15 @@ fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
         Some(m) => validate_memory(ctx, &name, m),
     };
 
+    let replication = t.replication.as_ref().and_then(|r| {
+        crate::replication::validate(&name, r)
+            .map_err(|problems| {
+                for p in problems {
+                    ctx.error(&p, p.value.clone());
+                }
+            })
+            .ok()
+    });
     if ctx.problems.len() > before {
         return None;
     }
@@ -379,11 +388,12 @@ fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
         io_split,
         cpu,
         memory,
+        replication,
     })
 }
 
 /// `"1s"`, `"500ms"`, `"2.5s"`, `"1m"` → a duration.
-fn parse_duration(text: &str) -> Option<std::time::Duration> {
+pub(crate) fn parse_duration(text: &str) -> Option<std::time::Duration> {
     let t = text.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
     let (num, unit) = t.split_at(split);
@@ -526,6 +536,15 @@ fn validate_rules(ctx: &mut Ctx, tenant: &str, list: &str, raw: &[Loc<RawRule>])
         if descendants {
             parts.push("+descendants".into());
         }
+        let within_tenant = rv.within_tenant.unwrap_or(false);
+        if within_tenant {
+            if list != "exempt" {
+                ctx.error(r, format!(
+                    "tenant `{tenant}`: {list}[{i}].within_tenant is only for exempt rules (it picks the leaf of processes the tenant already holds)"
+                ));
+            }
+            parts.push("+within_tenant".into());
+        }
         out.push(Rule {
             cmdline,
             comm,
@@ -534,6 +553,7 @@ fn validate_rules(ctx: &mut Ctx, tenant: &str, list: &str, raw: &[Loc<RawRule>])
             gid,
             pidfile,
             descendants,
+            within_tenant,
             label: format!("{list}[{i}] {}", parts.join(" ")),
             origin: ctx.origin(r),
         });

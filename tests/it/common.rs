@@ -386,6 +386,15 @@ impl Child {
     /// Waits for the process to exit and returns its status and stdout (panics after timeout,
     /// with its stderr).
     pub fn finish(&mut self, timeout: Duration) -> (ExitStatus, String) {
+        let (status, out, err) = self.finish_output(timeout);
+        if !err.trim().is_empty() {
+            eprintln!("{} stderr: {}", self.name, err.trim());
+        }
+        (status, out)
+    }
+
+    /// Like `finish`, returning stdout and stderr.
+    pub fn finish_output(&mut self, timeout: Duration) -> (ExitStatus, String, String) {
         let end = Instant::now() + timeout;
         let status = loop {
             if let Some(s) = self.inner.try_wait().expect("try_wait") {
@@ -408,10 +417,7 @@ impl Child {
         if let Some(mut s) = self.inner.stderr.take() {
             let _ = s.read_to_string(&mut err);
         }
-        if !err.trim().is_empty() {
-            eprintln!("{} stderr: {}", self.name, err.trim());
-        }
-        (status, out)
+        (status, out, err)
     }
 
     /// Finishes an ioload run that must succeed and returns its JSON line.

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::common::*;
+use crate::pg::{children_of, Postmaster, INITDB, POSTGRES};
 
 /// Every controller, as ioload.py's `--controller` wants them.
 fn all_controllers() -> String {
@@ -1060,58 +1061,6 @@ fn daemon_catches_retitle_without_event() {
         report.join(", ")
     );
     drop(runs);
-}
-
-const POSTGRES: &str = "/usr/lib/postgresql/15/bin/postgres";
-const INITDB: &str = "/usr/lib/postgresql/15/bin/initdb";
-
-/// A PostgreSQL postmaster run by the test; dropping it asks for a fast shutdown (SIGINT, by
-/// pid) and waits, then kills it if it is still there.
-struct Postmaster {
-    child: Child,
-}
-
-impl Drop for Postmaster {
-    fn drop(&mut self) {
-        if self.child.alive() {
-            let pid = nix::unistd::Pid::from_raw(self.child.pid as i32);
-            let _ = nix::sys::signal::kill(pid, Signal::SIGINT);
-            if !wait_until(Duration::from_secs(15), || !self.child.alive()) {
-                eprintln!(
-                    "cleanup: postgres {} did not shut down; killing it",
-                    self.child.pid
-                );
-            }
-        }
-    }
-}
-
-/// (pid, cmdline) of every child of `ppid`.
-fn children_of(ppid: u32) -> Vec<(u32, String)> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
-            continue;
-        };
-        if rest.split(' ').nth(1).and_then(|p| p.parse::<u32>().ok()) != Some(ppid) {
-            continue;
-        }
-        let raw = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&raw)
-            .split('\0')
-            .collect::<Vec<_>>()
-            .join(" ")
-            .trim_end()
-            .to_string();
-        out.push((pid, cmdline));
-    }
-    out
 }
 
 /// PostgreSQL retitles its children without exec (`postgres: CLUSTER: walwriter`): the tenant

@@ -10,6 +10,7 @@
 
 mod mysql;
 mod oracle;
+mod postgres;
 
 use super::raw::{RawRule, RawTenant};
 use super::source::Loc;
@@ -68,13 +69,21 @@ impl Expansion {
 /// reported instead of silently ignored.
 type Keys = fn(&RawTenant) -> Vec<Loc<&'static str>>;
 
-const PRESET_KEYS: &[(&str, Keys)] = &[("oracle", oracle::keys), ("mysql", mysql::keys)];
+const PRESET_KEYS: &[(&str, Keys)] = &[
+    ("oracle", oracle::keys),
+    ("mysql", mysql::keys),
+    ("postgres", postgres::keys),
+];
 
 /// The presets dbcage knows, by name: each reads its own keys from the raw tenant and returns
 /// what it adds, or the problems it found (located at the offending key).
 type Expander = fn(&RawTenant, &Loc<String>) -> Result<Expansion, Vec<Loc<String>>>;
 
-const PRESETS: &[(&str, Expander)] = &[("oracle", oracle::expand), ("mysql", mysql::expand)];
+const PRESETS: &[(&str, Expander)] = &[
+    ("oracle", oracle::expand),
+    ("mysql", mysql::expand),
+    ("postgres", postgres::expand),
+];
 
 /// Expands the tenant's preset in place; returns the problems (message as the value, located
 /// where they are). A tenant without `preset` is left as it is.

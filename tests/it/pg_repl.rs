@@ -1,0 +1,338 @@
+//! Replication under IO limits (seed 001): a primary and a streaming standby (pg_basebackup),
+//! each on its own loop disk; the standby governed by dbcage through the postgres preset with a
+//! low `write_bps`, the primary loaded with bulk inserts. With `wal = "limited"` the WAL receiver
+//! and the startup process share the standby's limit and the lag grows without bound; with
+//! `wal = "exempt"` it stays bounded. Each test prints the lag series (bytes behind the
+//! primary's current WAL position, from pg_stat_replication, once a second).
+
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use crate::pg::*;
+use crate::pg_bench::Pgbench;
+
+fn phase_secs() -> u64 {
+    std::env::var("DBCAGE_PG_REPL_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(12)
+}
+
+/// One sample: seconds since the load started, bytes the standby has flushed and replayed
+/// behind the primary's current WAL position.
+#[derive(Debug, Clone, Copy)]
+pub struct Lag {
+    pub at: f64,
+    pub flush: i64,
+    pub replay: i64,
+}
+
+pub const PRIMARY_CONF: &[&str] = &[
+    "shared_buffers = 16MB",
+    "max_wal_size = 256MB",
+    "wal_keep_size = 1024MB",
+    "synchronous_commit = off",
+];
+
+/// A primary, started, and its standby made by pg_basebackup (`-R`: it streams from the
+/// primary's socket), started and streaming.
+pub fn primary_and_standby(user: &nix::unistd::User, disk_mib: u64) -> (PgCluster, PgCluster) {
+    let p = PgCluster::init(user, "p", disk_mib, PRIMARY_CONF);
+    p.start();
+    let s = PgCluster::on_disk(user, "s", LoopDisk::new(disk_mib));
+    let t0 = Instant::now();
+    p.run_ok(
+        "pg_basebackup",
+        &["-D", &s.data_str(), "-R", "-X", "stream", "-c", "fast"],
+    );
+    s.configure(&["shared_buffers = 16MB", "hot_standby = on"]);
+    s.start();
+    let streaming = wait_until(Duration::from_secs(20), || {
+        p.sql("select count(*) from pg_stat_replication where state = 'streaming'") == "1"
+    });
+    assert!(
+        streaming,
+        "the standby does not stream; its log:\n{}",
+        s.server_log()
+    );
+    println!(
+        "standby {} streaming from {} ({:.1} s)",
+        s.name,
+        p.name,
+        t0.elapsed().as_secs_f64()
+    );
+    (p, s)
+}
+
+/// Flush and replay lag in bytes, read on the primary.
+pub fn lag_now(p: &PgCluster) -> Option<(i64, i64)> {
+    let out = p.sql(
+        "select pg_wal_lsn_diff(pg_current_wal_lsn(), flush_lsn)::bigint, \
+         pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn)::bigint from pg_stat_replication",
+    );
+    let mut f = out.split('|');
+    Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+}
+
+fn mib(b: i64) -> f64 {
+    b as f64 / (1 << 20) as f64
+}
+
+pub fn series_text(v: &[Lag]) -> String {
+    v.iter()
+        .map(|l| format!("{:.0}s {:.0}/{:.0}", l.at, mib(l.flush), mib(l.replay)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The bulk-insert load (~5 MB of rows per transaction, `-R` transactions a second) on the
+/// primary for `secs`, sampling the lag every second.
+pub fn load_and_watch(p: &PgCluster, secs: u64, rate: &str) -> Vec<Lag> {
+    if p.sql("select to_regclass('batch') is null") == "t" {
+        p.sql("create table batch (id int, v text)");
+    }
+    let script = p.disk.mount.join("dbcage-test-pg/batch.sql");
+    std::fs::write(&script, crate::pg_bench::BATCH).unwrap();
+    let script = script.to_string_lossy().into_owned();
+    let dur = secs.to_string();
+    let load = Pgbench::start(
+        p,
+        "dbcage-test-pgbench-p",
+        &["-c", "1", "-R", rate, "-T", &dur, "-n", "-f", &script],
+    );
+    let t0 = Instant::now();
+    let mut out = Vec::new();
+    for i in 1..=secs {
+        let next = t0 + Duration::from_secs(i);
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        if let Some((flush, replay)) = lag_now(p) {
+            out.push(Lag {
+                at: t0.elapsed().as_secs_f64(),
+                flush,
+                replay,
+            });
+        }
+    }
+    let b = load.finish(p, Duration::from_secs(120));
+    println!("  primary load: {:.2} tps of ~5 MB bulk inserts", b.tps);
+    out
+}
+
+/// Reloads `body` without its IO limits and waits until the daemon has applied it.
+fn lift_limits(d: &mut Daemon, t: &Tenancy, body: &str) {
+    let before = d.log().matches("policy reloaded").count();
+    t.set_policy(&body.replace("write_bps = \"4MiB\"\nwrite_iops = 200\n", ""));
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    assert!(
+        wait_until(Duration::from_secs(10), || d
+            .log()
+            .matches("policy reloaded")
+            .count()
+            > before),
+        "the daemon did not reload:\n{}",
+        d.log()
+    );
+}
+
+fn standby_policy(s: &PgCluster, wal: &str, extra: &str) -> String {
+    format!(
+        "[[tenant]]\nname = \"s\"\npreset = \"postgres\"\ndata_dir = \"{}\"\nwal = \"{wal}\"\n\
+         [tenant.io]\nwrite_bps = \"4MiB\"\nwrite_iops = 200\n{extra}\n",
+        s.data.display()
+    )
+}
+
+/// The same standby, limited, with its WAL processes first limited, then exempt: the lag grows
+/// without bound, then stays bounded.
+#[test]
+fn pg_replication_lag_limited_vs_exempt() {
+    if skip() {
+        return;
+    }
+    let Some(user) = pg_user() else { return };
+    let _m = measure_lock();
+    let secs = phase_secs();
+    let t = Tenancy::new("pgrepl", "");
+    let (p, s) = primary_and_standby(&user, 3072);
+
+    // The primary as a tenant too, with a guard that warns (it reads pg_stat_replication).
+    let primary = format!(
+        "[[tenant]]\nname = \"p\"\npreset = \"postgres\"\ndata_dir = \"{}\"\n\
+         [tenant.replication]\nrole = \"primary\"\nconninfo = \"host={} port={} user=postgres\"\nlag_bytes = \"64MiB\"\nfor = \"2s\"\n",
+        p.data.display(),
+        p.sock.display(),
+        p.port
+    );
+    let published = RemoveOnDrop(format!("/run/dbcage/{}.replication.json", t.root));
+    t.set_policy(&(primary.clone() + &standby_policy(&s, "limited", "")));
+    let mut d = Daemon::start(&t, &[]);
+    println!(
+        "wal = \"limited\", standby write_bps 4MiB, write_iops 200 (lag MiB flushed/replayed):"
+    );
+    let limited = load_and_watch(&p, secs, "4");
+    println!("  {}", series_text(&limited));
+
+    // Let the standby catch up (its limit lifted), then the same with the WAL processes exempt.
+    let log = d.log();
+    let warned = log.lines().find(|l| {
+        l.contains("replication guard: replication is behind") && l.contains("tenant=\"p\"")
+    });
+    println!("  daemon (primary's guard): {warned:?}");
+    assert!(
+        warned.is_some() && !log.contains("cannot read the server"),
+        "the primary's guard did not warn; daemon log:\n{log}"
+    );
+    let st: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&published.0).unwrap()).unwrap();
+    assert!(st["p"]["lag_bytes"].as_u64().unwrap() > 32 << 20, "{st}");
+    t.set_policy(
+        &(primary.clone()
+            + &standby_policy(&s, "exempt", "")
+                .replace("write_bps = \"4MiB\"\nwrite_iops = 200\n", "")),
+    );
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    let caught_up = wait_until(Duration::from_secs(120), || {
+        lag_now(&p).is_some_and(|(_, r)| r < 1 << 20)
+    });
+    assert!(caught_up, "the standby did not catch up once unlimited");
+    let before = d.log().matches("policy reloaded").count();
+    t.set_policy(&(primary.clone() + &standby_policy(&s, "exempt", "")));
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    assert!(wait_until(Duration::from_secs(10), || d
+        .log()
+        .matches("policy reloaded")
+        .count()
+        > before));
+    println!("wal = \"exempt\", same limits:");
+    let exempt = load_and_watch(&p, secs, "4");
+    println!("  {}", series_text(&exempt));
+    // Lift the limits before the servers stop: IO queued in the throttle would hold their
+    // shutdown (processes in D state) for minutes.
+    lift_limits(&mut d, &t, &(primary + &standby_policy(&s, "exempt", "")));
+    drop(d);
+    drop(s);
+    drop(p);
+
+    let last = |v: &[Lag]| v.last().map_or(0, |l| l.replay);
+    // Still growing in the second half, and far behind by the end.
+    let half = |v: &[Lag]| v.get(v.len() / 2).map_or(0, |l| l.replay);
+    assert!(
+        last(&limited) > half(&limited) * 13 / 10 && last(&limited) > 64 << 20,
+        "with wal = \"limited\" the lag should grow: {}",
+        series_text(&limited)
+    );
+    let max_exempt = exempt.iter().map(|l| l.replay).max().unwrap_or(0);
+    assert!(
+        max_exempt < last(&limited) / 2,
+        "with wal = \"exempt\" the lag should stay bounded: {}",
+        series_text(&exempt)
+    );
+}
+
+/// The same limited standby (`wal = "limited"`) with the replication guard raising its limits:
+/// the lag is bounded, and once the load stops and the standby has caught up, the configured
+/// limits come back.
+#[test]
+fn pg_replication_guard_raises_limits() {
+    if skip() {
+        return;
+    }
+    let Some(user) = pg_user() else { return };
+    let _m = measure_lock();
+    let secs = phase_secs() + 8;
+    let t = Tenancy::new("pgguard", "");
+    let (p, s) = primary_and_standby(&user, 3072);
+    let guard = format!(
+        "[tenant.replication]\nrole = \"standby\"\nconninfo = \"host={} port={} user=postgres\"\nlag_bytes = \"32MiB\"\nfor = \"1s\"\naction = \"raise\"\nraise_to = \"256MiB\"\nraise_iops_to = 20000\n",
+        s.sock.display(),
+        s.port
+    );
+    t.set_policy(&standby_policy(&s, "limited", &guard));
+    let published = RemoveOnDrop(format!("/run/dbcage/{}.replication.json", t.root));
+    let mut d = Daemon::start(&t, &[]);
+    let limits_file = t
+        .leaf_dir("blkio", "s", "limited")
+        .join("blkio.throttle.write_bps_device");
+    let configured = format!("{} {}", s.disk.devnum(), 4u64 << 20);
+    assert!(
+        wait_until(Duration::from_secs(5), || std::fs::read_to_string(
+            &limits_file
+        )
+        .is_ok_and(|l| l.contains(&configured))),
+        "write_bps is not the configured 4MiB: {:?}",
+        std::fs::read_to_string(&limits_file)
+    );
+    println!("wal = \"limited\", write_bps 4MiB, write_iops 200, guard: lag_bytes 32MiB for 1s, raise to 256MiB/s, 20000 IO/s:");
+    let series = load_and_watch(&p, secs, "4");
+    println!("  {}", series_text(&series));
+    let log = d.log();
+    let raises: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("raises the IO limits"))
+        .collect();
+    for l in &raises {
+        println!(
+            "  daemon: {}",
+            l.split("replication guard ").nth(1).unwrap_or(l)
+        );
+    }
+    assert!(
+        !raises.is_empty(),
+        "the guard did not raise; daemon log:\n{}",
+        d.log()
+    );
+    let peak = series.iter().map(|l| l.replay).max().unwrap_or(0);
+    let last = series.last().map_or(0, |l| l.replay);
+    // Bounded: the lag peaked and falls by the end of the load, while the primary still writes.
+    assert!(
+        last < peak * 9 / 10 || last < 32 << 20,
+        "the lag was not brought down (peak {:.0} MiB, last {:.0} MiB)",
+        mib(peak),
+        mib(last)
+    );
+    // Caught up and calm for `for`: the configured limits are back.
+    let restored = wait_until(Duration::from_secs(60), || {
+        d.log().contains("lowers the IO limits")
+            && std::fs::read_to_string(&limits_file).is_ok_and(|l| l.contains(&configured))
+    });
+    let restore_line = d
+        .log()
+        .lines()
+        .find(|l| l.contains("lowers the IO limits"))
+        .map(str::to_string);
+    println!("  daemon: {restore_line:?}");
+    assert!(
+        restored,
+        "the limits were not restored; daemon log:\n{}",
+        d.log()
+    );
+    // What the daemon publishes for status: the lag, not behind any more, the actions taken.
+    let published = &published.0;
+    let mut st = serde_json::Value::Null;
+    let calm = wait_until(Duration::from_secs(5), || {
+        st = std::fs::read_to_string(published)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        st["s"]["behind"] == false && st["s"]["raised_write_bps"].is_null()
+    });
+    assert!(calm, "{published}: {st}");
+    assert!(
+        st["s"]["actions"].as_u64().unwrap() >= raises.len() as u64 + 2,
+        "{st}"
+    );
+    println!("  {published}: {st}");
+    lift_limits(&mut d, &t, &standby_policy(&s, "limited", ""));
+    drop(d);
+    drop(s);
+    drop(p);
+}
+
+/// Removes a file the daemon writes, also when the test fails.
+struct RemoveOnDrop(String);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
