@@ -57,6 +57,11 @@ use crate::stats::{self, IoCounters};
 pub const PINNED: f64 = 0.85;
 /// A device held at the floor counts as pinned from this share of it in use.
 pub const AT_FLOOR: f64 = 0.5;
+/// A device pinned at the last look stays pinned while it uses this share of its limit: a
+/// synchronous stream (writes with fsync) dips below `PINNED` in some intervals without its
+/// demand having changed, and must not lose its share for it. A load that leaves falls far
+/// below this at once.
+pub const STAY_PINNED: f64 = 0.5;
 /// A device that is not pinned is given this much more than it uses.
 pub const MARGIN: f64 = 1.25;
 /// Changes below this share of the total (on every device) are not written.
@@ -344,6 +349,8 @@ struct TenantState {
     /// too short to tell a held device from a slow one; without this a noisy short sample could
     /// take the new disk's share away again).
     follow_up: Option<std::collections::BTreeSet<(DevNum, usize)>>,
+    /// (device, key) pinned at the last look (see `STAY_PINNED`).
+    pinned_last: std::collections::BTreeSet<(DevNum, usize)>,
 }
 
 /// The daemon's side: state between intervals.
@@ -521,7 +528,9 @@ impl Balancer {
                     .map(|(d, u)| {
                         let e = smooth(st.est.get(&(*d, k)).copied(), u.rate, smoothing);
                         st.est.insert((*d, k), e);
-                        let still_held = held_before.as_ref().is_some_and(|h| h.contains(&(*d, k)));
+                        let still_held = held_before.as_ref().is_some_and(|h| h.contains(&(*d, k)))
+                            || (st.pinned_last.contains(&(*d, k))
+                                && u.limit.is_some_and(|l| u.rate >= STAY_PINNED * l as f64));
                         match u.limit {
                             Some(l) if still_held => Usage {
                                 rate: e.max(l as f64),
@@ -531,6 +540,13 @@ impl Balancer {
                         }
                     })
                     .collect();
+                for (d, u) in devices.iter().zip(&usage) {
+                    if pinned(u) {
+                        st.pinned_last.insert((*d, k));
+                    } else {
+                        st.pinned_last.remove(&(*d, k));
+                    }
+                }
                 let mut alloc = allocate(total, t.io_split.floor, &usage);
                 if k >= 2 {
                     quantize_iops(&mut alloc, &grains);
