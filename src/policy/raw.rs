@@ -23,6 +23,8 @@ pub struct RawAgent {
     pub parent: Option<Loc<String>>,
     /// Address of the daemon's Prometheus endpoint (`"127.0.0.1:9477"`), or `"off"`.
     pub metrics: Option<Loc<String>>,
+    /// A group whose members may use the daemon's control socket (`dbcage set`, `reload`).
+    pub control_group: Option<Loc<Name>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -35,6 +37,24 @@ pub struct RawTenant {
     pub storage: Option<Vec<Loc<String>>>,
     /// `"device"` (default: dm/md devices themselves) or `"members"` (their member disks).
     pub storage_level: Option<Loc<String>>,
+    pub io: Option<RawIo>,
+    pub cpu: Option<RawCpu>,
+    pub memory: Option<RawMemory>,
+    /// Time windows with other limits: `[[tenant.schedule]] days = "Mon-Fri" from = "22:00"`.
+    pub schedule: Option<Vec<Loc<RawSchedule>>>,
+}
+
+/// One time window and the limit keys that hold inside it (`io.read_bps = "400MiB"`, written as
+/// dotted keys, so `io`, `cpu` and `memory` are tables here).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSchedule {
+    /// `"Mon-Fri"`, `"Sat,Sun"`, `"Fri-Mon"`; every day when absent.
+    pub days: Option<Loc<String>>,
+    /// `"22:00"`: local time (the host's time zone) when the window opens.
+    pub from: Loc<String>,
+    /// `"06:00"`: when it closes; earlier than `from` means the next day.
+    pub to: Loc<String>,
     pub io: Option<RawIo>,
     pub cpu: Option<RawCpu>,
     pub memory: Option<RawMemory>,
@@ -156,6 +176,7 @@ impl RawAgent {
         take(&mut self.root, later.root);
         take(&mut self.parent, later.parent);
         take(&mut self.metrics, later.metrics);
+        take(&mut self.control_group, later.control_group);
     }
 }
 
@@ -168,7 +189,18 @@ impl RawTenant {
         take(&mut self.exempt, later.exempt);
         take(&mut self.storage, later.storage);
         take(&mut self.storage_level, later.storage_level);
-        match (&mut self.io, later.io) {
+        take(&mut self.schedule, later.schedule);
+        self.merge_limits(later.io, later.cpu, later.memory);
+    }
+
+    /// The limit tables of a drop-in, a schedule window or a `set` override, key by key.
+    pub fn merge_limits(
+        &mut self,
+        io: Option<RawIo>,
+        cpu: Option<RawCpu>,
+        memory: Option<RawMemory>,
+    ) {
+        match (&mut self.io, io) {
             (Some(io), Some(l)) => {
                 take(&mut io.read_bps, l.read_bps);
                 take(&mut io.write_bps, l.write_bps);
@@ -184,7 +216,7 @@ impl RawTenant {
             }
             (slot, l) => take(slot, l),
         }
-        match (&mut self.cpu, later.cpu) {
+        match (&mut self.cpu, cpu) {
             (Some(c), Some(l)) => {
                 take(&mut c.cpus, l.cpus);
                 take(&mut c.numa_nodes, l.numa_nodes);
@@ -193,7 +225,7 @@ impl RawTenant {
             }
             (slot, l) => take(slot, l),
         }
-        match (&mut self.memory, later.memory) {
+        match (&mut self.memory, memory) {
             (Some(m), Some(l)) => {
                 take(&mut m.max, l.max);
                 take(&mut m.high, l.high);
