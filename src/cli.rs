@@ -474,9 +474,23 @@ fn socket_for(config: &Path, socket: Option<&Path>) -> PathBuf {
     if let Some(s) = socket {
         return s.to_path_buf();
     }
-    let root = policy::load(config, &SystemAccounts)
-        .map(|l| l.policy.agent.root_name)
-        .unwrap_or_else(|_| policy::DEFAULT_ROOT.to_string());
+    // Only `agent.root` is needed, and `reload` is for policies that may be broken now: read
+    // that one key from each file that parses, the last one wins as in a merge.
+    let mut files = vec![config.to_path_buf()];
+    files.extend(policy::dropin_files(config).unwrap_or_default());
+    let mut root = policy::DEFAULT_ROOT.to_string();
+    for f in files {
+        let table = std::fs::read_to_string(&f)
+            .ok()
+            .and_then(|t| t.parse::<toml::Table>().ok());
+        if let Some(r) = table
+            .as_ref()
+            .and_then(|t| t.get("agent")?.get("root")?.as_str())
+            .filter(|r| policy::check_group_name(r).is_ok())
+        {
+            root = r.to_string();
+        }
+    }
     crate::control::socket_path(&root)
 }
 

@@ -15,11 +15,9 @@ pub enum ClientError {
     NoDaemon { path: String },
     #[error("permission denied on {path}: only root and members of the policy's agent.control_group may use the control socket")]
     Denied { path: String },
-    #[error("talking to the daemon on {path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    /// The io error as text: a broken pipe here is a failure, not a closed stdout.
+    #[error("talking to the daemon on {path}: {reason}")]
+    Io { path: String, reason: String },
     #[error("the daemon's answer on {path} is not understood: {reason}")]
     BadReply { path: String, reason: String },
 }
@@ -27,9 +25,9 @@ pub enum ClientError {
 /// Sends one request and reads the answer.
 pub fn send(path: &Path, request: &Request) -> Result<Response, ClientError> {
     let shown = path.display().to_string();
-    let io = |source: std::io::Error| ClientError::Io {
+    let io = |e: std::io::Error| ClientError::Io {
         path: shown.clone(),
-        source,
+        reason: e.to_string(),
     };
     let mut stream = UnixStream::connect(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
@@ -45,11 +43,15 @@ pub fn send(path: &Path, request: &Request) -> Result<Response, ClientError> {
     stream
         .set_read_timeout(Some(Duration::from_secs(90)))
         .map_err(io)?;
-    stream.write_all(&request.line()).map_err(io)?;
+    // A daemon that refuses before reading (busy, not authorized) has answered and closed:
+    // its answer is still there to read after a failed write.
+    let written = stream.write_all(&request.line());
     let mut line = Vec::new();
-    BufReader::new((&stream).take(1 << 20))
-        .read_until(b'\n', &mut line)
-        .map_err(io)?;
+    let read = BufReader::new((&stream).take(1 << 20)).read_until(b'\n', &mut line);
+    if line.is_empty() {
+        written.map_err(io)?;
+        read.map_err(io)?;
+    }
     serde_json::from_slice(&line).map_err(|e| ClientError::BadReply {
         path: shown.clone(),
         reason: if line.is_empty() {

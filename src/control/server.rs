@@ -86,7 +86,7 @@ pub fn authorized(uid: u32, gid: u32, group: Option<u32>) -> bool {
 }
 
 /// Creates `/run/dbcage` (root, 0711) if needed and refuses one that someone else controls.
-fn prepare_dir(dir: &Path) -> Result<()> {
+fn prepare_dir(dir: &Path, group: bool) -> Result<()> {
     if !dir.exists() {
         std::fs::DirBuilder::new()
             .mode(0o711)
@@ -106,6 +106,14 @@ fn prepare_dir(dir: &Path) -> Result<()> {
             md.mode() & 0o7777
         );
     }
+    // Members of the control group must reach the socket: search permission, no listing.
+    if group && md.mode() & 0o011 != 0o011 {
+        std::fs::set_permissions(
+            dir,
+            std::fs::Permissions::from_mode((md.mode() & 0o7777) | 0o011),
+        )
+        .with_context(|| format!("chmod a+x {}", dir.display()))?;
+    }
     Ok(())
 }
 
@@ -124,7 +132,7 @@ impl Server {
     /// gone is replaced; one that a running daemon answers on is an error.
     pub fn start(path: &Path, group: Option<&ControlGroup>) -> Result<Server> {
         let dir = path.parent().context("the socket has a directory")?;
-        prepare_dir(dir)?;
+        prepare_dir(dir, group.is_some())?;
         if std::fs::symlink_metadata(path).is_ok() {
             if UnixStream::connect(path).is_ok() {
                 bail!(
