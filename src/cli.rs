@@ -16,7 +16,7 @@ use crate::classify::{claims, classify, Leaf};
 use crate::hostfs::HostFs;
 use crate::inventory::{self, Inventory};
 use crate::plan::{self, Plan, Step};
-use crate::policy::{self, Loaded, PolicyErrors, SystemAccounts};
+use crate::policy::{self, Loaded, PolicyErrors};
 use crate::status;
 use crate::units::HumanBytes;
 
@@ -248,8 +248,10 @@ pub struct Context_ {
     pub fs: HostFs,
 }
 
+/// The policy files with the schedule windows open now laid over them (what the daemon starts
+/// from; its runtime `set` values are the daemon's alone).
 fn load_policy(path: &Path) -> Result<Loaded> {
-    Ok(policy::load(path, &SystemAccounts)?)
+    Ok(crate::control::Live::load(path)?.1)
 }
 
 /// Loads the policy, reads the host and finds the cgroup layout. Device problems are policy
