@@ -586,3 +586,74 @@ fn insecure_policy_files_are_refused() {
     mode(0o700, &conf);
     t.ok(&["check"]);
 }
+
+#[test]
+fn schedule_window_opens_and_closes_on_the_real_clock() {
+    if skip() {
+        return;
+    }
+    use chrono::Timelike as _;
+    // A window over the current minute (local time): open at start, closed at the next minute.
+    let mut now = chrono::Local::now();
+    if now.second() >= 50 {
+        std::thread::sleep(Duration::from_secs(61 - now.second() as u64));
+        now = chrono::Local::now();
+    }
+    let next = now + chrono::Duration::minutes(1);
+    let hhmm = |t: &chrono::DateTime<chrono::Local>| format!("{:02}:{:02}", t.hour(), t.minute());
+    let proc_name = format!("ora_p016_{}", sid());
+    let body = tenant(
+        "sched",
+        &proc_name,
+        &format!(
+            "[tenant.cpu]\ncores = 1\n\n[[tenant.schedule]]\nfrom = \"{}\"\nto = \"{}\"\ncpu.cores = 0.5\n",
+            hhmm(&now),
+            hhmm(&next)
+        ),
+    );
+    let t = Tenancy::new("sched", &body);
+    let d = Daemon::start(&t, &[]);
+    let quota = t.tenant_dir("cpu", "sched").join("cpu.cfs_quota_us");
+    assert_eq!(
+        read_trim(&quota),
+        "50000",
+        "the open window is applied at start"
+    );
+    let status = t.json(&["status", "--json", "--interval", "0"]);
+    let o = &status["overrides"][0];
+    assert_eq!(
+        (o["key"].as_str(), o["source"].as_str()),
+        (Some("cpu.cores"), Some("schedule")),
+        "{status:#}"
+    );
+    // The boundary: the next minute, local time.
+    let boundary = next
+        .with_second(0)
+        .and_then(|b| b.with_nanosecond(0))
+        .unwrap();
+    let wait = (boundary - chrono::Local::now())
+        .to_std()
+        .unwrap_or_default();
+    let closed = wait_until(wait + Duration::from_secs(3), || {
+        read_trim(&quota) == "100000"
+    });
+    let late = chrono::Local::now() - boundary;
+    assert!(closed, "the window did not close; log:\n{}", d.log());
+    println!(
+        "schedule window closed {} ms after its boundary (waited {:.0} s)",
+        late.num_milliseconds(),
+        wait.as_secs_f64()
+    );
+    // The next periodic rescan is 30 s away: closing within a few seconds means at the boundary
+    // (the loose bound allows for a loaded, shared host).
+    assert!(
+        late.num_milliseconds() < 3000,
+        "{} ms late",
+        late.num_milliseconds()
+    );
+    assert!(
+        d.log().contains("schedule windows in force: none"),
+        "{}",
+        d.log()
+    );
+}
