@@ -191,7 +191,10 @@ impl Server {
         if self.group.swap(gid, Ordering::SeqCst) != gid {
             *self.group_name.lock().unwrap_or_else(|e| e.into_inner()) =
                 group.map(|g| g.name.clone()).unwrap_or_default();
-            if let Err(e) = set_access(&self.path, group) {
+            let dir = self.path.parent().unwrap_or(Path::new(super::SOCKET_DIR));
+            if let Err(e) =
+                prepare_dir(dir, group.is_some()).and_then(|()| set_access(&self.path, group))
+            {
                 warn!("control socket: {e:#}");
             }
         }
