@@ -266,3 +266,92 @@ fn only_root_and_the_control_group_are_authorized() {
     );
     assert!(!server::authorized(65534, 65534, Some(4242)));
 }
+
+/// A governor that records what it would apply.
+struct Recorder {
+    live: Live,
+    policy: Policy,
+    applied: Vec<Policy>,
+}
+
+impl Governor for Recorder {
+    type Staged = Loaded;
+    fn live(&self) -> &Live {
+        &self.live
+    }
+    fn live_mut(&mut self) -> &mut Live {
+        &mut self.live
+    }
+    fn current(&self) -> &Policy {
+        &self.policy
+    }
+    fn stage(&mut self, loaded: Loaded) -> Result<Loaded> {
+        Ok(loaded)
+    }
+    fn commit(&mut self, live: Live, staged: Loaded) -> Vec<String> {
+        self.live = live;
+        self.policy = staged.policy.clone();
+        self.applied.push(staged.policy);
+        Vec::new()
+    }
+}
+
+#[test]
+fn windows_open_and_close_through_the_override_path_with_an_injected_clock() {
+    use chrono::TimeZone;
+    use chrono_tz::Europe::Berlin;
+    let at = |d: u32, h: u32, m: u32| Berlin.with_ymd_and_hms(2026, 3, d, h, m, 0).unwrap();
+    // 2026-03-09 is a Monday.
+    let (live, loaded) = live().rewindowed(&at(9, 21, 0)).unwrap();
+    assert!(live.windows.is_empty());
+    assert_eq!(
+        live.next_change,
+        Some(at(9, 22, 0).with_timezone(&Utc)),
+        "the next boundary, computed rather than polled"
+    );
+    let mut g = Recorder {
+        live,
+        policy: loaded.policy,
+        applied: Vec::new(),
+    };
+    let cores = |p: &Policy| p.tenants[0].cpu.cores;
+    let bps = |p: &Policy| p.tenants[0].io.read_bps;
+    assert_eq!(
+        tick(&mut g, &at(9, 21, 30)),
+        None,
+        "no change, nothing applied"
+    );
+    assert!(g.applied.is_empty());
+    let line = tick(&mut g, &at(9, 22, 0)).expect("the window opens");
+    assert!(line.contains("DEMO: Mon-Fri 22:00-06:00"), "{line}");
+    assert_eq!(cores(&g.policy), Some(4.0));
+    assert_eq!(bps(&g.policy), Some(400 << 20));
+    assert_eq!(g.live.next_change, Some(at(10, 6, 0).with_timezone(&Utc)));
+    // A runtime value set inside the window wins over it, and survives the window's end.
+    let r = handle(
+        &mut g,
+        &Op::Set {
+            tenant: "DEMO".into(),
+            values: values(&[("cpu.cores", "8")]),
+            persist: false,
+        },
+        Instant::now(),
+    );
+    assert!(r.ok, "{r:?}");
+    assert_eq!(cores(&g.policy), Some(8.0));
+    let line = tick(&mut g, &at(10, 6, 0)).expect("the window closes");
+    assert!(line.contains("in force: none"), "{line}");
+    assert_eq!(cores(&g.policy), Some(8.0));
+    assert_eq!(bps(&g.policy), Some(50 << 20));
+    // Friday night's window lasts into Saturday; Saturday night has none.
+    let _ = tick(&mut g, &at(13, 22, 0));
+    assert_eq!(bps(&g.policy), Some(400 << 20));
+    let _ = tick(&mut g, &at(14, 6, 0));
+    assert_eq!(bps(&g.policy), Some(50 << 20));
+    assert_eq!(
+        g.live.next_change,
+        Some(at(16, 22, 0).with_timezone(&Utc)),
+        "after Saturday 06:00 the next boundary is Monday 22:00"
+    );
+    assert_eq!(g.applied.len(), 5);
+}
