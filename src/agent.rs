@@ -372,6 +372,10 @@ impl crate::control::Governor for Agent {
         self.publish();
         let outcome = apply::execute(&plan);
         self.stats.moves += outcome.moved as u64;
+        self.shared
+            .health
+            .moves
+            .fetch_add(outcome.moved as u64, Ordering::Relaxed);
         self.stats.vanished += outcome.vanished as u64;
         let errors: Vec<String> = outcome.errors.iter().map(|e| e.to_string()).collect();
         for e in &errors {
