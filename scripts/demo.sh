@@ -17,7 +17,11 @@ fi
 
 cargo build --release --quiet
 bin=$PWD/target/release/dbcage
-policy=$PWD/examples/dbcage.toml
+# dbcage reads only policies that root owns and nobody else may write (a checkout may be a
+# user's): run on a root-owned copy.
+policy_dir=$(mktemp -d /tmp/dbcage-demo.XXXXXX)
+policy=$policy_dir/dbcage.toml
+install -m 0600 examples/dbcage.toml "$policy"
 data=/var/tmp/dbcage-demo.dat
 reader=""
 
@@ -25,6 +29,7 @@ cleanup() {
   [ -n "$reader" ] && kill "$reader" 2>/dev/null && wait "$reader" 2>/dev/null
   "$bin" -c "$policy" release --all >/dev/null 2>&1 || true
   rm -f "$data"
+  rm -rf "$policy_dir"
 }
 trap cleanup EXIT
 

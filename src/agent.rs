@@ -24,7 +24,7 @@ use tracing::{info, warn};
 use crate::cgroup::{self, apply, Snapshot};
 use crate::classify::connector::{self, Connector, ProcEvent, Received, Timed};
 use crate::classify::{self, classify, Leaf};
-use crate::cli::{make_plan, prepare, prepare_with, Context_};
+use crate::cli::{make_plan, prepare_with, Context_};
 use crate::inventory::procs::ProcReader;
 use crate::metrics;
 use crate::plan::{self, Plan, Step};
@@ -115,6 +115,8 @@ struct Agent {
     reader: ProcReader,
     /// What the metrics endpoint reads.
     shared: Arc<metrics::Shared>,
+    /// The policy files' text, `set` overrides and schedule windows (see `control`).
+    live: crate::control::Live,
 }
 
 /// When an event happened, for the latency histograms.
@@ -331,28 +333,79 @@ impl Agent {
         }
     }
 
-    fn reload(&mut self) {
+    /// SIGHUP and `dbcage reload`: the same request, through `control`.
+    fn reload(&mut self) -> crate::control::Response {
+        use crate::control::Op;
         self.stats.reloads += 1;
-        match prepare(&self.opts.config).and_then(|c| {
-            let plan = make_plan(&c)?;
-            Ok((c, plan))
-        }) {
-            Ok((ctx, plan)) => {
-                info!(files = ?ctx.loaded.policy.files, "policy reloaded");
-                self.ctx = ctx;
-                self.publish();
-                self.execute(&plan, None);
-                self.refresh_members();
-            }
-            Err(e) => {
-                self.stats.reload_failures += 1;
-                self.shared
-                    .health
-                    .reload_failures
-                    .fetch_add(1, Ordering::Relaxed);
-                warn!("reload refused, the running policy stays: {e:#}");
-            }
+        let r = crate::control::handle(self, &Op::Reload {}, Instant::now());
+        if r.ok {
+            info!(files = ?self.ctx.loaded.policy.files, "{}", r.message);
+        } else {
+            self.stats.reload_failures += 1;
+            self.shared
+                .health
+                .reload_failures
+                .fetch_add(1, Ordering::Relaxed);
+            warn!("reload refused, the running policy stays: {}", r.message);
         }
+        r
+    }
+
+    /// A request from the control socket.
+    fn control(&mut self, p: crate::control::server::Pending) {
+        use crate::control::Op;
+        let r = match &p.request.op {
+            Op::Reload {} => self.reload(),
+            op => {
+                let r = crate::control::handle(self, op, p.received);
+                if r.ok {
+                    info!(peer = p.peer.as_str(), applied_us = ?r.applied_us, "{}", r.message);
+                } else {
+                    warn!(
+                        peer = p.peer.as_str(),
+                        "control request refused: {}", r.message
+                    );
+                }
+                r
+            }
+        };
+        p.reply(r);
+    }
+}
+
+impl crate::control::Governor for Agent {
+    type Staged = (Context_, Plan);
+    fn live(&self) -> &crate::control::Live {
+        &self.live
+    }
+    fn live_mut(&mut self) -> &mut crate::control::Live {
+        &mut self.live
+    }
+    fn current(&self) -> &crate::policy::Policy {
+        &self.ctx.loaded.policy
+    }
+    fn stage(&mut self, loaded: crate::policy::Loaded) -> Result<Self::Staged> {
+        let ctx = prepare_with(loaded)?;
+        let plan = make_plan(&ctx)?;
+        Ok((ctx, plan))
+    }
+    fn commit(&mut self, live: crate::control::Live, (ctx, plan): Self::Staged) -> Vec<String> {
+        self.live = live;
+        self.ctx = ctx;
+        self.publish();
+        let outcome = apply::execute(&plan);
+        self.stats.moves += outcome.moved as u64;
+        self.shared
+            .health
+            .moves
+            .fetch_add(outcome.moved as u64, Ordering::Relaxed);
+        self.stats.vanished += outcome.vanished as u64;
+        let errors: Vec<String> = outcome.errors.iter().map(|e| e.to_string()).collect();
+        for e in &errors {
+            warn!("{e}");
+        }
+        self.refresh_members();
+        errors
     }
 }
 
@@ -461,7 +514,8 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             None
         }
     };
-    let ctx = prepare(&opts.config)?;
+    let (live, loaded) = crate::control::Live::load(&opts.config)?;
+    let ctx = prepare_with(loaded)?;
     let shared = Arc::new(metrics::Shared {
         fs: ctx.fs.clone(),
         view: RwLock::new((ctx.loaded.policy.clone(), ctx.layout.clone())),
@@ -493,6 +547,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         fields: crate::inventory::procs::Fields::ALL,
         reader: ProcReader::open(&ctx_fs).context("opening /proc")?,
         opts,
+        live,
     };
     let first = make_plan(&agent.ctx)?;
     agent.execute(&first, None);
@@ -524,9 +579,21 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             without_favordynmods.join(", ")
         );
     }
+    let socket = crate::control::socket_path(&agent.ctx.loaded.policy.agent.root_name);
+    let control = match crate::control::Server::start(
+        &socket,
+        agent.ctx.loaded.policy.agent.control_group.as_ref(),
+    ) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            warn!("control socket unavailable ({e:#}); `dbcage set` and `reload` will not reach this daemon (SIGHUP still reloads)");
+            None
+        }
+    };
     info!(
         tenants = agent.ctx.loaded.policy.tenants.len(),
         connector = connector.is_some(),
+        socket = %socket.display(),
         "dbcage running"
     );
     notify_ready();
@@ -554,10 +621,13 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         if let Some(((at, _), _)) = agent.rechecks.first_key_value() {
             deadline = deadline.min(*at);
         }
+        if let Some(at) = agent.live.next_change_instant() {
+            deadline = deadline.min(at);
+        }
         let wait = deadline.saturating_duration_since(now);
         let timeout = PollTimeout::try_from(wait.as_millis().min(60_000) as i32 + 1)
             .unwrap_or(PollTimeout::MAX);
-        let (sig_ready, conn_ready, storage_changed) = {
+        let (sig_ready, conn_ready, storage_changed, control_ready) = {
             let mut fds = vec![PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
             if let Some(w) = &storage_watch {
                 fds.push(PollFd::new(w.as_fd(), PollFlags::POLLIN));
@@ -565,6 +635,10 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             let conn_at = fds.len();
             if let Some(c) = &connector {
                 fds.push(PollFd::new(c.as_fd(), PollFlags::POLLIN));
+            }
+            let control_at = fds.len();
+            if let Some(c) = &control {
+                fds.push(PollFd::new(c.fd(), PollFlags::POLLIN));
             }
             match poll(&mut fds, timeout) {
                 Ok(_) => {}
@@ -575,8 +649,9 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             let watch_ready = storage_watch.is_some() && ready(&fds[1]);
             (
                 ready(&fds[0]),
-                fds.get(conn_at).is_some_and(ready),
+                connector.is_some() && fds.get(conn_at).is_some_and(ready),
                 watch_ready,
+                control.is_some() && fds.get(control_at).is_some_and(ready),
             )
         };
         if storage_changed {
@@ -597,6 +672,9 @@ pub fn run(opts: AgentOptions) -> Result<()> {
                     Ok(Signal::SIGHUP) => {
                         agent.reload();
                         storage_watch = watch_dirs(&agent.ctx.loaded.policy);
+                        if let Some(c) = &control {
+                            c.set_group(agent.ctx.loaded.policy.agent.control_group.as_ref());
+                        }
                     }
                     Ok(s) => {
                         info!(signal = ?s, "stopping; limits stay in place");
@@ -607,6 +685,23 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             }
             if stop {
                 break;
+            }
+        }
+        if control_ready {
+            if let Some(c) = &control {
+                for p in c.take() {
+                    let reload = matches!(p.request.op, crate::control::Op::Reload {});
+                    agent.control(p);
+                    if reload {
+                        storage_watch = watch_dirs(&agent.ctx.loaded.policy);
+                        c.set_group(agent.ctx.loaded.policy.agent.control_group.as_ref());
+                    }
+                }
+            }
+        }
+        if agent.live.windows_due(chrono::Utc::now()) {
+            if let Some(line) = crate::control::tick(&mut agent, &crate::control::now_local()) {
+                info!("{line}");
             }
         }
         if conn_ready {

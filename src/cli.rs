@@ -16,7 +16,7 @@ use crate::classify::{claims, classify, Leaf};
 use crate::hostfs::HostFs;
 use crate::inventory::{self, Inventory};
 use crate::plan::{self, Plan, Step};
-use crate::policy::{self, Loaded, PolicyErrors, SystemAccounts};
+use crate::policy::{self, Loaded, PolicyErrors};
 use crate::status;
 use crate::units::HumanBytes;
 
@@ -30,6 +30,13 @@ pub struct Cli {
     /// Policy file; drop-ins are read from conf.d/ beside it.
     #[arg(short, long, global = true, default_value = policy::DEFAULT_POLICY, env = "DBCAGE_CONFIG")]
     pub config: PathBuf,
+    /// Read policy files that are not root's or that group or others may write (development
+    /// only: whoever can write the policy controls what a root daemon does).
+    #[arg(long, global = true)]
+    pub allow_insecure_policy: bool,
+    /// The daemon's control socket [default: /run/dbcage/<agent.root>.sock].
+    #[arg(long, global = true, env = "DBCAGE_SOCKET")]
+    pub socket: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -94,6 +101,37 @@ pub enum Command {
         #[arg(long, value_parser = parse_metrics_addr)]
         metrics: Option<MetricsAddr>,
     },
+    /// Change a tenant's limits live: the running daemon validates the values as it validates
+    /// the policy and applies them at once. They last until `reload` or a restart, or, with
+    /// `--persist`, are written to conf.d/90-set-TENANT.toml.
+    #[command(
+        after_help = "Keys: io.read_bps io.write_bps io.read_iops io.write_iops cpu.cores cpu.weight cpu.cpus cpu.numa_nodes memory.max memory.high memory.low memory.swap_max\n\nExamples:\n  dbcage set DEMO io.read_bps=200MiB cpu.cores=8\n  dbcage set DEMO cpu.cpus=0-31 --persist\n  dbcage set DEMO --reset"
+    )]
+    Set {
+        tenant: String,
+        /// KEY=VALUE pairs, e.g. io.read_bps=200MiB cpu.cpus=0-31 memory.high=30GiB.
+        #[arg(required_unless_present = "reset")]
+        values: Vec<String>,
+        /// Until the next reload or restart (the default).
+        #[arg(long, conflicts_with = "persist")]
+        runtime: bool,
+        /// Also write the values to conf.d/90-set-TENANT.toml, so they survive a restart; with
+        /// --reset, remove that file.
+        #[arg(long)]
+        persist: bool,
+        /// Drop the tenant's runtime overrides (with --persist also the persisted ones).
+        #[arg(long, conflicts_with = "values")]
+        reset: bool,
+        /// No daemon: apply once from this process (a later `dbcage run` or `apply` starts from
+        /// the files again unless --persist is given).
+        #[arg(long)]
+        direct: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make the running daemon re-read the policy (as SIGHUP does) and report the outcome: on
+    /// any error the running policy stays and the errors are printed (file:line:col).
+    Reload,
     /// Start a command already inside a tenant's group (as cgexec does), so no window is left.
     Exec {
         tenant: String,
@@ -165,6 +203,7 @@ impl std::error::Error for Invalid {}
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    policy::allow_insecure_files(cli.allow_insecure_policy);
     // The daemon logs its decisions (moves, lost events, reloads); commands only warnings.
     let default_level = if matches!(cli.command, Command::Run { .. }) {
         "info"
@@ -224,8 +263,10 @@ pub struct Context_ {
     pub fs: HostFs,
 }
 
+/// The policy files with the schedule windows open now laid over them (what the daemon starts
+/// from; its runtime `set` values are the daemon's alone).
 fn load_policy(path: &Path) -> Result<Loaded> {
-    Ok(policy::load(path, &SystemAccounts)?)
+    Ok(crate::control::Live::load(path)?.1)
 }
 
 /// Loads the policy, reads the host and finds the cgroup layout. Device problems are policy
@@ -400,6 +441,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         } => show_status(
             &cli.config,
             &StatusArgs {
+                socket: cli.socket.clone(),
                 only: tenants,
                 verbose,
                 devices,
@@ -448,6 +490,41 @@ fn run(cli: Cli) -> Result<ExitCode> {
             })?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Set {
+            tenant,
+            values,
+            runtime: _,
+            persist,
+            reset,
+            direct,
+            json,
+        } => {
+            let op = if reset {
+                crate::control::Op::Reset { tenant, persist }
+            } else {
+                crate::control::Op::Set {
+                    tenant,
+                    values: crate::control::parse_assignments(&values).map_err(Invalid)?,
+                    persist,
+                }
+            };
+            control_request(
+                &cli.config,
+                cli.socket.as_deref(),
+                op,
+                direct,
+                json,
+                &mut out,
+            )
+        }
+        Command::Reload => control_request(
+            &cli.config,
+            cli.socket.as_deref(),
+            crate::control::Op::Reload {},
+            false,
+            false,
+            &mut out,
+        ),
         Command::Exec {
             tenant,
             exempt,
@@ -459,6 +536,80 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Verify(args) => crate::probe::verify::verify_command(&cli.config, &args, &mut out)
             .map(|()| ExitCode::SUCCESS)
             .map_err(probe_invalid),
+    }
+}
+
+/// The control socket for this policy: `--socket`, or the one of its `agent.root`. A caller who
+/// may not read the policy (a member of the control group) gets the default root's.
+fn socket_for(config: &Path, socket: Option<&Path>) -> PathBuf {
+    if let Some(s) = socket {
+        return s.to_path_buf();
+    }
+    // Only `agent.root` is needed, and `reload` is for policies that may be broken now: read
+    // that one key from each file that parses, the last one wins as in a merge.
+    let mut files = vec![config.to_path_buf()];
+    files.extend(policy::dropin_files(config).unwrap_or_default());
+    let mut root = policy::DEFAULT_ROOT.to_string();
+    for f in files {
+        let table = std::fs::read_to_string(&f)
+            .ok()
+            .and_then(|t| t.parse::<toml::Table>().ok());
+        if let Some(r) = table
+            .as_ref()
+            .and_then(|t| t.get("agent")?.get("root")?.as_str())
+            .filter(|r| policy::check_group_name(r).is_ok())
+        {
+            root = r.to_string();
+        }
+    }
+    crate::control::socket_path(&root)
+}
+
+/// `set` and `reload`: send the request to the daemon (or, with `--direct`, apply it here).
+fn control_request(
+    config: &Path,
+    socket: Option<&Path>,
+    op: crate::control::Op,
+    direct: bool,
+    json: bool,
+    out: &mut impl std::io::Write,
+) -> Result<ExitCode> {
+    use crate::control::{client, Request, Response};
+    let reply: Response = if direct {
+        let (live, loaded) = crate::control::Live::load(config)?;
+        let ctx = prepare_with(loaded)?;
+        let mut g = crate::control::Direct { live, ctx };
+        crate::control::handle(&mut g, &op, std::time::Instant::now())
+    } else {
+        let path = socket_for(config, socket);
+        match client::send(&path, &Request::new(op)) {
+            Ok(r) => r,
+            Err(e @ client::ClientError::NoDaemon { .. }) => bail!("{e}"),
+            Err(e) => return Err(e.into()),
+        }
+    };
+    if json {
+        serde_json::to_writer_pretty(&mut *out, &reply)?;
+        writeln!(out)?;
+    } else if reply.ok {
+        write!(out, "{}", reply.message)?;
+        match reply.applied_us {
+            Some(us) => writeln!(out, " (applied in {:.1} ms)", us as f64 / 1000.0)?,
+            None => writeln!(out)?,
+        }
+    }
+    if reply.ok {
+        return Ok(ExitCode::SUCCESS);
+    }
+    out.flush()?;
+    let mut msg = reply.message.clone();
+    for e in &reply.errors {
+        msg.push_str(&format!("\n  {e}"));
+    }
+    if reply.errors.is_empty() {
+        Err(Invalid(msg).into())
+    } else {
+        bail!("{msg}")
     }
 }
 
@@ -622,6 +773,7 @@ fn print_plan(out: &mut impl std::io::Write, ctx: &Context_, plan: &Plan) -> Res
 }
 
 struct StatusArgs {
+    socket: Option<PathBuf>,
     only: Vec<String>,
     verbose: bool,
     devices: bool,
@@ -671,6 +823,10 @@ fn show_status(
         .hierarchy_of(Controller::Io)
         .is_some_and(|h| layout.setup.hierarchies[h].version == Version::V1);
     let write_note = io_v1 && policy.tenants.iter().any(|t| t.sets_write_limits());
+    let overrides: Vec<_> = overrides_in_force(config, args.socket.as_deref())
+        .into_iter()
+        .filter(|o| args.only.is_empty() || args.only.contains(&o.tenant))
+        .collect();
     if args.json {
         #[derive(Serialize)]
         struct Report<'a> {
@@ -678,6 +834,8 @@ fn show_status(
             interval_seconds: f64,
             tenants: &'a [status::TenantStatus],
             notes: Vec<&'static str>,
+            /// Values in force that come from `set`, a persisted `set` or a schedule window.
+            overrides: &'a [crate::control::OverrideInfo],
         }
         let notes = if write_note {
             vec![V1_WRITE_NOTE]
@@ -691,6 +849,7 @@ fn show_status(
                 interval_seconds: args.interval.as_secs_f64(),
                 tenants: &sample.tenants,
                 notes,
+                overrides: &overrides,
             },
         )?;
         writeln!(out)?;
@@ -698,10 +857,47 @@ fn show_status(
     }
     writeln!(out, "cgroup controllers: {}", layout.setup.describe())?;
     print_status_table(out, &sample.tenants, args.devices)?;
+    if !overrides.is_empty() {
+        writeln!(
+            out,
+            "overrides in force (not from the tenant tables of the policy):"
+        )?;
+        for o in &overrides {
+            writeln!(
+                out,
+                "  {:<12} {:<16} {:<12} {}{}",
+                o.tenant,
+                o.key,
+                o.value,
+                o.source,
+                if o.detail.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {}", o.detail)
+                }
+            )?;
+        }
+    }
     if write_note {
         writeln!(out, "note: {V1_WRITE_NOTE}")?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The overrides the running daemon has in force; without a daemon, those the files and the
+/// clock give (persisted `set` values, schedule windows open now).
+fn overrides_in_force(config: &Path, socket: Option<&Path>) -> Vec<crate::control::OverrideInfo> {
+    use crate::control::{client, Op, Request};
+    let path = socket_for(config, socket);
+    if let Ok(r) = client::send(&path, &Request::new(Op::Overrides {})) {
+        if r.ok {
+            return r.overrides;
+        }
+    }
+    match crate::control::Live::load(config) {
+        Ok((live, loaded)) => live.overrides(&loaded.policy),
+        Err(_) => Vec::new(),
+    }
 }
 
 fn mib(bytes_per_s: f64) -> String {
@@ -843,6 +1039,7 @@ const V1_WRITE_NOTE: &str = "cgroup v1 write limits bind only O_DIRECT and fsync
 /// process in the leaf in every hierarchy, then replaces it with the command.
 fn exec_in(config: &Path, tenant: &str, exempt: bool, command: &[String]) -> Result<ExitCode> {
     use std::os::unix::process::CommandExt;
+    policy::check_group_name(tenant).map_err(|e| Invalid(format!("tenant name: {e}")))?;
     let ctx = prepare(config)?;
     if !ctx.loaded.policy.tenants.iter().any(|t| t.name == tenant) {
         return Err(Invalid(format!(

@@ -8,6 +8,7 @@ pub mod balance;
 pub mod cgroup;
 pub mod classify;
 pub mod cli;
+pub mod control;
 pub mod hostfs;
 pub mod import;
 pub mod inventory;

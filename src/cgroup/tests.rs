@@ -29,6 +29,7 @@ fn agent(parent: ParentSpec) -> Agent {
         root_name: DEFAULT_ROOT.into(),
         parent,
         metrics: None,
+        control_group: None,
     }
 }
 

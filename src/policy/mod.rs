@@ -7,6 +7,7 @@
 
 mod preset;
 pub mod raw;
+pub mod schedule;
 pub mod source;
 mod validate;
 pub(crate) use validate::parse_duration;
@@ -17,6 +18,7 @@ use std::path::{Path, PathBuf};
 use regex::Regex;
 
 use crate::kernel::CpuSet;
+pub use schedule::Schedule;
 pub use source::{Origin, Sourced};
 pub use validate::{check_group_name, Accounts, SystemAccounts};
 
@@ -41,6 +43,15 @@ pub struct Agent {
     pub parent: ParentSpec,
     /// Where the daemon serves Prometheus metrics; `None` when `metrics = "off"`.
     pub metrics: Option<std::net::SocketAddr>,
+    /// `agent.control_group`: members may use the control socket (root always may).
+    pub control_group: Option<ControlGroup>,
+}
+
+/// A group named by the policy, resolved to its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlGroup {
+    pub name: String,
+    pub gid: u32,
 }
 
 /// Where dbcage's root cgroup is created.
@@ -73,6 +84,8 @@ pub struct Tenant {
     pub memory: MemoryPolicy,
     /// `[tenant.replication]`: the replication guard, if any.
     pub replication: Option<crate::replication::GuardConfig>,
+    /// `[[tenant.schedule]]` windows, in file order (a later window wins where two overlap).
+    pub schedules: Vec<Schedule>,
 }
 
 impl Tenant {
@@ -343,37 +356,106 @@ pub fn dropin_dir(policy_file: &Path) -> PathBuf {
 
 /// Reads the policy file and its drop-ins (`conf.d/*.toml`, in name order) and validates them.
 pub fn load(path: &Path, accounts: &dyn Accounts) -> Result<Loaded, PolicyErrors> {
-    let main = std::fs::read_to_string(path).map_err(|e| {
-        PolicyErrors(vec![Problem::general(format!(
-            "cannot read policy {}: {e}",
+    validate::from_sources(&read_sources(path)?, accounts)
+}
+
+static INSECURE_ALLOWED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `--allow-insecure-policy`: read policy files whatever their owner and mode (development).
+pub fn allow_insecure_files(allow: bool) {
+    INSECURE_ALLOWED.store(allow, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// A policy file, `conf.d` or the directory that holds them must be owned by root and not
+/// writable by group or others (a directory with the sticky bit, such as /tmp, is fine: others
+/// cannot replace root's files in it): whoever can write them can change every limit and, through
+/// `exe` rules and storage globs, steer a daemon that runs as root.
+pub fn check_trusted(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    if INSECURE_ALLOWED.load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(());
+    }
+    let md = std::fs::metadata(path)
+        .map_err(|e| format!("cannot read policy {}: {e}", path.display()))?;
+    let what = if md.is_dir() { "directory" } else { "file" };
+    if md.uid() != 0 {
+        return Err(format!(
+            "refusing the policy {what} {}: it is owned by uid {}, not root; `chown root {}` (or run with --allow-insecure-policy while developing)",
+            path.display(),
+            md.uid(),
             path.display()
-        ))])
-    })?;
+        ));
+    }
+    let sticky_dir = md.is_dir() && md.mode() & 0o1000 != 0;
+    if md.mode() & 0o022 != 0 && !sticky_dir {
+        return Err(format!(
+            "refusing the policy {what} {}: its mode {:04o} lets group or others write it; `chmod go-w {}` (or run with --allow-insecure-policy while developing)",
+            path.display(),
+            md.mode() & 0o7777,
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// What the daemon lays over the policy files: the schedule windows in force and the values
+/// given with `dbcage set`, merged in that order after the files (so `set` wins).
+#[derive(Debug, Clone, Default)]
+pub struct Overlay {
+    /// `(tenant, index of its [[tenant.schedule]])` of each window in force.
+    pub windows: Vec<(String, usize)>,
+    /// Drop-in shaped fragments (`[[tenant]] name = ... [tenant.io] read_bps = ...`) that may
+    /// change only the limits of tenants the files define.
+    pub fragments: Vec<(PathBuf, String)>,
+}
+
+/// Reads the policy file and its drop-ins as text, in merge order (what `load` validates).
+pub fn read_sources(path: &Path) -> Result<Vec<(PathBuf, String)>, PolicyErrors> {
+    let general = |m: String| PolicyErrors(vec![Problem::general(m)]);
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    check_trusted(parent).map_err(general)?;
+    check_trusted(path).map_err(general)?;
+    let main = std::fs::read_to_string(path)
+        .map_err(|e| general(format!("cannot read policy {}: {e}", path.display())))?;
     let mut sources = vec![(path.to_path_buf(), main)];
     let dir = dropin_dir(path);
     if dir.is_dir() {
-        let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .map_err(|e| {
-                PolicyErrors(vec![Problem::general(format!(
-                    "cannot list drop-in directory {}: {e}",
-                    dir.display()
-                ))])
-            })?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-            .collect();
-        names.sort();
-        for p in names {
-            let text = std::fs::read_to_string(&p).map_err(|e| {
-                PolicyErrors(vec![Problem::general(format!(
-                    "cannot read drop-in {}: {e}",
-                    p.display()
-                ))])
-            })?;
-            sources.push((p, text));
-        }
+        check_trusted(&dir).map_err(general)?;
     }
-    validate::from_sources(&sources, accounts)
+    for p in dropin_files(path).map_err(general)? {
+        check_trusted(&p).map_err(general)?;
+        let text = std::fs::read_to_string(&p)
+            .map_err(|e| general(format!("cannot read drop-in {}: {e}", p.display())))?;
+        sources.push((p, text));
+    }
+    Ok(sources)
+}
+
+/// The drop-ins beside a policy file (`conf.d/*.toml`), in name order.
+pub fn dropin_files(path: &Path) -> Result<Vec<PathBuf>, String> {
+    let dir = dropin_dir(path);
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("cannot list drop-in directory {}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Validates policy sources with an overlay (see `Overlay`).
+pub fn from_sources_with(
+    sources: &[(PathBuf, String)],
+    overlay: &Overlay,
+    accounts: &dyn Accounts,
+) -> Result<Loaded, PolicyErrors> {
+    validate::from_sources_with(sources, overlay, accounts)
 }
 
 /// Validates policy text that is not on disk (tests, and `--config -`).

@@ -23,6 +23,8 @@ pub struct RawAgent {
     pub parent: Option<Loc<String>>,
     /// Address of the daemon's Prometheus endpoint (`"127.0.0.1:9477"`), or `"off"`.
     pub metrics: Option<Loc<String>>,
+    /// A group whose members may use the daemon's control socket (`dbcage set`, `reload`).
+    pub control_group: Option<Loc<Name>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -64,6 +66,8 @@ pub struct RawTenant {
     pub innodb_log_group_home_dir: Option<Loc<String>>,
     /// `preset = "mysql"`: the server's tmpdir, when its IO counts as the instance's.
     pub tmpdir: Option<Loc<String>>,
+    /// Time windows with other limits: `[[tenant.schedule]] days = "Mon-Fri" from = "22:00"`.
+    pub schedule: Option<Vec<Loc<RawSchedule>>>,
 }
 
 /// A string or a list of strings.
@@ -81,6 +85,22 @@ impl OneOrMany {
             OneOrMany::Many(v) => v.clone(),
         }
     }
+}
+
+/// One time window and the limit keys that hold inside it (`io.read_bps = "400MiB"`, written as
+/// dotted keys, so `io`, `cpu` and `memory` are tables here).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSchedule {
+    /// `"Mon-Fri"`, `"Sat,Sun"`, `"Fri-Mon"`; every day when absent.
+    pub days: Option<Loc<String>>,
+    /// `"22:00"`: local time (the host's time zone) when the window opens.
+    pub from: Loc<String>,
+    /// `"06:00"`: when it closes; earlier than `from` means the next day.
+    pub to: Loc<String>,
+    pub io: Option<RawIo>,
+    pub cpu: Option<RawCpu>,
+    pub memory: Option<RawMemory>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -229,6 +249,7 @@ impl RawAgent {
         take(&mut self.root, later.root);
         take(&mut self.parent, later.parent);
         take(&mut self.metrics, later.metrics);
+        take(&mut self.control_group, later.control_group);
     }
 }
 
@@ -257,7 +278,18 @@ impl RawTenant {
         take(&mut self.data_dir, later.data_dir);
         take(&mut self.wal, later.wal);
         take(&mut self.replication, later.replication);
-        match (&mut self.io, later.io) {
+        take(&mut self.schedule, later.schedule);
+        self.merge_limits(later.io, later.cpu, later.memory);
+    }
+
+    /// The limit tables of a drop-in, a schedule window or a `set` override, key by key.
+    pub fn merge_limits(
+        &mut self,
+        io: Option<RawIo>,
+        cpu: Option<RawCpu>,
+        memory: Option<RawMemory>,
+    ) {
+        match (&mut self.io, io) {
             (Some(io), Some(l)) => {
                 take(&mut io.read_bps, l.read_bps);
                 take(&mut io.write_bps, l.write_bps);
@@ -273,7 +305,7 @@ impl RawTenant {
             }
             (slot, l) => take(slot, l),
         }
-        match (&mut self.cpu, later.cpu) {
+        match (&mut self.cpu, cpu) {
             (Some(c), Some(l)) => {
                 take(&mut c.cpus, l.cpus);
                 take(&mut c.numa_nodes, l.numa_nodes);
@@ -282,7 +314,7 @@ impl RawTenant {
             }
             (slot, l) => take(slot, l),
         }
-        match (&mut self.memory, later.memory) {
+        match (&mut self.memory, memory) {
             (Some(m), Some(l)) => {
                 take(&mut m.max, l.max);
                 take(&mut m.high, l.high);

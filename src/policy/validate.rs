@@ -127,13 +127,23 @@ pub(super) fn from_sources(
     sources: &[(PathBuf, String)],
     accounts: &dyn Accounts,
 ) -> Result<Loaded, PolicyErrors> {
+    from_sources_with(sources, &Overlay::default(), accounts)
+}
+
+pub(super) fn from_sources_with(
+    sources: &[(PathBuf, String)],
+    overlay: &Overlay,
+    accounts: &dyn Accounts,
+) -> Result<Loaded, PolicyErrors> {
     let mut map = SourceMap::default();
     let mut problems = Vec::new();
     let mut files = Vec::new();
-    for (path, text) in sources {
+    let mut fragments = Vec::new();
+    for (i, (path, text)) in sources.iter().chain(&overlay.fragments).enumerate() {
         let idx = map.add(path, text);
         match with_current_file(idx, || toml::from_str::<RawFile>(text)) {
-            Ok(f) => files.push(f),
+            Ok(f) if i < sources.len() => files.push(f),
+            Ok(f) => fragments.push(f),
             Err(e) => {
                 let msg = e.message().trim().to_string();
                 problems.push(match e.span() {
@@ -153,7 +163,56 @@ pub(super) fn from_sources(
         problems,
         warnings: Vec::new(),
     };
-    let (agent, tenants) = merge(&mut ctx, files);
+    let (agent, mut tenants) = merge(&mut ctx, files);
+    for (name, i) in &overlay.windows {
+        let window = tenants
+            .iter_mut()
+            .find(|t| &t.value.name.value == name)
+            .and_then(|t| {
+                let w = t.value.schedule.as_ref()?.get(*i)?.value.clone();
+                Some((t, w))
+            });
+        match window {
+            Some((t, w)) => t.value.merge_limits(w.io, w.cpu, w.memory),
+            None => ctx.problems.push(Problem::general(format!(
+                "tenant `{name}` has no schedule window {i}"
+            ))),
+        }
+    }
+    for f in fragments {
+        if let Some(a) = f.agent {
+            let o = [&a.root, &a.parent, &a.metrics]
+                .into_iter()
+                .flatten()
+                .next()
+                .map(|l| ctx.origin(l));
+            ctx.problems.push(Problem {
+                origin: o,
+                message: "an override may change tenant limits only, not [agent]".into(),
+            });
+        }
+        for t in f.tenants {
+            let t = t.value;
+            let name = &t.name.value;
+            let Some(existing) = tenants.iter_mut().find(|e| &e.value.name.value == name) else {
+                ctx.error(&t.name, format!("no tenant named `{name}` in the policy"));
+                continue;
+            };
+            if t.rules.is_some()
+                || t.exempt.is_some()
+                || t.storage.is_some()
+                || t.storage_level.is_some()
+                || t.schedule.is_some()
+            {
+                ctx.error(
+                    &t.name,
+                    format!("an override of tenant `{name}` may change only its io, cpu and memory limits"),
+                );
+                continue;
+            }
+            existing.value.merge_limits(t.io, t.cpu, t.memory);
+        }
+    }
     let agent = validate_agent(&mut ctx, agent);
     let mut out = Vec::new();
     for t in tenants {
@@ -255,10 +314,31 @@ fn validate_agent(ctx: &mut Ctx, raw: super::raw::RawAgent) -> Agent {
             }
         },
     };
+    let accounts = ctx.accounts;
+    let control_group = raw.control_group.and_then(|g| {
+        let (name, gid) = match &g.value {
+            Name::Id(id) if (0..=u32::MAX as i64).contains(id) => {
+                (id.to_string(), Some(*id as u32))
+            }
+            Name::Id(id) => (id.to_string(), None),
+            Name::Text(s) => (s.clone(), s.parse::<u32>().ok().or_else(|| accounts.gid(s))),
+        };
+        match gid {
+            Some(gid) => Some(ControlGroup { name, gid }),
+            None => {
+                ctx.error(
+                    &g,
+                    format!("agent.control_group: no group named `{name}` on this host"),
+                );
+                None
+            }
+        }
+    });
     Agent {
         root_name,
         parent,
         metrics,
+        control_group,
     }
 }
 
@@ -373,10 +453,13 @@ fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
             })
             .ok()
     });
+    let schedules = validate_schedules(ctx, &name, &t, !storage.is_empty());
+
     if ctx.problems.len() > before {
         return None;
     }
     Some(Tenant {
+        schedules,
         name,
         origin,
         rules,
@@ -390,6 +473,136 @@ fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
         memory,
         replication,
     })
+}
+
+/// `[[tenant.schedule]]`: the window and its limits, each limit checked as it would be in
+/// `[tenant.io]`, `[tenant.cpu]` or `[tenant.memory]`. Windows of one tenant that overlap and set
+/// the same key get a warning: the later one wins.
+fn validate_schedules(
+    ctx: &mut Ctx,
+    tenant: &str,
+    t: &RawTenant,
+    has_storage: bool,
+) -> Vec<Schedule> {
+    use super::schedule::{label, parse_days, parse_time};
+    let mut out: Vec<Schedule> = Vec::new();
+    for (i, w) in t.schedule.iter().flatten().enumerate() {
+        let before = ctx.problems.len();
+        let s = &w.value;
+        let what = format!("tenant `{tenant}`: schedule[{i}]");
+        let days = match &s.days {
+            None => [true; 7],
+            Some(d) => parse_days(&d.value).unwrap_or_else(|e| {
+                ctx.error(d, format!("{what}.days: {e}"));
+                [true; 7]
+            }),
+        };
+        let from = parse_time(&s.from.value, false).unwrap_or_else(|e| {
+            ctx.error(&s.from, format!("{what}.from: {e}"));
+            0
+        });
+        let to = parse_time(&s.to.value, true).unwrap_or_else(|e| {
+            ctx.error(&s.to, format!("{what}.to: {e}"));
+            0
+        });
+        let mut keys = Vec::new();
+        if let Some(io) = &s.io {
+            let v = io.values();
+            validate_io(ctx, tenant, &format!("schedule[{i}].io"), &v);
+            for (k, set) in [
+                ("read_bps", v.read_bps.is_some()),
+                ("write_bps", v.write_bps.is_some()),
+                ("read_iops", v.read_iops.is_some()),
+                ("write_iops", v.write_iops.is_some()),
+            ] {
+                if set {
+                    keys.push(format!("io.{k}"));
+                }
+            }
+            if !io.devices.is_empty()
+                || io.split.is_some()
+                || io.rebalance_interval.is_some()
+                || io.floor.is_some()
+                || io.smoothing.is_some()
+            {
+                ctx.error(w, format!("{what}: a window may set io.read_bps, io.write_bps, io.read_iops and io.write_iops; io.device, io.split and its tuning belong in [tenant.io]"));
+            }
+            if !keys.is_empty() && !has_storage {
+                ctx.error(
+                    w,
+                    format!("{what} sets IO limits but tenant `{tenant}` has no `storage`"),
+                );
+            }
+        }
+        if let Some(c) = &s.cpu {
+            validate_cpu(ctx, tenant, c);
+            for (k, set) in [
+                ("cpus", c.cpus.is_some()),
+                ("numa_nodes", c.numa_nodes.is_some()),
+                ("cores", c.cores.is_some()),
+                ("weight", c.weight.is_some()),
+            ] {
+                if set {
+                    keys.push(format!("cpu.{k}"));
+                }
+            }
+        }
+        if let Some(m) = &s.memory {
+            validate_memory(ctx, tenant, m);
+            for (k, set) in [
+                ("max", m.max.is_some()),
+                ("high", m.high.is_some()),
+                ("low", m.low.is_some()),
+                ("swap_max", m.swap_max.is_some()),
+            ] {
+                if set {
+                    keys.push(format!("memory.{k}"));
+                }
+            }
+        }
+        if keys.is_empty() {
+            ctx.warnings.push(Problem::at(
+                &ctx.origin(w),
+                format!("{what} sets no limits"),
+            ));
+        }
+        if ctx.problems.len() > before {
+            continue;
+        }
+        let sched = Schedule {
+            days,
+            from,
+            to,
+            keys,
+            origin: ctx.origin(w),
+            label: label(&days, from, to),
+        };
+        let minutes = sched.week_minutes();
+        for earlier in &out {
+            let common: Vec<&String> = sched
+                .keys
+                .iter()
+                .filter(|k| earlier.keys.contains(k))
+                .collect();
+            let overlap = earlier
+                .week_minutes()
+                .iter()
+                .zip(&minutes)
+                .any(|(a, b)| *a && *b);
+            if overlap && !common.is_empty() {
+                ctx.warnings.push(Problem::at(&sched.origin, format!(
+                    "{what} ({}) overlaps the window {} at {} and sets {} too; where both are open the later one ({}) wins",
+                    sched.label,
+                    earlier.label,
+                    earlier.origin,
+                    common.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", "),
+                    sched.label
+                )));
+            }
+        }
+        out.push(sched);
+    }
+    out
 }
 
 /// `"1s"`, `"500ms"`, `"2.5s"`, `"1m"` → a duration.

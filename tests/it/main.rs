@@ -9,6 +9,7 @@
 
 mod balance;
 mod common;
+mod control;
 mod cpu_mem;
 mod daemon;
 mod import;

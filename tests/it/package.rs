@@ -115,6 +115,12 @@ fn policy_with(strukt: &str, key: &str, value: &str) -> String {
         "RawReplication" => format!(
             "{tenant}[tenant.replication]\nrole = \"standby\"\nconninfo = \"port=5432\"\n{key} = {value}\n"
         ),
+        "RawSchedule" if key == "from" || key == "to" => {
+            format!("{tenant}[[tenant.schedule]]\nfrom = \"22:00\"\nto = \"06:00\"\n")
+        }
+        "RawSchedule" => format!(
+            "{tenant}[[tenant.schedule]]\nfrom = \"22:00\"\nto = \"06:00\"\n{key} = {value}\n"
+        ),
         other => panic!(
             "src/policy/raw.rs has a new struct `{other}`: add the table it is read from to \
              policy_with() in tests/it/package.rs, and document its keys in man/dbcage.toml.5"

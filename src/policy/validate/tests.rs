@@ -1109,3 +1109,94 @@ fn io_split_errors_are_located() {
     );
     assert!(e.iter().any(|m| m.contains("not a percentage")), "{e:?}");
 }
+
+#[test]
+fn schedules_are_validated_with_locations_and_overlaps_warn() {
+    let base = "[[tenant]]\nname = \"s\"\nmatch = [{ comm = \"^x$\" }]\nstorage = [\"/\"]\n[tenant.io]\nread_bps = \"50MiB\"\n";
+    let good = format!(
+        "{base}[[tenant.schedule]]\ndays = \"Mon-Fri\"\nfrom = \"22:00\"\nto = \"06:00\"\nio.read_bps = \"400MiB\"\ncpu.cores = 4\n\
+         [[tenant.schedule]]\ndays = \"Fri\"\nfrom = \"23:00\"\nto = \"23:30\"\nio.read_bps = \"1GiB\"\n\
+         [[tenant.schedule]]\ndays = \"Sat\"\nfrom = \"10:00\"\nto = \"11:00\"\nio.read_bps = \"1GiB\"\n"
+    );
+    let l = ok(&good);
+    let s = &l.policy.tenants[0].schedules;
+    assert_eq!(s.len(), 3);
+    assert_eq!(s[0].label, "Mon-Fri 22:00-06:00");
+    assert_eq!(s[0].keys, vec!["io.read_bps", "cpu.cores"]);
+    assert_eq!(
+        l.policy.tenants[0].io.read_bps,
+        Some(50 << 20),
+        "windows change nothing outside the overlay"
+    );
+    // The Friday window overlaps the weekday night and sets the same key; Saturday's does not.
+    let w: Vec<String> = l.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert_located(
+        &w[0],
+        &good,
+        "[[tenant.schedule]]\ndays = \"Fri\"",
+        &[
+            "overlaps the window Mon-Fri 22:00-06:00",
+            "io.read_bps",
+            "later one",
+        ],
+    );
+
+    let bad = format!(
+        "{base}[[tenant.schedule]]\ndays = \"Mon-Fry\"\nfrom = \"25:00\"\nto = \"6\"\ncpu.cores = 0\nio.split = \"demand\"\n"
+    );
+    let e = errors(&bad);
+    assert_eq!(e.len(), 5, "{e:#?}");
+    assert_located(&e[0], &bad, "\"Mon-Fry\"", &["schedule[0].days", "Fry"]);
+    assert_located(&e[1], &bad, "\"25:00\"", &["schedule[0].from"]);
+    assert_located(&e[2], &bad, "\"6\"", &["schedule[0].to", "HH:MM"]);
+    assert!(
+        e.iter()
+            .any(|x| x.contains("cpu.cores = 0 is out of range")),
+        "{e:#?}"
+    );
+    assert!(e.iter().any(|x| x.contains("io.split")), "{e:#?}");
+    // IO limits in a window need storage, as in [tenant.io].
+    let e = error(&format!(
+        "{}[[tenant.schedule]]\nfrom = \"1:00\"\nto = \"2:00\"\nio.write_iops = 10\n",
+        tenant_named("n")
+    ));
+    assert!(e.contains("has no `storage`"), "{e}");
+}
+
+#[test]
+fn overlay_windows_then_fragments_in_that_order() {
+    let text = format!(
+        "{}[tenant.cpu]\ncores = 1\n[[tenant.schedule]]\nfrom = \"00:00\"\nto = \"00:00\"\ncpu.cores = 2\ncpu.weight = 50\n",
+        tenant_named("o")
+    );
+    let sources = vec![(PathBuf::from(NAME), text)];
+    let overlay = Overlay {
+        windows: vec![("o".into(), 0)],
+        fragments: vec![(
+            PathBuf::from("set o"),
+            "[[tenant]]\nname = \"o\"\n[tenant.cpu]\ncores = 3\n".into(),
+        )],
+    };
+    let l = from_sources_with(&sources, &overlay, &FakeAccounts).unwrap();
+    assert_eq!(l.policy.tenants[0].cpu.cores, Some(3.0));
+    assert_eq!(l.policy.tenants[0].cpu.weight, Some(50));
+    // A fragment may not add tenants, change rules or the agent.
+    for (frag, want) in [
+        ("[[tenant]]\nname = \"new\"\n", "no tenant named `new`"),
+        (
+            "[[tenant]]\nname = \"o\"\nstorage = [\"/\"]\n",
+            "only its io, cpu and memory",
+        ),
+        ("[agent]\nroot = \"x\"\n", "not [agent]"),
+    ] {
+        let overlay = Overlay {
+            windows: vec![],
+            fragments: vec![(PathBuf::from("set o"), frag.into())],
+        };
+        let e = from_sources_with(&sources, &overlay, &FakeAccounts)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{frag}: {e}");
+    }
+}

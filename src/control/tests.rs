@@ -1,0 +1,357 @@
+use super::*;
+
+fn values(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+const POLICY: &str = r#"
+[[tenant]]
+name = "DEMO"
+match = [{ comm = "^x$" }]
+storage = ["/"]
+[tenant.io]
+read_bps = "50MiB"
+[tenant.cpu]
+cores = 2
+[tenant.memory]
+max = "4GiB"
+
+[[tenant.schedule]]
+days = "Mon-Fri"
+from = "22:00"
+to = "06:00"
+io.read_bps = "400MiB"
+cpu.cores = 4
+"#;
+
+fn live() -> Live {
+    Live {
+        config: PathBuf::from("/nonexistent/dbcage.toml"),
+        sources: vec![(PathBuf::from("/nonexistent/dbcage.toml"), POLICY.into())],
+        runtime: BTreeMap::new(),
+        windows: Vec::new(),
+        next_change: None,
+    }
+}
+
+#[test]
+fn fragments_carry_only_limit_keys_and_encode_values() {
+    let f = fragment(
+        "DEMO",
+        &values(&[
+            ("io.read_bps", "200MiB"),
+            ("cpu.cores", "1.5"),
+            ("cpu.weight", "300"),
+            ("cpu.cpus", "0-3"),
+            ("cpu.numa_nodes", "0,1"),
+        ]),
+    )
+    .unwrap();
+    let t: toml::Table = f.parse().unwrap();
+    let tenant = &t["tenant"][0];
+    assert_eq!(tenant["name"].as_str(), Some("DEMO"));
+    assert_eq!(tenant["io"]["read_bps"].as_str(), Some("200MiB"));
+    assert_eq!(tenant["cpu"]["cores"].as_float(), Some(1.5));
+    assert_eq!(tenant["cpu"]["weight"].as_integer(), Some(300));
+    assert_eq!(tenant["cpu"]["cpus"].as_str(), Some("0-3"));
+    assert_eq!(tenant["cpu"]["numa_nodes"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        fragment_values(&f),
+        values(&[
+            ("io.read_bps", "200MiB"),
+            ("cpu.cores", "1.5"),
+            ("cpu.weight", "300"),
+            ("cpu.cpus", "0-3"),
+            ("cpu.numa_nodes", "0,1"),
+        ])
+    );
+    for (k, v) in [
+        ("match", "x"),
+        ("storage", "/"),
+        ("io.device", "/dev/sda"),
+        ("agent.root", "x"),
+        ("io.read_bps.x", "1"),
+    ] {
+        let e = fragment("DEMO", &values(&[(k, v)])).unwrap_err();
+        assert!(e.contains("cannot be set"), "{k}: {e}");
+    }
+    // A value cannot break out of its string.
+    let f = fragment("DEMO", &values(&[("cpu.cpus", "0\"\n[agent]\nroot = \"x")]));
+    assert!(f.is_err(), "control characters refused");
+    let f = fragment("DEMO", &values(&[("cpu.cpus", "0\" ] [agent] root = \"x")])).unwrap();
+    let t: toml::Table = f.parse().unwrap();
+    assert!(t.get("agent").is_none());
+    assert!(fragment("DEMO", &values(&[("cpu.numa_nodes", "0,x")])).is_err());
+}
+
+#[test]
+fn tenant_names_that_would_be_paths_are_refused() {
+    for bad in [
+        "../x",
+        "..",
+        "a/b",
+        "/etc",
+        ".hidden",
+        "x\0y",
+        "",
+        "cpu.shares",
+        "tasks",
+    ] {
+        assert!(
+            fragment(bad, &values(&[("cpu.cores", "1")])).is_err(),
+            "{bad:?}"
+        );
+        let l = live();
+        let policy = l.effective().unwrap().policy;
+        let op = Op::Set {
+            tenant: bad.into(),
+            values: values(&[("cpu.cores", "1")]),
+            persist: true,
+        };
+        let e = plan_change(&l, &policy, &op).err().unwrap();
+        assert!(
+            e.contains("tenant name") || e.contains("no tenant"),
+            "{bad:?}: {e}"
+        );
+    }
+}
+
+#[test]
+fn set_is_validated_as_the_policy_is_and_wins_over_files_and_windows() {
+    let l = live();
+    let policy = l.effective().unwrap().policy;
+    assert_eq!(policy.tenants[0].io.read_bps, Some(50 << 20));
+    let op = |pairs: &[(&str, &str)]| Op::Set {
+        tenant: "DEMO".into(),
+        values: values(pairs),
+        persist: false,
+    };
+    let c = plan_change(
+        &l,
+        &policy,
+        &op(&[("io.read_bps", "200MiB"), ("cpu.cpus", "0-1")]),
+    )
+    .unwrap()
+    .unwrap();
+    let t = &c.loaded.policy.tenants[0];
+    assert_eq!(t.io.read_bps, Some(200 << 20));
+    assert_eq!(t.cpu.cores, Some(2.0), "keys not given stay");
+    assert_eq!(t.cpu.cpus.as_ref().unwrap().value.to_string(), "0-1");
+    assert!(c.file.is_none());
+    // The same messages as for the file, with the key's place.
+    for (k, v, want) in [
+        ("cpu.cores", "0", "out of range"),
+        ("cpu.weight", "0", "1 to 10000"),
+        ("cpu.cpus", "3-1", "cpu.cpus"),
+        ("cpu.cpus", "../../x", "cpu.cpus"),
+        ("memory.low", "8GiB", "above memory.max"),
+        ("io.read_bps", "lots", "io.read_bps"),
+        ("io.read_bps", "0", "would stop"),
+    ] {
+        let e = plan_change(&l, &policy, &op(&[(k, v)])).err().unwrap();
+        assert!(e.contains(want), "{k}={v}: {e}");
+        assert!(
+            e.contains("set DEMO:"),
+            "{k}={v}: the error names its source: {e}"
+        );
+    }
+    // A window in force, then set on top of it.
+    let mut w = l.clone();
+    w.windows = vec![("DEMO".into(), 0)];
+    let p = w.effective().unwrap().policy;
+    assert_eq!(p.tenants[0].io.read_bps, Some(400 << 20));
+    assert_eq!(p.tenants[0].cpu.cores, Some(4.0));
+    let c = plan_change(&w, &p, &op(&[("cpu.cores", "8")]))
+        .unwrap()
+        .unwrap();
+    assert_eq!(c.loaded.policy.tenants[0].cpu.cores, Some(8.0));
+    assert_eq!(c.loaded.policy.tenants[0].io.read_bps, Some(400 << 20));
+    let o = c.live.overrides(&c.loaded.policy);
+    let find = |k: &str| o.iter().find(|x| x.key == k).unwrap();
+    assert_eq!(find("cpu.cores").source, "runtime");
+    assert_eq!(find("cpu.cores").value, "8");
+    assert_eq!(find("io.read_bps").source, "schedule");
+    assert!(find("io.read_bps").detail.contains("Mon-Fri 22:00-06:00"));
+    // Reset drops the runtime values; the window stays.
+    let r = plan_change(
+        &c.live,
+        &c.loaded.policy,
+        &Op::Reset {
+            tenant: "DEMO".into(),
+            persist: false,
+        },
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(r.loaded.policy.tenants[0].cpu.cores, Some(4.0));
+    assert!(r.live.runtime.is_empty());
+}
+
+#[test]
+fn persist_builds_a_dropin_that_validates_and_merges_in_name_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("dbcage.toml");
+    let mut l = live();
+    l.config = config.clone();
+    l.sources[0].0 = config.clone();
+    let later = policy::dropin_dir(&config).join("95-late.toml");
+    l.sources.push((
+        later.clone(),
+        "[[tenant]]\nname = \"DEMO\"\n[tenant.memory]\nhigh = \"1GiB\"\n".into(),
+    ));
+    let policy = l.effective().unwrap().policy;
+    let op = Op::Set {
+        tenant: "DEMO".into(),
+        values: values(&[("memory.high", "2GiB")]),
+        persist: true,
+    };
+    let c = plan_change(&l, &policy, &op).unwrap().unwrap();
+    let (path, text) = c.file.clone().unwrap();
+    assert_eq!(path, persist_path(&config, "DEMO"));
+    assert!(path.ends_with("conf.d/90-set-DEMO.toml"));
+    assert_eq!(c.live.sources[1].0, path, "90-set-* sorts before 95-late");
+    assert_eq!(
+        c.loaded.policy.tenants[0].memory.high,
+        Some(1 << 30),
+        "a later drop-in still wins over a persisted set"
+    );
+    write_dropin(&path, text.as_deref()).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let md = std::fs::metadata(&path).unwrap();
+    assert_eq!(md.permissions().mode() & 0o777, 0o600);
+    let on_disk = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(
+        fragment_values(&on_disk),
+        values(&[("memory.high", "2GiB")])
+    );
+    let o = c.live.overrides(&c.loaded.policy);
+    assert_eq!(o[0].source, "persisted");
+    // Reset --persist removes it.
+    let r = plan_change(
+        &c.live,
+        &c.loaded.policy,
+        &Op::Reset {
+            tenant: "DEMO".into(),
+            persist: true,
+        },
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(r.file, Some((path.clone(), None)));
+    write_dropin(&path, None).unwrap();
+    assert!(!path.exists());
+}
+
+#[test]
+fn assignments_parse() {
+    let w = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        parse_assignments(&w(&["io.read_bps=200MiB", "cpu.cpus=0-31"])).unwrap(),
+        values(&[("io.read_bps", "200MiB"), ("cpu.cpus", "0-31")])
+    );
+    assert!(parse_assignments(&w(&["cpu.cores"])).is_err());
+    assert!(parse_assignments(&w(&["cpu.cores=1", "cpu.cores=2"])).is_err());
+}
+
+#[test]
+fn only_root_and_the_control_group_are_authorized() {
+    assert!(server::authorized(0, 0, None));
+    assert!(!server::authorized(65534, 65534, None));
+    assert!(
+        server::authorized(65534, 4242, Some(4242)),
+        "primary gid of the peer"
+    );
+    assert!(!server::authorized(65534, 65534, Some(4242)));
+}
+
+/// A governor that records what it would apply.
+struct Recorder {
+    live: Live,
+    policy: Policy,
+    applied: Vec<Policy>,
+}
+
+impl Governor for Recorder {
+    type Staged = Loaded;
+    fn live(&self) -> &Live {
+        &self.live
+    }
+    fn live_mut(&mut self) -> &mut Live {
+        &mut self.live
+    }
+    fn current(&self) -> &Policy {
+        &self.policy
+    }
+    fn stage(&mut self, loaded: Loaded) -> Result<Loaded> {
+        Ok(loaded)
+    }
+    fn commit(&mut self, live: Live, staged: Loaded) -> Vec<String> {
+        self.live = live;
+        self.policy = staged.policy.clone();
+        self.applied.push(staged.policy);
+        Vec::new()
+    }
+}
+
+#[test]
+fn windows_open_and_close_through_the_override_path_with_an_injected_clock() {
+    use chrono::TimeZone;
+    use chrono_tz::Europe::Berlin;
+    let at = |d: u32, h: u32, m: u32| Berlin.with_ymd_and_hms(2026, 3, d, h, m, 0).unwrap();
+    // 2026-03-09 is a Monday.
+    let (live, loaded) = live().rewindowed(&at(9, 21, 0)).unwrap();
+    assert!(live.windows.is_empty());
+    assert_eq!(
+        live.next_change,
+        Some(at(9, 22, 0).with_timezone(&Utc)),
+        "the next boundary, computed rather than polled"
+    );
+    let mut g = Recorder {
+        live,
+        policy: loaded.policy,
+        applied: Vec::new(),
+    };
+    let cores = |p: &Policy| p.tenants[0].cpu.cores;
+    let bps = |p: &Policy| p.tenants[0].io.read_bps;
+    assert_eq!(
+        tick(&mut g, &at(9, 21, 30)),
+        None,
+        "no change, nothing applied"
+    );
+    assert!(g.applied.is_empty());
+    let line = tick(&mut g, &at(9, 22, 0)).expect("the window opens");
+    assert!(line.contains("DEMO: Mon-Fri 22:00-06:00"), "{line}");
+    assert_eq!(cores(&g.policy), Some(4.0));
+    assert_eq!(bps(&g.policy), Some(400 << 20));
+    assert_eq!(g.live.next_change, Some(at(10, 6, 0).with_timezone(&Utc)));
+    // A runtime value set inside the window wins over it, and survives the window's end.
+    let r = handle(
+        &mut g,
+        &Op::Set {
+            tenant: "DEMO".into(),
+            values: values(&[("cpu.cores", "8")]),
+            persist: false,
+        },
+        Instant::now(),
+    );
+    assert!(r.ok, "{r:?}");
+    assert_eq!(cores(&g.policy), Some(8.0));
+    let line = tick(&mut g, &at(10, 6, 0)).expect("the window closes");
+    assert!(line.contains("in force: none"), "{line}");
+    assert_eq!(cores(&g.policy), Some(8.0));
+    assert_eq!(bps(&g.policy), Some(50 << 20));
+    // Friday night's window lasts into Saturday; Saturday night has none.
+    let _ = tick(&mut g, &at(13, 22, 0));
+    assert_eq!(bps(&g.policy), Some(400 << 20));
+    let _ = tick(&mut g, &at(14, 6, 0));
+    assert_eq!(bps(&g.policy), Some(50 << 20));
+    assert_eq!(
+        g.live.next_change,
+        Some(at(16, 22, 0).with_timezone(&Utc)),
+        "after Saturday 06:00 the next boundary is Monday 22:00"
+    );
+    assert_eq!(g.applied.len(), 5);
+}
