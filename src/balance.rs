@@ -291,7 +291,7 @@ fn set_current(s: Shares) {
 
 /// Where the daemon publishes its decisions for `status` and the metrics.
 pub fn published_path(root_name: &str) -> PathBuf {
-    PathBuf::from(format!("/run/dbcage/{root_name}.balance.json"))
+    crate::rundir::state_path(root_name, "balance")
 }
 
 /// The published file: the decisions and the daemon that maintains them.
@@ -318,24 +318,11 @@ fn daemon_alive(pid: u32) -> bool {
 }
 
 fn publish(root_name: &str, p: &Published) {
-    use std::os::unix::fs::DirBuilderExt;
-    let path = published_path(root_name);
-    if let Some(dir) = path.parent() {
-        let _ = std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir);
-    }
-    let tmp = path.with_extension("json.tmp");
     let file = PublishedFile {
         pid: std::process::id(),
         tenants: p.clone(),
     };
-    if let Ok(text) = serde_json::to_string(&file) {
-        if std::fs::write(&tmp, text).is_ok() {
-            let _ = std::fs::rename(&tmp, &path);
-        }
-    }
+    crate::rundir::publish_json(&published_path(root_name), &file);
 }
 
 #[derive(Debug, Default)]

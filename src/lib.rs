@@ -18,6 +18,7 @@ pub mod plan;
 pub mod policy;
 pub mod probe;
 pub mod replication;
+pub mod rundir;
 pub mod stats;
 pub mod status;
 pub mod top;

@@ -27,7 +27,7 @@ pub use protocol::{Op, OverrideInfo, Request, Response};
 pub use server::Server;
 
 /// Where the daemons' sockets live (one per root group: `/run/dbcage/<root>.sock`).
-pub const SOCKET_DIR: &str = "/run/dbcage";
+pub const SOCKET_DIR: &str = crate::rundir::RUN_DIR;
 
 /// The socket of the daemon that serves the root group `root` (a validated group name).
 pub fn socket_path(root: &str) -> PathBuf {

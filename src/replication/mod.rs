@@ -544,24 +544,11 @@ fn spawn_watcher(
 /// Where the daemon publishes each guarded tenant's `GuardStatus` (lag, behind, raised limits,
 /// actions taken): `/run/dbcage/<root>.replication.json`.
 pub fn published_path(root_name: &str) -> std::path::PathBuf {
-    std::path::PathBuf::from(format!("/run/dbcage/{root_name}.replication.json"))
+    crate::rundir::state_path(root_name, "replication")
 }
 
 fn publish(root_name: &str, status: &std::collections::BTreeMap<String, GuardStatus>) {
-    use std::os::unix::fs::DirBuilderExt;
-    let path = published_path(root_name);
-    if let Some(dir) = path.parent() {
-        let _ = std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir);
-    }
-    let tmp = path.with_extension("json.tmp");
-    if let Ok(text) = serde_json::to_string(status) {
-        if std::fs::write(&tmp, text).is_ok() {
-            let _ = std::fs::rename(&tmp, &path);
-        }
-    }
+    crate::rundir::publish_json(&published_path(root_name), status);
 }
 
 /// How often the daemon looks for new samples while a guard runs.
