@@ -146,7 +146,9 @@ fi
 
 cd "$REPO"
 cargo build --release --quiet
+# The storm bench's own artifact (the build may also report the dbcage binary after it).
 BENCH=$(cargo bench --bench storm --no-run --message-format=json 2>/dev/null |
+    grep '"kind":\["bench"\]' | grep '"name":"storm"' |
     sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
 [ -x "$BENCH" ] || die "could not build the storm bench"
 note "bench: $BENCH; rates $RATES execs/s for ${DURATION}s each; cpu cgroup of this shell: ${SELF_CPU:-/}"
