@@ -121,6 +121,15 @@ pub fn floor_units(total: u64, n: usize, floor: f64) -> u64 {
     f.max(1).min(total / n as u64)
 }
 
+/// Whether a device is held back by its limit: pinned, or at the floor `f` with half of it in
+/// use (a load that just started there shows in part of an interval only, so it is seen one
+/// interval sooner).
+pub fn held(u: &Usage, f: u64) -> bool {
+    pinned(u)
+        || u.limit
+            .is_some_and(|l| l <= f && u.rate > 0.0 && u.rate >= AT_FLOOR * l as f64)
+}
+
 /// Whether a device uses so much of its limit that the limit hides its demand.
 pub fn pinned(u: &Usage) -> bool {
     u.limit
@@ -141,12 +150,7 @@ pub fn allocate(total: u64, floor: f64, usage: &[Usage]) -> Vec<(u64, Reason)> {
     let wants: Vec<Option<u64>> = usage
         .iter()
         .map(|u| {
-            // At the floor, half of it in use already counts (a load that just started there
-            // shows in part of an interval only): it is seen one interval sooner.
-            let at_floor = u
-                .limit
-                .is_some_and(|l| l <= f && u.rate >= AT_FLOOR * l as f64);
-            if pinned(u) || (at_floor && u.rate > 0.0) {
+            if held(u, f) {
                 None
             } else {
                 let w = (u.rate.max(0.0) * MARGIN).ceil();
@@ -338,6 +342,8 @@ struct TenantState {
     follow_up: Option<std::collections::BTreeSet<(DevNum, usize)>>,
     /// (device, key) pinned at the last look (see `STAY_PINNED`).
     pinned_last: std::collections::BTreeSet<(DevNum, usize)>,
+    /// The devices and their iops grains (`iops_grain`), as last read from sysfs.
+    grains: Option<(Vec<DevNum>, Vec<u64>)>,
 }
 
 /// The daemon's side: state between intervals.
@@ -430,18 +436,27 @@ impl Balancer {
                 continue;
             };
             let devices: Vec<DevNum> = td.devices.iter().map(|d| d.devnum).collect();
-            let grains: Vec<u64> = devices
-                .iter()
-                .map(|d| {
-                    let path = format!("/sys/dev/block/{d}/queue/rotational");
-                    // unknown: the rotational slice, the finer grain
-                    iops_grain(
-                        ctx.fs
-                            .read_to_string(path)
-                            .map_or(true, |r| r.trim() != "0"),
-                    )
-                })
-                .collect();
+            // Read from sysfs only when the device set changes, not every interval.
+            if st.grains.as_ref().is_none_or(|(devs, _)| *devs != devices) {
+                let grains = devices
+                    .iter()
+                    .map(|d| {
+                        let path = format!("/sys/dev/block/{d}/queue/rotational");
+                        // unknown: the rotational slice, the finer grain
+                        iops_grain(
+                            ctx.fs
+                                .read_to_string(path)
+                                .map_or(true, |r| r.trim() != "0"),
+                        )
+                    })
+                    .collect();
+                st.grains = Some((devices.clone(), grains));
+            }
+            let grains = st
+                .grains
+                .as_ref()
+                .map(|(_, g)| g.clone())
+                .unwrap_or_default();
             let Some((limits, counters)) = read_leaf(&ctx.layout, &t.name) else {
                 continue;
             };
@@ -484,14 +499,9 @@ impl Balancer {
                     .collect();
                 // When a device is held back by its limit the budget is contested: falls
                 // elsewhere are followed at once, unsmoothed.
-                let floor = floor_units(total, devices.len(), t.io_split.floor) as f64;
-                let held = |u: &Usage| {
-                    pinned(u)
-                        || u.limit.is_some_and(|l| {
-                            l as f64 <= floor && u.rate > 0.0 && u.rate >= AT_FLOOR * l as f64
-                        })
-                };
-                let contested = raw.iter().any(held);
+                let f = floor_units(total, devices.len(), t.io_split.floor);
+                let floor = f as f64;
+                let contested = raw.iter().any(|u| held(u, f));
                 // A busy device that fell to less than half its use while another is held back:
                 // the load is moving; a follow-up after a quarter interval gives the held device
                 // what the first look had to leave to the old one (it was still busy for part
@@ -503,7 +513,7 @@ impl Balancer {
                 });
                 if contested && dropped {
                     for (d, u) in devices.iter().zip(&raw) {
-                        if held(u) {
+                        if held(u, f) {
                             held_now.insert((*d, k));
                         }
                     }
