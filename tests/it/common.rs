@@ -725,6 +725,23 @@ impl<'a> Daemon<'a> {
     }
 
     /// Sends `sig` to it, by pid, if it has not exited (and been reaped) yet.
+    /// Writes `body` as the tenancy's policy, sends SIGHUP and waits until the daemon logs the
+    /// reload (panics with its log otherwise).
+    pub fn reload_with(&mut self, t: &Tenancy, body: &str) {
+        let before = self.log().matches("policy reloaded").count();
+        t.set_policy(body);
+        self.signal(nix::sys::signal::Signal::SIGHUP);
+        assert!(
+            wait_until(Duration::from_secs(10), || self
+                .log()
+                .matches("policy reloaded")
+                .count()
+                > before),
+            "the daemon did not reload:\n{}",
+            self.log()
+        );
+    }
+
     pub fn signal(&mut self, sig: nix::sys::signal::Signal) {
         if self.alive() {
             nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid as i32), sig)

@@ -13,8 +13,6 @@ use std::os::unix::process::CommandExt as _;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
-
 use crate::common::*;
 use crate::pg::*;
 
@@ -138,22 +136,6 @@ fn pg_tenant(name: &str, c: &PgCluster, extra: &str) -> String {
     )
 }
 
-/// Reloads the daemon's policy (SIGHUP) and waits until it says so.
-fn reload(d: &mut Daemon, t: &Tenancy, body: &str) {
-    let before = d.log().matches("policy reloaded").count();
-    t.set_policy(body);
-    d.signal(Signal::SIGHUP);
-    assert!(
-        wait_until(Duration::from_secs(10), || d
-            .log()
-            .matches("policy reloaded")
-            .count()
-            > before),
-        "the daemon did not reload:\n{}",
-        d.log()
-    );
-}
-
 fn row(label: &str, b: &Bench, reference: &Bench, extra: &str) -> String {
     format!(
         "  {label:<22} {:8.1}  {:5.2}  {:8.1}  {:5.2}  {extra}",
@@ -251,7 +233,7 @@ fn pg_noisy_neighbour_io() {
     settle();
     let low = limit_mib / 2;
     let high = limit_mib * 2;
-    reload(&mut d, &t, &body(low));
+    d.reload_with(&t, &body(low));
     let dur2 = (2 * secs).to_string();
     let sampler = {
         let dev = a.disk.name();
@@ -280,7 +262,7 @@ fn pg_noisy_neighbour_io() {
         d.log()
     );
     std::thread::sleep(Duration::from_secs(secs));
-    reload(&mut d, &t, &body(high));
+    d.reload_with(&t, &body(high));
     let live = live.finish(&a, timeout);
     let rates = sampler.join().unwrap();
     drop(d);
@@ -415,7 +397,7 @@ fn pg_noisy_neighbour_cpu() {
         "A's postmaster is not on cpu 0"
     );
 
-    reload(&mut d, &t, &policy("cores = 0.5", "weight = 100"));
+    d.reload_with(&t, &policy("cores = 0.5", "weight = 100"));
     let free_alone = b_alone();
     let usage = || {
         std::fs::read_to_string(t.tenant_dir("cpuacct", "a").join("cpuacct.usage"))
@@ -427,7 +409,7 @@ fn pg_noisy_neighbour_cpu() {
     let (u0, c0) = (usage(), Instant::now());
     let (capped, a_capped) = b_with_a();
     let a_cores = (usage() - u0) as f64 / 1e9 / c0.elapsed().as_secs_f64();
-    reload(&mut d, &t, &policy("weight = 100", "weight = 100"));
+    d.reload_with(&t, &policy("weight = 100", "weight = 100"));
     let (unlimited, a_unl) = b_with_a();
     drop(d);
 

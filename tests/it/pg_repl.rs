@@ -120,17 +120,9 @@ pub fn load_and_watch(p: &PgCluster, secs: u64, rate: &str) -> Vec<Lag> {
 
 /// Reloads `body` without its IO limits and waits until the daemon has applied it.
 fn lift_limits(d: &mut Daemon, t: &Tenancy, body: &str) {
-    let before = d.log().matches("policy reloaded").count();
-    t.set_policy(&body.replace("write_bps = \"4MiB\"\nwrite_iops = 200\n", ""));
-    d.signal(nix::sys::signal::Signal::SIGHUP);
-    assert!(
-        wait_until(Duration::from_secs(10), || d
-            .log()
-            .matches("policy reloaded")
-            .count()
-            > before),
-        "the daemon did not reload:\n{}",
-        d.log()
+    d.reload_with(
+        t,
+        &body.replace("write_bps = \"4MiB\"\nwrite_iops = 200\n", ""),
     );
 }
 
@@ -195,14 +187,7 @@ fn pg_replication_lag_limited_vs_exempt() {
         lag_now(&p).is_some_and(|(_, r)| r < 1 << 20)
     });
     assert!(caught_up, "the standby did not catch up once unlimited");
-    let before = d.log().matches("policy reloaded").count();
-    t.set_policy(&(primary.clone() + &standby_policy(&s, "exempt", "")));
-    d.signal(nix::sys::signal::Signal::SIGHUP);
-    assert!(wait_until(Duration::from_secs(10), || d
-        .log()
-        .matches("policy reloaded")
-        .count()
-        > before));
+    d.reload_with(&t, &(primary.clone() + &standby_policy(&s, "exempt", "")));
     println!("wal = \"exempt\", same limits:");
     let exempt = load_and_watch(&p, secs, "4");
     println!("  {}", series_text(&exempt));
