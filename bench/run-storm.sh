@@ -16,7 +16,9 @@
 #   default the target/release/dbcage this script builds),
 #   STORM_RESULTS (a file to append the JSON lines to; by default they are only printed),
 #   CLASSIFIER_NICE (default -10, as dist/dbcage.service sets it: both classifiers run at this
-#   nice value, so neither is starved by the storm it classifies).
+#   nice value, so neither is starved by the storm it classifies),
+#   DBCAGE_RUN_ARGS (more `dbcage run` options, e.g. "--event-buffer 16384" to force event
+#   overruns and show that the rescan recovers them).
 #
 # Everything it makes has dbcage-test in its name and is removed on exit, also on failure:
 # /tmp/dbcage-test-storm-run-XXXX, the cgroups dbcage-test-storm-cgred/BX1 (cpu, cpuacct only),
@@ -234,7 +236,8 @@ match = [{ cmdline = '^ora_p[0-9a-z]{3}_BX1' }, { cmdline = '^oracleBX1' }]
 EOF
         "$DBCAGE" -c "$POLICY" check
         # Its log (one line per move at info level) goes to a file, not into the tables.
-        nice -n "$CLASSIFIER_NICE" "$DBCAGE" -c "$POLICY" run --stats-out "$W/dbcage-stats.json" 2>"$W/dbcage-run.log" &
+        # shellcheck disable=SC2086 # DBCAGE_RUN_ARGS is a list of options
+        nice -n "$CLASSIFIER_NICE" "$DBCAGE" -c "$POLICY" run --stats-out "$W/dbcage-stats.json" ${DBCAGE_RUN_ARGS:-} 2>"$W/dbcage-run.log" &
         DB_PID=$!
         STARTED+=("$DB_PID")
         if wait_ready "$SELF_CPU/dbcage-test-storm/BX1/limited"; then
@@ -243,7 +246,8 @@ EOF
             echo "run-storm: dbcage run never classified a probe" >&2
         fi
         stop_pid "$DB_PID" TERM
-        note "dbcage run log: $(grep -c ' move ' "$W/dbcage-run.log" || true) move lines;" \
+        note "dbcage run log: $(grep -c ' move ' "$W/dbcage-run.log" || true) move lines," \
+            "$(grep -c 'not logged one by one' "$W/dbcage-run.log" || true) summaries of moves past 20/s;" \
             "warnings and errors (last 5):"
         grep -E ' (WARN|ERROR) ' "$W/dbcage-run.log" | tail -n5 || true
         "$DBCAGE" -c "$POLICY" release --all || true

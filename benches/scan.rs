@@ -74,6 +74,7 @@ fn main() {
                 ids: false,
                 exe: false,
                 tree: false,
+                comm: true,
             },
         ),
         (
@@ -82,6 +83,7 @@ fn main() {
                 ids: false,
                 exe: false,
                 tree: true,
+                comm: true,
             },
         ),
         ("all (uid/gid, exe)", Fields::ALL),

@@ -28,8 +28,9 @@ use crate::cli::{make_plan, prepare_with, Context_};
 use crate::inventory::procs::ProcReader;
 use crate::metrics;
 use crate::plan::{self, Plan, Step};
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 pub struct AgentOptions {
     pub config: PathBuf,
@@ -117,6 +118,80 @@ struct Agent {
     shared: Arc<metrics::Shared>,
     /// The policy files' text, `set` overrides and schedule windows (see `control`).
     live: crate::control::Live,
+    /// Process events arrive (the event thread runs); otherwise the short fallback rescan.
+    connected: bool,
+    move_log: MoveLog,
+}
+
+/// Move lines for the log: one per move, but at most `MOVE_LINES_PER_SECOND` per tenant in
+/// any one second; the moves past that are counted and told in one line per tenant when the
+/// second is over. A fork storm then costs the daemon (and journald) a line a second, not one
+/// write per process, and the log still says what happened.
+#[derive(Default)]
+struct MoveLog {
+    window_start: Option<Instant>,
+    /// Per tenant: lines logged in this window, moves not logged one by one.
+    tenants: HashMap<String, (u32, u64)>,
+}
+
+const MOVE_LINES_PER_SECOND: u32 = 20;
+const MOVE_LOG_WINDOW: Duration = Duration::from_secs(1);
+
+impl MoveLog {
+    fn moved(&mut self, pid: u32, comm: &str, tenant: &str, leaf: &str, rule: &str) {
+        let now = Instant::now();
+        if self
+            .window_start
+            .is_none_or(|s| now.duration_since(s) >= MOVE_LOG_WINDOW)
+        {
+            self.flush(now, false);
+            self.window_start = Some(now);
+        }
+        let entry = match self.tenants.get_mut(tenant) {
+            Some(e) => e,
+            None => self.tenants.entry(tenant.to_string()).or_default(),
+        };
+        if entry.0 < MOVE_LINES_PER_SECOND {
+            entry.0 += 1;
+            info!(pid, comm, tenant, leaf, rule, "move");
+        } else {
+            entry.1 += 1;
+        }
+    }
+
+    /// When the summary of the current window is due (only if something is left to tell).
+    fn due(&self) -> Option<Instant> {
+        let start = self.window_start?;
+        self.tenants
+            .values()
+            .any(|&(_, quiet)| quiet > 0)
+            .then(|| start + MOVE_LOG_WINDOW)
+    }
+
+    /// Tells the moves not logged one by one, if the window is over by `now` (or `at_exit`).
+    fn flush(&mut self, now: Instant, at_exit: bool) {
+        let Some(start) = self.window_start else {
+            return;
+        };
+        if now.duration_since(start) < MOVE_LOG_WINDOW && !at_exit {
+            return;
+        }
+        let window_ms = now.duration_since(start).as_millis() as u64;
+        for (tenant, (lines, quiet)) in self.tenants.iter_mut() {
+            if *quiet > 0 {
+                info!(
+                    tenant = tenant.as_str(),
+                    moves = *quiet,
+                    logged = *lines,
+                    window_ms,
+                    "more moves than {MOVE_LINES_PER_SECOND} a second into this tenant: these were not logged one by one"
+                );
+            }
+            *lines = 0;
+            *quiet = 0;
+        }
+        self.window_start = None;
+    }
 }
 
 /// When an event happened, for the latency histograms.
@@ -196,26 +271,6 @@ impl Agent {
 
     /// Runs a plan; false if any step failed (a vanished process is not a failure).
     fn execute(&mut self, plan: &Plan, event_at: Option<EventTime>) -> bool {
-        for s in &plan.steps {
-            if let Step::Move {
-                pid,
-                comm,
-                tenant,
-                leaf,
-                reason,
-                ..
-            } = s
-            {
-                info!(
-                    pid,
-                    comm = comm.as_str(),
-                    tenant = tenant.as_str(),
-                    leaf = leaf.dir(),
-                    rule = reason.as_str(),
-                    "move"
-                );
-            }
-        }
         let write_start = Instant::now();
         if let Some(at) = event_at {
             let _ = self
@@ -232,6 +287,20 @@ impl Agent {
         let _ = self
             .write_hist
             .record(write_start.elapsed().as_micros().max(1) as u64);
+        // Logged after the writes, so that the line costs the process no time outside its group.
+        for s in &plan.steps {
+            if let Step::Move {
+                pid,
+                comm,
+                tenant,
+                leaf,
+                reason,
+                ..
+            } = s
+            {
+                self.move_log.moved(*pid, comm, tenant, leaf.dir(), reason);
+            }
+        }
         self.stats.moves += outcome.moved as u64;
         self.shared
             .health
@@ -247,7 +316,6 @@ impl Agent {
     /// Classifies one process (with its ancestors when a rule passes a tenant to descendants)
     /// and moves it if it is not where it belongs.
     fn handle_pid(&mut self, pid: u32, event_at: EventTime) {
-        let fs = &self.ctx.fs;
         let policy = &self.ctx.loaded.policy;
         let fields = self.fields;
         let reader = &mut self.reader;
@@ -285,7 +353,11 @@ impl Agent {
             self.stats.already_placed += 1;
             return;
         }
-        let Some(dirs) = cgroup::proc_group_dirs(fs, &self.ctx.layout, pid) else {
+        let Some(dirs) = self
+            .reader
+            .file(pid, "cgroup")
+            .and_then(|raw| cgroup::group_dirs_of(&self.ctx.layout, raw))
+        else {
             return;
         };
         let mut snap = Snapshot::default();
@@ -331,6 +403,20 @@ impl Agent {
             }
             ProcEvent::Other => {}
         }
+    }
+
+    /// The event socket overran: say so, count it, and rescan so that nothing stays misplaced.
+    fn events_lost(&mut self) {
+        self.stats.overruns += 1;
+        self.shared
+            .health
+            .events_lost
+            .fetch_add(1, Ordering::Relaxed);
+        warn!(
+            overruns = self.stats.overruns,
+            "process events were lost (socket buffer overrun): rescanning now"
+        );
+        self.rescan("events lost");
     }
 
     /// SIGHUP and `dbcage reload`: the same request, through `control`.
@@ -468,6 +554,98 @@ fn watch_dirs(policy: &crate::policy::Policy) -> Option<Inotify> {
     Some(ino)
 }
 
+/// The agent, shared by the main loop and the event thread. A panic on one thread leaves the
+/// state as consistent as any single step does (each event is handled on its own), so the
+/// other thread goes on with it rather than stopping the daemon.
+fn lock(agent: &Mutex<Agent>) -> MutexGuard<'_, Agent> {
+    agent.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Wakes the main loop's poll early when the event thread schedules a re-check that is due
+/// before the loop's own deadline (an eventfd, written only then: a fork storm inside a tenant
+/// adds re-checks that are mostly later than the earliest one already armed).
+struct Waker {
+    fd: nix::sys::eventfd::EventFd,
+    /// The main loop's armed deadline, in ns after `epoch`.
+    armed_ns: AtomicU64,
+    epoch: Instant,
+}
+
+impl Waker {
+    fn new() -> Result<Waker> {
+        Ok(Waker {
+            fd: nix::sys::eventfd::EventFd::from_value_and_flags(
+                0,
+                nix::sys::eventfd::EfdFlags::EFD_NONBLOCK
+                    | nix::sys::eventfd::EfdFlags::EFD_CLOEXEC,
+            )
+            .context("eventfd")?,
+            armed_ns: AtomicU64::new(u64::MAX),
+            epoch: Instant::now(),
+        })
+    }
+
+    fn ns(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+
+    fn arm(&self, deadline: Instant) {
+        self.armed_ns.store(self.ns(deadline), Ordering::Relaxed);
+    }
+
+    /// Called with the agent locked, as `arm` is.
+    fn wake_before(&self, due: Instant) {
+        let due = self.ns(due);
+        if due < self.armed_ns.load(Ordering::Relaxed) {
+            self.armed_ns.store(due, Ordering::Relaxed);
+            if let Err(e) = self.fd.write(1) {
+                warn!("waking the main loop: {e}");
+            }
+        }
+    }
+
+    fn clear(&self) {
+        let _ = self.fd.read();
+    }
+}
+
+/// The event thread: waits in recv on the connector socket and handles each datagram as it
+/// comes, with the agent locked. It owns the socket alone, so an event costs one recv and no
+/// poll; signals, timers, re-checks and the control socket stay on the main loop.
+fn event_loop(mut connector: Connector, agent: &Mutex<Agent>, waker: &Waker) {
+    let mut events = Vec::with_capacity(64);
+    loop {
+        events.clear();
+        let received = connector.wait_receive(&mut events);
+        let at = Instant::now();
+        let mut a = lock(agent);
+        match received {
+            Ok(Received::Events) => {
+                for ev in events.drain(..) {
+                    a.handle_event(ev, at);
+                }
+            }
+            Ok(Received::Empty) => {}
+            Ok(Received::Overrun) => a.events_lost(),
+            Err(e) => {
+                warn!(
+                    "reading process events failed ({e}); switching to rescan-only mode every {:?}",
+                    a.opts.fallback_rescan
+                );
+                a.connected = false;
+                waker.wake_before(Instant::now());
+                return;
+            }
+        }
+        if let Some(((due, _), _)) = a.rechecks.first_key_value() {
+            waker.wake_before(*due);
+        }
+        if let Some(due) = a.move_log.due() {
+            waker.wake_before(due);
+        }
+    }
+}
+
 /// Tells systemd (Type=notify) that the daemon is ready, if NOTIFY_SOCKET is set.
 fn notify_ready() {
     let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
@@ -501,7 +679,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
 
     // Subscribe before the first scan so that nothing started in between is missed.
     let filtered = connector::kernel_filters_events();
-    let mut connector = match Connector::open(
+    let connector = match Connector::open(
         opts.event_buffer,
         filtered.then_some(connector::DAEMON_EVENTS),
     ) {
@@ -548,6 +726,8 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         reader: ProcReader::open(&ctx_fs).context("opening /proc")?,
         opts,
         live,
+        connected: false,
+        move_log: MoveLog::default(),
     };
     let first = make_plan(&agent.ctx)?;
     agent.execute(&first, None);
@@ -598,43 +778,67 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     );
     notify_ready();
 
-    let period = if connector.is_some() {
-        agent.opts.rescan
-    } else {
-        agent.opts.fallback_rescan
+    let waker = Arc::new(Waker::new()?);
+    let connected = connector.is_some();
+    let agent = Arc::new(Mutex::new(agent));
+    if let Some(c) = connector {
+        let (agent, waker) = (agent.clone(), waker.clone());
+        std::thread::Builder::new()
+            .name("dbcage-events".into())
+            .spawn(move || event_loop(c, &agent, &waker))
+            .context("starting the process-event thread")?;
+    }
+    let period = |a: &Agent| {
+        if a.connected {
+            a.opts.rescan
+        } else {
+            a.opts.fallback_rescan
+        }
     };
-    let mut next_rescan = Instant::now() + period;
-    let mut events = Vec::with_capacity(256);
+    let mut next_rescan = {
+        let mut a = lock(&agent);
+        a.connected = connected;
+        Instant::now() + period(&a)
+    };
     // io.split = "demand": per-device shares of the totals, rebalanced on a timer (balance.rs).
     let mut balancer = crate::balance::Balancer::default();
     // [tenant.replication]: lag watchers, warnings, temporary IO raises (replication/mod.rs).
     let mut replication = crate::replication::Guard::default();
     loop {
-        let now = Instant::now();
-        let mut deadline = next_rescan;
-        if replication.active(&agent.ctx.loaded.policy) {
-            deadline = deadline.min(now + crate::replication::TICK);
-        }
-        if let Some(at) = balancer.next_due(&agent.ctx.loaded.policy) {
-            deadline = deadline.min(at);
-        }
-        if let Some(((at, _), _)) = agent.rechecks.first_key_value() {
-            deadline = deadline.min(*at);
-        }
-        if let Some(at) = agent.live.next_change_instant() {
-            deadline = deadline.min(at);
-        }
-        let wait = deadline.saturating_duration_since(now);
-        let timeout = PollTimeout::try_from(wait.as_millis().min(60_000) as i32 + 1)
-            .unwrap_or(PollTimeout::MAX);
-        let (sig_ready, conn_ready, storage_changed, control_ready) = {
-            let mut fds = vec![PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+        let timeout = {
+            let a = lock(&agent);
+            let now = Instant::now();
+            let mut deadline = next_rescan;
+            if replication.active(&a.ctx.loaded.policy) {
+                deadline = deadline.min(now + crate::replication::TICK);
+            }
+            if let Some(at) = balancer.next_due(&a.ctx.loaded.policy) {
+                deadline = deadline.min(at);
+            }
+            if let Some(((at, _), _)) = a.rechecks.first_key_value() {
+                deadline = deadline.min(*at);
+            }
+            if let Some(at) = a.live.next_change_instant() {
+                deadline = deadline.min(at);
+            }
+            if let Some(at) = a.move_log.due() {
+                deadline = deadline.min(at);
+            }
+            // Armed under the lock: a re-check the event thread adds from now on that is due
+            // earlier wakes this poll.
+            waker.arm(deadline);
+            let wait = deadline.saturating_duration_since(now);
+            PollTimeout::try_from(wait.as_millis().min(60_000) as i32 + 1)
+                .unwrap_or(PollTimeout::MAX)
+        };
+        let (sig_ready, storage_changed, control_ready) = {
+            let mut fds = vec![
+                PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+                PollFd::new(waker.fd.as_fd(), PollFlags::POLLIN),
+            ];
+            let watch_at = fds.len();
             if let Some(w) = &storage_watch {
                 fds.push(PollFd::new(w.as_fd(), PollFlags::POLLIN));
-            }
-            let conn_at = fds.len();
-            if let Some(c) = &connector {
-                fds.push(PollFd::new(c.as_fd(), PollFlags::POLLIN));
             }
             let control_at = fds.len();
             if let Some(c) = &control {
@@ -646,14 +850,17 @@ pub fn run(opts: AgentOptions) -> Result<()> {
                 Err(e) => return Err(e).context("poll"),
             }
             let ready = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
-            let watch_ready = storage_watch.is_some() && ready(&fds[1]);
+            if ready(&fds[1]) {
+                waker.clear();
+            }
             (
                 ready(&fds[0]),
-                connector.is_some() && fds.get(conn_at).is_some_and(ready),
-                watch_ready,
+                storage_watch.is_some() && ready(&fds[watch_at]),
                 control.is_some() && fds.get(control_at).is_some_and(ready),
             )
         };
+        let mut a = lock(&agent);
+        let agent = &mut *a;
         if storage_changed {
             if let Some(w) = &storage_watch {
                 while let Ok(evs) = w.read_events() {
@@ -700,48 +907,12 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             }
         }
         if agent.live.windows_due(chrono::Utc::now()) {
-            if let Some(line) = crate::control::tick(&mut agent, &crate::control::now_local()) {
+            if let Some(line) = crate::control::tick(agent, &crate::control::now_local()) {
                 info!("{line}");
             }
         }
-        if conn_ready {
-            if let Some(c) = connector.as_mut() {
-                let mut overrun = false;
-                // Drain the socket, but bounded so signals and timers are not starved.
-                for _ in 0..4096 {
-                    events.clear();
-                    let at = Instant::now();
-                    match c.receive(&mut events) {
-                        Ok(Received::Events) => {
-                            for ev in events.drain(..) {
-                                agent.handle_event(ev, at);
-                            }
-                        }
-                        Ok(Received::Empty) => break,
-                        Ok(Received::Overrun) => overrun = true,
-                        Err(e) => {
-                            warn!("reading process events failed ({e}); switching to rescan-only mode");
-                            connector = None;
-                            break;
-                        }
-                    }
-                }
-                if overrun {
-                    agent.stats.overruns += 1;
-                    agent
-                        .shared
-                        .health
-                        .events_lost
-                        .fetch_add(1, Ordering::Relaxed);
-                    warn!(
-                        overruns = agent.stats.overruns,
-                        "process events were lost (socket buffer overrun): rescanning now"
-                    );
-                    agent.rescan("events lost");
-                }
-            }
-        }
         let now = Instant::now();
+        agent.move_log.flush(now, false);
         while let Some(((at, pid), _)) = agent.rechecks.first_key_value().map(|(k, v)| (*k, *v)) {
             if at > now {
                 break;
@@ -775,16 +946,18 @@ pub fn run(opts: AgentOptions) -> Result<()> {
                 Err(e) => warn!("replication guard: cannot plan the changed limits: {e:#}"),
             }
         }
+        // The event thread gave up (it says why): the rescan becomes the short fallback.
+        next_rescan = next_rescan.min(Instant::now() + period(agent));
         if now >= next_rescan {
             agent.rescan("periodic");
-            next_rescan = Instant::now()
-                + if connector.is_some() {
-                    agent.opts.rescan
-                } else {
-                    agent.opts.fallback_rescan
-                };
+            next_rescan = Instant::now() + period(agent);
         }
     }
+    // Taking the lock waits for a move in flight on the event thread; that thread then stays
+    // blocked on the lock (or in recv) until the process exits.
+    let mut a = lock(&agent);
+    let agent = &mut *a;
+    agent.move_log.flush(Instant::now(), true);
     agent.stats.event_to_write_us = percentiles(&agent.event_hist, 1.0);
     agent.stats.kernel_event_to_write_us = percentiles(&agent.kernel_hist, 1.0);
     agent.stats.write_us = percentiles(&agent.write_hist, 1.0);
@@ -801,6 +974,29 @@ pub fn run(opts: AgentOptions) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn move_lines_past_the_budget_are_counted_and_told_once_the_second_is_over() {
+        let mut log = MoveLog::default();
+        for pid in 0..25 {
+            log.moved(pid, "ora_p000_BX1", "BX1", "limited", "match[0]");
+        }
+        log.moved(99, "oracleBX2", "BX2", "limited", "match[0]");
+        assert_eq!(log.tenants["BX1"], (MOVE_LINES_PER_SECOND, 5));
+        assert_eq!(log.tenants["BX2"], (1, 0));
+        let start = log.window_start.unwrap();
+        assert_eq!(log.due(), Some(start + MOVE_LOG_WINDOW));
+        // Not yet over: nothing told, nothing reset.
+        log.flush(start + Duration::from_millis(500), false);
+        assert_eq!(log.tenants["BX1"], (MOVE_LINES_PER_SECOND, 5));
+        log.flush(start + MOVE_LOG_WINDOW, false);
+        assert_eq!(log.tenants["BX1"], (0, 0));
+        assert_eq!(log.due(), None);
+        // A new window logs again.
+        log.moved(1, "ora_p000_BX1", "BX1", "limited", "match[0]");
+        assert_eq!(log.tenants["BX1"], (1, 0));
+        assert_eq!(log.due(), None, "nothing held back, no summary due");
+    }
 
     #[test]
     fn glob_dirs_are_the_fixed_prefixes() {

@@ -182,7 +182,7 @@ impl Connector {
         let raw = unsafe {
             libc::socket(
                 libc::AF_NETLINK,
-                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
                 NETLINK_CONNECTOR,
             )
         };
@@ -259,15 +259,25 @@ impl Connector {
         })
     }
 
-    /// Reads one datagram (non-blocking) and appends its events to `out`.
+    /// Reads one datagram if one is queued (never blocks) and appends its events to `out`.
     pub fn receive(&mut self, out: &mut Vec<Timed>) -> io::Result<Received> {
+        self.recv(out, libc::MSG_DONTWAIT)
+    }
+
+    /// Waits for the next datagram and appends its events to `out`: the daemon's event thread
+    /// does nothing else, so one recv per datagram is all it costs (no poll, no EAGAIN read).
+    pub fn wait_receive(&mut self, out: &mut Vec<Timed>) -> io::Result<Received> {
+        self.recv(out, 0)
+    }
+
+    fn recv(&mut self, out: &mut Vec<Timed>, flags: libc::c_int) -> io::Result<Received> {
         // SAFETY: buf is a valid writable buffer of buf.len() bytes.
         let n = unsafe {
             libc::recv(
                 self.fd.as_raw_fd(),
                 self.buf.as_mut_ptr() as *mut libc::c_void,
                 self.buf.len(),
-                0,
+                flags,
             )
         };
         if n < 0 {
@@ -275,7 +285,7 @@ impl Connector {
             return match e.raw_os_error() {
                 Some(libc::EAGAIN) => Ok(Received::Empty),
                 Some(libc::ENOBUFS) => Ok(Received::Overrun),
-                Some(libc::EINTR) => Ok(Received::Events),
+                Some(libc::EINTR) => Ok(Received::Empty),
                 _ => Err(e),
             };
         }

@@ -75,6 +75,7 @@ pub fn fields_needed(tenants: &[Tenant]) -> crate::inventory::procs::Fields {
         ids: rules().any(|r| r.uid.is_some() || r.gid.is_some()),
         exe: rules().any(|r| r.exe.is_some()),
         tree: rules().any(|r| r.descendants),
+        comm: rules().any(|r| r.comm.is_some()),
     }
 }
 

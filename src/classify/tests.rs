@@ -517,9 +517,12 @@ fn fields_needed_follow_the_rules() {
         crate::inventory::procs::Fields {
             ids: false,
             exe: false,
-            tree: false
+            tree: false,
+            comm: false,
         }
     );
+    let with_comm = tenants("[[tenant]]\nname = \"a\"\nmatch = [{ comm = \"x\" }]\n");
+    assert!(fields_needed(&with_comm).comm && !fields_needed(&with_comm).tree);
     let with_tree =
         tenants("[[tenant]]\nname = \"a\"\nmatch = [{ comm = \"x\", descendants = true }]\n");
     assert!(fields_needed(&with_tree).tree);

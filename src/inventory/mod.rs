@@ -82,7 +82,11 @@ pub fn gather(fs: &HostFs, policy: &Policy) -> anyhow::Result<(Inventory, Vec<Pr
     let (tenants, problems) = resolve_devices(fs, &mounts, policy);
     let numa = NumaTopology::read(fs).context("reading NUMA topology from /sys/devices/system")?;
     policy.refresh_pid_files(fs);
-    let fields = crate::classify::fields_needed(&policy.tenants);
+    // comm always: plans and status show it; only the daemon's per-event read may skip it.
+    let fields = crate::inventory::procs::Fields {
+        comm: true,
+        ..crate::classify::fields_needed(&policy.tenants)
+    };
     let procs = procs::scan_fields(fs, fields).context("scanning /proc")?;
     Ok((
         Inventory {

@@ -71,6 +71,10 @@ pub struct Fields {
     /// ppid and start time (`stat`, the costliest file to produce): needed when a rule passes
     /// its tenant on to descendants. Without it they are 0, and comm comes from `comm`.
     pub tree: bool,
+    /// The kernel's `comm` (a file of its own unless `stat` is read anyway). Without it, comm is
+    /// argv[0]'s file name cut to 15 bytes, which is what exec sets it to for most programs:
+    /// good for a log line, not for a rule (a rule on comm asks for this).
+    pub comm: bool,
 }
 
 impl Fields {
@@ -78,7 +82,19 @@ impl Fields {
         ids: true,
         exe: true,
         tree: true,
+        comm: true,
     };
+}
+
+/// argv[0]'s file name cut to the kernel's 15 bytes of comm (see `Fields::comm`).
+fn comm_from_cmdline(cmdline: &str) -> String {
+    let argv0 = cmdline.split(' ').next().unwrap_or("");
+    let name = argv0.rsplit('/').next().unwrap_or(argv0);
+    let mut end = name.len().min(15);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name[..end].to_string()
 }
 
 /// Reads one process; `None` if it is gone, or is a kernel thread.
@@ -112,6 +128,11 @@ impl ProcReader {
         })
     }
 
+    /// One of a process's small files (`cgroup`, ...), read in one go; `None` if it is gone.
+    pub fn file(&mut self, pid: u32, name: &str) -> Option<&[u8]> {
+        read_small_at(&self.proc, &format!("{pid}/{name}"), &mut self.buf)
+    }
+
     /// One process; `None` if it is gone, or is a kernel thread.
     pub fn read(&mut self, pid: u32, fields: Fields) -> Option<ProcInfo> {
         let dir = &self.proc;
@@ -120,12 +141,15 @@ impl ProcReader {
         let cmdline = join_cmdline(read_small_at(dir, &file("cmdline"), buf)?);
         // Kernel threads have no argv: `stat` tells them (children of kthreadd) from a user
         // process that emptied its own. Otherwise `comm` is enough unless the tree is needed.
-        let short_comm = (!fields.tree && !cmdline.is_empty())
-            .then(|| read_small_at(dir, &file("comm"), buf))
-            .flatten()
-            .map(|raw| {
+        let short_comm = if fields.tree || cmdline.is_empty() {
+            None
+        } else if !fields.comm {
+            Some(comm_from_cmdline(&cmdline))
+        } else {
+            read_small_at(dir, &file("comm"), buf).map(|raw| {
                 String::from_utf8_lossy(raw.strip_suffix(b"\n").unwrap_or(raw)).into_owned()
-            });
+            })
+        };
         let (comm, ppid, start_time) = match short_comm {
             Some(comm) => (comm, 0, 0),
             None => {
@@ -296,6 +320,7 @@ mod tests {
             ids: false,
             exe: false,
             tree: false,
+            comm: true,
         };
         let light_procs = scan_fields(&fs, light).unwrap();
         let got: Vec<(u32, &str, u32)> = light_procs
@@ -303,8 +328,36 @@ mod tests {
             .map(|p| (p.pid, p.comm.as_str(), p.ppid))
             .collect();
         assert_eq!(got, vec![(1, "init", 0), (77, "ora_pmon_BX1", 0)]);
+        // Without comm, the name comes from argv[0]: the `comm` file is not consulted.
+        std::fs::write(fs.proc().join("77/comm"), "renamed\n").unwrap();
+        let lighter = scan_fields(
+            &fs,
+            Fields {
+                comm: false,
+                ..light
+            },
+        )
+        .unwrap();
+        let got: Vec<&str> = lighter.iter().map(|p| p.comm.as_str()).collect();
+        assert_eq!(got, vec!["init", "ora_pmon_BX1"]);
         assert_eq!(procs[1].uid, 1000);
         assert_eq!(procs[1].gid, 1001);
         assert_eq!(procs[1].cmdline, "ora_pmon_BX1");
+    }
+
+    #[test]
+    fn comm_from_argv0_is_its_file_name_cut_to_15_bytes() {
+        assert_eq!(
+            comm_from_cmdline("/usr/lib/postgresql/15/bin/postgres -D /data"),
+            "postgres"
+        );
+        assert_eq!(comm_from_cmdline("oracleBX1 (LOCAL=NO)"), "oracleBX1");
+        assert_eq!(
+            comm_from_cmdline("a-very-long-program-name"),
+            "a-very-long-pro"
+        );
+        // never cut inside a character
+        assert_eq!(comm_from_cmdline("ééééééééé"), "ééééééé");
+        assert_eq!(comm_from_cmdline(""), "");
     }
 }
