@@ -405,8 +405,22 @@ impl Agent {
         }
     }
 
-    /// The event socket overran: say so, count it, and rescan so that nothing stays misplaced.
-    fn events_lost(&mut self) {
+    /// The event socket overran: empty it, say so, count it, and rescan so that nothing stays
+    /// misplaced. The kernel reports ENOBUFS only for the first drop after the socket's queue
+    /// was last empty: drops while it stays full go unreported. So the queue is emptied first
+    /// (the events in it are dropped too: the rescan covers them), and only then the host
+    /// scanned; a drop after that point is reported again and starts another round.
+    fn events_lost(&mut self, connector: &mut Connector) {
+        let mut discarded = 0usize;
+        let mut scratch: Vec<connector::Timed> = Vec::with_capacity(64);
+        loop {
+            scratch.clear();
+            match connector.receive(&mut scratch) {
+                Ok(Received::Events) => discarded += scratch.len(),
+                Ok(Received::Overrun) => {}
+                Ok(Received::Empty) | Err(_) => break,
+            }
+        }
         self.stats.overruns += 1;
         self.shared
             .health
@@ -414,6 +428,7 @@ impl Agent {
             .fetch_add(1, Ordering::Relaxed);
         warn!(
             overruns = self.stats.overruns,
+            queued_events_dropped = discarded,
             "process events were lost (socket buffer overrun): rescanning now"
         );
         self.rescan("events lost");
@@ -626,7 +641,7 @@ fn event_loop(mut connector: Connector, agent: &Mutex<Agent>, waker: &Waker) {
                 }
             }
             Ok(Received::Empty) => {}
-            Ok(Received::Overrun) => a.events_lost(),
+            Ok(Received::Overrun) => a.events_lost(&mut connector),
             Err(e) => {
                 warn!(
                     "reading process events failed ({e}); switching to rescan-only mode every {:?}",
