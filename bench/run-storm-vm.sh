@@ -5,8 +5,8 @@
 #
 # Usage: bench/run-storm-vm.sh [KEY=VALUE...]
 #   KEY=VALUE pairs go into the guest as /extra/storm.env: BASE_RATES and DBCAGE_RATES (execs/s,
-#   default 10,50 each), DURATION (s per rate, default 3), FORK_N (fork-cost cycles, default 300),
-#   WATCH_MS (default 500), CLASSIFIER_NICE (default -10), STORM_ARGS (more storm options).
+#   default 10,50 each), DURATION (s per rate, default 3), FORK_N and EXEC_N (fork and exec
+#   cycles per fork-cost round, default 300 and 30), FORK_ROUNDS (per mode, default 5), WATCH_MS (default 500), CLASSIFIER_NICE (default -10), STORM_ARGS (more storm options).
 #   Environment: DBCAGE_VM_TIMEOUT (default 900 s here). A run with the defaults takes ~4 min.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,7 +22,7 @@ if [ $# -gt 0 ]; then
     trap 'rm -rf "$ENVDIR"' EXIT
     for kv in "$@"; do
         case "$kv" in
-            BASE_RATES=* | DBCAGE_RATES=* | DURATION=* | FORK_N=* | WATCH_MS=* | CLASSIFIER_NICE=* | STORM_ARGS=*) ;;
+            BASE_RATES=* | DBCAGE_RATES=* | DURATION=* | FORK_N=* | EXEC_N=* | FORK_ROUNDS=* | WATCH_MS=* | CLASSIFIER_NICE=* | STORM_ARGS=*) ;;
             *) echo "run-storm-vm: unknown setting $kv" >&2; exit 2 ;;
         esac
         printf '%s=%q\n' "${kv%%=*}" "${kv#*=}"

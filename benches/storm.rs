@@ -300,6 +300,7 @@ struct Opts {
     line: Line,
     watch_ms: u64,
     fork_cost: Option<u64>,
+    exec_cycles: Option<u64>,
     self_test: bool,
 }
 
@@ -341,6 +342,7 @@ usage: cargo bench --bench storm -- [OPTIONS]
   --fork-cost N              no storm: time N fork+exit+wait cycles and N spawn+exec+wait
                              cycles (of this binary, which exits at once) and print per-cycle
                              mean/p50/p99/max in microseconds (--name labels the run)
+  --exec-cycles M            with --fork-cost: M spawn+exec+wait cycles instead of N
   --self-test                run the checks of the /proc/self/cgroup and mountinfo parsers, exit
   --symlinks                 name the children by symlinks to the bench binary instead of hard
                              links to a copy (cgrulesengd cannot match symlinked names)";
@@ -369,6 +371,7 @@ fn parse_args() -> Result<Opts, String> {
         line: Line::Auto,
         watch_ms: 0,
         fork_cost: None,
+        exec_cycles: None,
         self_test: false,
     };
     let mut args = std::env::args().skip(1);
@@ -413,6 +416,7 @@ fn parse_args() -> Result<Opts, String> {
             "--cgroup-line" => o.line = Line::parse(&val()?).map_err(|e| format!("{a}: {e}"))?,
             "--watch-ms" => o.watch_ms = int(val()?)?,
             "--fork-cost" => o.fork_cost = Some(int(val()?)?.max(1)),
+            "--exec-cycles" => o.exec_cycles = Some(int(val()?)?.max(1)),
             "--self-test" => o.self_test = true,
             "-h" | "--help" => return Err(USAGE.into()),
             _ => return Err(format!("unknown argument `{a}`\n{USAGE}")),
@@ -610,6 +614,8 @@ struct ThreadOut {
     /// `--watch-ms`: spawn() returning to the parent's read of /proc/PID/cgroup showing the group.
     watched: Histogram<u64>,
     watch_missed: u64,
+    /// (reads of /proc/PID/cgroup, ns spent watching)
+    watch_polls: (u64, u64),
 }
 
 struct Record {
@@ -705,6 +711,9 @@ struct RateResult {
     /// Children the watch did not see in the group within --watch-ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     watch_missed: Option<u64>,
+    /// The watch's resolution: its time spent over its reads of /proc/PID/cgroup.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    watch_poll_interval_us: Option<f64>,
 }
 
 fn pct(h: &Histogram<u64>, q: f64) -> Option<f64> {
@@ -913,6 +922,7 @@ fn parent() -> Result<ExitCode, String> {
                             (0u64, 0u64, hist(), 0u64);
                         let mut skipped = 0u64;
                         let (mut watched, mut watch_missed) = (hist(), 0u64);
+                        let mut watch_polls = (0u64, 0u64);
                         let mut execs = Vec::new();
                         let mut i = k as u64;
                         while i < total {
@@ -954,7 +964,17 @@ fn parent() -> Result<ExitCode, String> {
                                         }
                                     }
                                     if watch_ns > 0 {
-                                        match watch(pid, sp.expect, sp.line, t_exec, watch_ns) {
+                                        let w0 = mono_ns();
+                                        let r = watch(
+                                            pid,
+                                            sp.expect,
+                                            sp.line,
+                                            t_exec,
+                                            watch_ns,
+                                            &mut watch_polls.0,
+                                        );
+                                        watch_polls.1 += mono_ns() - w0;
+                                        match r {
                                             Some(d) => {
                                                 let _ = watched.record(d.max(1_000));
                                             }
@@ -981,6 +1001,7 @@ fn parent() -> Result<ExitCode, String> {
                             execs,
                             watched,
                             watch_missed,
+                            watch_polls,
                         }
                     })
                 })
@@ -1000,11 +1021,14 @@ fn parent() -> Result<ExitCode, String> {
         let (mut spawned, mut failures, mut moves, mut move_errors) = (0u64, 0u64, hist(), 0u64);
         let mut skipped = 0u64;
         let (mut watched, mut watch_missed) = (hist(), 0u64);
+        let mut watch_polls = (0u64, 0u64);
         let mut exec_at = std::collections::HashMap::new();
         for t in per_thread {
             skipped += t.skipped;
             let _ = watched.add(&t.watched);
             watch_missed += t.watch_missed;
+            watch_polls.0 += t.watch_polls.0;
+            watch_polls.1 += t.watch_polls.1;
             spawned += t.spawned;
             failures += t.failures;
             move_errors += t.move_errors;
@@ -1114,6 +1138,8 @@ fn parent() -> Result<ExitCode, String> {
             watch_x2g_p99_ms: (o.watch_ms > 0).then(|| pct(&watched, 0.99)).flatten(),
             watch_x2g_max_ms: (o.watch_ms > 0 && !watched.is_empty()).then(|| ms(watched.max())),
             watch_missed: (o.watch_ms > 0).then_some(watch_missed),
+            watch_poll_interval_us: (o.watch_ms > 0 && watch_polls.0 > 0)
+                .then(|| watch_polls.1 as f64 / watch_polls.0 as f64 / 1e3),
         };
         if o.classifier_pid.is_some() && after.is_none() {
             eprintln!(
@@ -1146,12 +1172,22 @@ fn parent() -> Result<ExitCode, String> {
 /// `--watch-ms`: from `t_exec` (spawn() returned) until /proc/PID/cgroup shows `expect`, polled
 /// every 50 us for at most `limit_ns`; None if it never did (or the child is gone: a child exits
 /// only after it saw the group itself, or at its deadline).
-fn watch(pid: u32, expect: &str, line: Line, t_exec: u64, limit_ns: u64) -> Option<u64> {
+/// Also counts the reads into `polls`, so that the mean interval between them (the watch's
+/// resolution: sleeps are coarser on an emulated machine) can be reported.
+fn watch(
+    pid: u32,
+    expect: &str,
+    line: Line,
+    t_exec: u64,
+    limit_ns: u64,
+    polls: &mut u64,
+) -> Option<u64> {
     let f = File::open(format!("/proc/{pid}/cgroup")).ok()?;
     let mut buf = [0u8; 4096];
     loop {
         let n = f.read_at(&mut buf, 0).ok()?;
         let now = mono_ns();
+        *polls += 1;
         if n == 0 {
             return None;
         }
@@ -1175,6 +1211,8 @@ fn fork_cost(n: u64, o: &Opts) -> Result<ExitCode, String> {
         || Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
     let (mut fork_call, mut cycle, mut spawn) = (ns_hist(), ns_hist(), ns_hist());
     let warmup = (n / 20).clamp(5, 100);
+    let m = o.exec_cycles.unwrap_or(n);
+    let exec_warmup = (m / 20).clamp(2, 100);
     for i in 0..warmup + n {
         let a = mono_ns();
         // SAFETY: the child calls only _exit (async-signal-safe); no other thread runs here.
@@ -1201,7 +1239,7 @@ fn fork_cost(n: u64, o: &Opts) -> Result<ExitCode, String> {
             let _ = cycle.record(c - a);
         }
     }
-    for i in 0..warmup + n {
+    for i in 0..exec_warmup + m {
         let a = mono_ns();
         let st = Command::new(&exe)
             .env(ENV_NOP, "1")
@@ -1213,7 +1251,7 @@ fn fork_cost(n: u64, o: &Opts) -> Result<ExitCode, String> {
         if !st.success() {
             return Err(format!("{} exited with {st}", exe.display()));
         }
-        if i >= warmup {
+        if i >= exec_warmup {
             let _ = spawn.record(b - a);
         }
     }
@@ -1229,7 +1267,8 @@ fn fork_cost(n: u64, o: &Opts) -> Result<ExitCode, String> {
         );
     };
     println!(
-        "fork cost: {}, {n} cycles each after {warmup} not counted (microseconds per cycle)",
+        "fork cost: {}, {n} fork cycles after {warmup} not counted, {m} exec cycles after {exec_warmup} \
+         (microseconds per cycle)",
         o.name
     );
     println!(
@@ -1242,6 +1281,7 @@ fn fork_cost(n: u64, o: &Opts) -> Result<ExitCode, String> {
     let json = serde_json::json!({
         "fork_cost": o.name,
         "cycles": n,
+        "exec_cycles": m,
         "fork_call_mean_us": fork_call.mean() / 1e3,
         "fork_call_p50_us": us(&fork_call, 0.5),
         "fork_call_p99_us": us(&fork_call, 0.99),

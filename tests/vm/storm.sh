@@ -11,25 +11,27 @@
 #
 # For each mount mode, first with favordynmods (as /init mounted it), then after a remount
 # without it (a remount replaces the whole option set: the other options are passed along):
-#   1. fork cost: --fork-cost FORK_N (fork+_exit+waitpid and spawn+exec+wait cycles);
-#   2. kernel floor: the bench writes each child's pid into dbcage-test-storm-baseline/cgroup.procs
+#   1. kernel floor: the bench writes each child's pid into dbcage-test-storm-baseline/cgroup.procs
 #      itself, at BASE_RATES;
 #   every storm runs with --watch-ms WATCH_MS: under TCG a child takes tens of ms to reach its
 #   main, so its own poll only says "moved before I started"; the spawning thread's poll of
 #   /proc/PID/cgroup gives exec-to-group without that floor (the emulated machine cannot sustain
 #   much more than 30 execs/s of these children, so rates stay low);
-#   3. dbcage run on a v2 policy (parent = the hierarchy root, root dbcage-test-storm, one tenant
+#   2. dbcage run on a v2 policy (parent = the hierarchy root, root dbcage-test-storm, one tenant
 #      matching the storm's names by cmdline, as bench/run-storm.sh), one daemon per rate of
 #      DBCAGE_RATES, with --stats-out; its log must carry the "mounted without favordynmods"
 #      line exactly when the option is off.
-# Then the fork cost once more in both modes (A/B/A/B, since TCG timing drifts), the mount is
-# restored, and one summary table is printed. Exits non-zero when a check failed (the log line,
+# Then the fork cost, FORK_ROUNDS times in each mode, alternating (TCG timing drifts with the
+# host's load): --fork-cost FORK_N --exec-cycles EXEC_N (fork+_exit+waitpid and spawn+exec+wait
+# cycles); the mount is restored, and one summary table is printed. Exits non-zero when a check failed (the log line,
 # a daemon that never classified a probe, a remount that did not take).
 
 BASE_RATES=${BASE_RATES:-10,50}
 DBCAGE_RATES=${DBCAGE_RATES:-10,50}
 DURATION=${DURATION:-3}
 FORK_N=${FORK_N:-300}
+EXEC_N=${EXEC_N:-30}
+FORK_ROUNDS=${FORK_ROUNDS:-5}
 WATCH_MS=${WATCH_MS:-500}
 CLASSIFIER_NICE=${CLASSIFIER_NICE:--10}
 STORM_ARGS=${STORM_ARGS:-}
@@ -54,7 +56,7 @@ mkdir -p "$W"
 RESULTS=$W/results.jsonl
 : >"$RESULTS"
 echo "=== storm on cgroup v2: kernel $(uname -r), $(nproc) cpus; bench $BENCH"
-echo "=== baseline rates $BASE_RATES, dbcage rates $DBCAGE_RATES, ${DURATION}s each; fork cost $FORK_N cycles"
+echo "=== baseline rates $BASE_RATES, dbcage rates $DBCAGE_RATES, ${DURATION}s each; fork cost $FORK_ROUNDS x ($FORK_N fork, $EXEC_N exec) per mode"
 
 mopts() { awk -v m="$CG" '$2 == m && $3 == "cgroup2" {print $4}' /proc/mounts; }
 # set_mode on|off: remount with the current options plus or minus favordynmods.
@@ -117,8 +119,6 @@ run_mode() { # on|off
     [ "$mode" = off ] && fav=no-favordynmods
     echo
     echo "=== mode: $fav ($(mopts))"
-    "$BENCH" --fork-cost "$FORK_N" --name "fork-$fav" --json-out "$RESULTS"
-
     echo "--- kernel floor: the bench moves each child into $CG/dbcage-test-storm-baseline"
     storm "baseline-$fav" "$BASE_RATES" --baseline "$CG/dbcage-test-storm-baseline"
 
@@ -164,9 +164,19 @@ esac
 run_mode on
 set_mode off && run_mode off
 echo
-echo "=== fork cost again, A/B"
-set_mode on && "$BENCH" --fork-cost "$FORK_N" --name fork-favordynmods --json-out "$RESULTS"
-set_mode off && "$BENCH" --fork-cost "$FORK_N" --name fork-no-favordynmods --json-out "$RESULTS"
+echo "=== fork cost, $FORK_ROUNDS rounds per mode, alternating"
+fork_cost() { # on|off
+    if [ "$1" = on ]; then n=fork-favordynmods; else n=fork-no-favordynmods; fi
+    set_mode "$1" &&
+        "$BENCH" --fork-cost "$FORK_N" --exec-cycles "$EXEC_N" --name "$n" --json-out "$RESULTS" |
+        grep -v '^{'
+}
+i=0
+while [ $i -lt "$FORK_ROUNDS" ]; do
+    fork_cost on
+    fork_cost off
+    i=$((i + 1))
+done
 set_mode on
 
 # ------------------------------------------------------------------------------ summary
@@ -181,12 +191,12 @@ echo "x2g: exec-to-group as the child sees it: the parent's spawn() returning (e
 echo "  child's poll that saw its group; under TCG its floor is the child's own start-up (tens of ms),"
 echo "  first: children already in the group at their first poll; watch: exec-to-group seen by the"
 echo "  spawning thread polling /proc/PID/cgroup right after spawn() (no start-up floor), missed: not"
-echo "  seen within ${WATCH_MS} ms; never: not in the group within 2 s; move: the baseline's own"
-echo "  cgroup.procs write; all in ms"
-printf '%-26s %4s %6s %5s %5s %5s %8s %8s %8s %7s %7s %7s %6s %7s %7s %4s\n' \
-    run rate achvd procs never first x2g_p50 x2g_p99 x2g_max w_p50 w_p99 w_max missed mv_p50 mv_p99 hst%
+echo "  seen within ${WATCH_MS} ms; w_res: the watch's mean time between its reads (its resolution);"
+echo "  never: not in the group within 2 s; mv: the baseline's own cgroup.procs write; all in ms"
+printf '%-26s %4s %6s %5s %5s %5s %8s %8s %8s %7s %7s %7s %6s %5s %7s %7s %4s\n' \
+    run rate achvd procs never first x2g_p50 x2g_p99 x2g_max w_p50 w_p99 w_max missed w_res mv_p50 mv_p99 hst%
 grep '"classifier"' "$RESULTS" | while IFS= read -r l; do
-    printf '%-26s %4s %6s %5s %5s %5s %8s %8s %8s %7s %7s %7s %6s %7s %7s %4s\n' \
+    printf '%-26s %4s %6s %5s %5s %5s %8s %8s %8s %7s %7s %7s %6s %5s %7s %7s %4s\n' \
         "$(jget "$l" classifier | tr -d '"')" "$(jget "$l" rate_target)" \
         "$(num "$(jget "$l" rate_achieved)" 1)" "$(jget "$l" spawned)" "$(jget "$l" never)" \
         "$(jget "$l" in_group_at_first_poll)" \
@@ -194,6 +204,7 @@ grep '"classifier"' "$RESULTS" | while IFS= read -r l; do
         "$(num "$(jget "$l" exec_to_group_max_ms)" 1)" \
         "$(num "$(jget "$l" watch_x2g_p50_ms)" 2)" "$(num "$(jget "$l" watch_x2g_p99_ms)" 2)" \
         "$(num "$(jget "$l" watch_x2g_max_ms)" 2)" "$(jget "$l" watch_missed)" \
+        "$(num "$(awk -v u="$(jget "$l" watch_poll_interval_us)" 'BEGIN { if (u != "") print u / 1000 }')" 2)" \
         "$(num "$(jget "$l" move_write_p50_ms)" 2)" "$(num "$(jget "$l" move_write_p99_ms)" 2)" \
         "$(num "$(jget "$l" host_cpu_busy_pct)" 0)"
 done
@@ -214,13 +225,28 @@ grep '"dbcage_stats"' "$RESULTS" | while IFS= read -r l; do
         "$(trip kernel_event_to_write_us)" "$(num "$(jget "$cpu" classifier_cpu_us_per_proc)" 0)"
 done
 echo
-echo "fork cost, microseconds per cycle (mean / p50 / p99)"
+echo "fork cost, microseconds per cycle (mean / p50 / p99), in the order run"
 printf '%-22s %24s %24s %24s\n' run "fork() in parent" "fork+_exit+waitpid" "spawn+exec+exit+wait"
 grep '"fork_cost"' "$RESULTS" | while IFS= read -r l; do
     t() { echo "$(num "$(jget "$l" "${1}_mean_us")" 1)/$(num "$(jget "$l" "${1}_p50_us")" 1)/$(num "$(jget "$l" "${1}_p99_us")" 1)"; }
     printf '%-22s %24s %24s %24s\n' "$(jget "$l" fork_cost | tr -d '"')" "$(t fork_call)" \
         "$(t fork_exit_wait)" "$(t spawn_exec_wait)"
 done
+echo "favordynmods / no-favordynmods, ratio of the p50s of each adjacent pair of rounds, and the median"
+echo "ratio (1.00 = no difference; the host's load drifts between rounds, the pairs share it):"
+grep '"fork_cost"' "$RESULTS" | while IFS= read -r l; do
+    echo "$(jget "$l" fork_cost | tr -d '"') $(jget "$l" fork_call_p50_us) $(jget "$l" fork_exit_wait_p50_us) $(jget "$l" spawn_exec_wait_p50_us)"
+done | awk '
+    $1 == "fork-favordynmods" { on1 = $2; on2 = $3; on3 = $4; have = 1; next }
+    $1 == "fork-no-favordynmods" && have {
+        n++; r1[n] = on1 / $2; r2[n] = on2 / $3; r3[n] = on3 / $4; have = 0
+        printf "  pair %d: fork() %.2f  fork+_exit+waitpid %.2f  spawn+exec+exit+wait %.2f\n", n, r1[n], r2[n], r3[n]
+    }
+    function med(a, n,   i, j, t) {
+        for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+        return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    END { if (n) printf "  median: fork() %.2f  fork+_exit+waitpid %.2f  spawn+exec+exit+wait %.2f\n", med(r1, n), med(r2, n), med(r3, n) }'
 echo
 echo "=== JSON lines"
 cat "$RESULTS"
