@@ -6,7 +6,7 @@
 # Usage: bench/run-storm-vm.sh [KEY=VALUE...]
 #   KEY=VALUE pairs go into the guest as /extra/storm.env: BASE_RATES and DBCAGE_RATES (execs/s,
 #   default 10,50 each), DURATION (s per rate, default 3), FORK_N and EXEC_N (fork and exec
-#   cycles per fork-cost round, default 300 and 30), FORK_ROUNDS (per mode, default 5), WATCH_MS (default 500), CLASSIFIER_NICE (default -10), STORM_ARGS (more storm options).
+#   cycles per fork-cost round, default 300 and 30), FORK_ROUNDS (per mode, default 8), WATCH_MS (default 500), CLASSIFIER_NICE (default -10), STORM_ARGS (more storm options).
 #   Environment: DBCAGE_VM_TIMEOUT (default 900 s here). A run with the defaults takes ~4 min.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)

@@ -336,9 +336,11 @@ usage: cargo bench --bench storm -- [OPTIONS]
   --print-names              print the process names the storm uses, one per line, and exit
   --watch-ms MS              after each spawn the spawning thread itself polls /proc/PID/cgroup
                              (every 50 us, up to MS ms) until the child shows the group: an
-                             exec-to-group free of the child's own start-up time (JSON
-                             watch_x2g_*); for slow machines (an emulated VM) at low rates, as it
-                             holds up that thread's next spawn (default 0: off)
+                             exec-to-group free of the child's own start-up (ld.so, main); it
+                             counts from spawn() returning, i.e. from exec's point of no return,
+                             before the kernel has loaded the program and sent the exec event
+                             (JSON watch_x2g_*). For slow machines (an emulated VM) at low rates:
+                             it holds up that thread's next spawn (default 0: off)
   --fork-cost N              no storm: time N fork+exit+wait cycles and N spawn+exec+wait
                              cycles (of this binary, which exits at once) and print per-cycle
                              mean/p50/p99/max in microseconds (--name labels the run)

@@ -31,7 +31,7 @@ DBCAGE_RATES=${DBCAGE_RATES:-10,50}
 DURATION=${DURATION:-3}
 FORK_N=${FORK_N:-300}
 EXEC_N=${EXEC_N:-30}
-FORK_ROUNDS=${FORK_ROUNDS:-5}
+FORK_ROUNDS=${FORK_ROUNDS:-8}
 WATCH_MS=${WATCH_MS:-500}
 CLASSIFIER_NICE=${CLASSIFIER_NICE:--10}
 STORM_ARGS=${STORM_ARGS:-}
@@ -173,8 +173,8 @@ fork_cost() { # on|off
 }
 i=0
 while [ $i -lt "$FORK_ROUNDS" ]; do
-    fork_cost on
-    fork_cost off
+    # A B B A: a drift of the host's load within a round does not favour one mode.
+    if [ $((i % 2)) -eq 0 ]; then fork_cost on && fork_cost off; else fork_cost off && fork_cost on; fi
     i=$((i + 1))
 done
 set_mode on
@@ -190,7 +190,9 @@ echo "=== summary (cgroup v2, kernel $(uname -r), qemu TCG: emulated, several ti
 echo "x2g: exec-to-group as the child sees it: the parent's spawn() returning (exec done) to the"
 echo "  child's poll that saw its group; under TCG its floor is the child's own start-up (tens of ms),"
 echo "  first: children already in the group at their first poll; watch: exec-to-group seen by the"
-echo "  spawning thread polling /proc/PID/cgroup right after spawn() (no start-up floor), missed: not"
+echo "  spawning thread polling /proc/PID/cgroup right after spawn() (no start-up floor, but it counts"
+echo "  from exec's point of no return: the rest of the exec, ms under TCG, comes before the exec"
+echo "  event a classifier sees); missed: not"
 echo "  seen within ${WATCH_MS} ms; w_res: the watch's mean time between its reads (its resolution);"
 echo "  never: not in the group within 2 s; mv: the baseline's own cgroup.procs write; all in ms"
 printf '%-26s %4s %6s %5s %5s %5s %8s %8s %8s %7s %7s %7s %6s %5s %7s %7s %4s\n' \
@@ -232,15 +234,16 @@ grep '"fork_cost"' "$RESULTS" | while IFS= read -r l; do
     printf '%-22s %24s %24s %24s\n' "$(jget "$l" fork_cost | tr -d '"')" "$(t fork_call)" \
         "$(t fork_exit_wait)" "$(t spawn_exec_wait)"
 done
-echo "favordynmods / no-favordynmods, ratio of the p50s of each adjacent pair of rounds, and the median"
-echo "ratio (1.00 = no difference; the host's load drifts between rounds, the pairs share it):"
+echo "favordynmods / no-favordynmods: the ratio of the p50s within each round (one run of each mode,"
+echo "back to back, in the order on-off, off-on, ...), and the median ratio (1.00 = no difference):"
 grep '"fork_cost"' "$RESULTS" | while IFS= read -r l; do
     echo "$(jget "$l" fork_cost | tr -d '"') $(jget "$l" fork_call_p50_us) $(jget "$l" fork_exit_wait_p50_us) $(jget "$l" spawn_exec_wait_p50_us)"
 done | awk '
-    $1 == "fork-favordynmods" { on1 = $2; on2 = $3; on3 = $4; have = 1; next }
-    $1 == "fork-no-favordynmods" && have {
-        n++; r1[n] = on1 / $2; r2[n] = on2 / $3; r3[n] = on3 / $4; have = 0
-        printf "  pair %d: fork() %.2f  fork+_exit+waitpid %.2f  spawn+exec+exit+wait %.2f\n", n, r1[n], r2[n], r3[n]
+    $1 == "fork-favordynmods" { on1 = $2; on2 = $3; on3 = $4; seen_on = 1 }
+    $1 == "fork-no-favordynmods" { off1 = $2; off2 = $3; off3 = $4; seen_off = 1 }
+    seen_on && seen_off {
+        n++; r1[n] = on1 / off1; r2[n] = on2 / off2; r3[n] = on3 / off3; seen_on = 0; seen_off = 0
+        printf "  round %d: fork() %.2f  fork+_exit+waitpid %.2f  spawn+exec+exit+wait %.2f\n", n, r1[n], r2[n], r3[n]
     }
     function med(a, n,   i, j, t) {
         for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
