@@ -6,8 +6,10 @@
 # Usage: bench/run-storm-vm.sh [KEY=VALUE...]
 #   KEY=VALUE pairs go into the guest as /extra/storm.env: BASE_RATES and DBCAGE_RATES (execs/s,
 #   default 10,50 each), DURATION (s per rate, default 3), FORK_N and EXEC_N (fork and exec
-#   cycles per fork-cost round, default 300 and 30), FORK_ROUNDS (per mode, default 8), WATCH_MS (default 500), CLASSIFIER_NICE (default -10), STORM_ARGS (more storm options).
-#   Environment: DBCAGE_VM_TIMEOUT (default 900 s here). A run with the defaults takes ~4 min.
+#   cycles per fork-cost round, default 300 and 30), FORK_ROUNDS (per mode, default 8),
+#   WATCH_MS (default 500), CLASSIFIER_NICE (default -10), STORM_ARGS (more storm options).
+#   Environment: DBCAGE_VM_TIMEOUT (default 900 s here). With the defaults the VM runs for
+#   1.5 to 2.5 minutes (the emulated CPUs share the host's two cores). Figures: bench/README.md.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"

@@ -13,18 +13,18 @@
 # without it (a remount replaces the whole option set: the other options are passed along):
 #   1. kernel floor: the bench writes each child's pid into dbcage-test-storm-baseline/cgroup.procs
 #      itself, at BASE_RATES;
-#   every storm runs with --watch-ms WATCH_MS: under TCG a child takes tens of ms to reach its
-#   main, so its own poll only says "moved before I started"; the spawning thread's poll of
-#   /proc/PID/cgroup gives exec-to-group without that floor (the emulated machine cannot sustain
-#   much more than 30 execs/s of these children, so rates stay low);
 #   2. dbcage run on a v2 policy (parent = the hierarchy root, root dbcage-test-storm, one tenant
 #      matching the storm's names by cmdline, as bench/run-storm.sh), one daemon per rate of
 #      DBCAGE_RATES, with --stats-out; its log must carry the "mounted without favordynmods"
 #      line exactly when the option is off.
-# Then the fork cost, FORK_ROUNDS times in each mode, alternating (TCG timing drifts with the
+# Every storm runs with --watch-ms WATCH_MS: under TCG a child takes tens of ms to reach its main,
+# so its own poll only says "moved before I started"; the spawning thread's poll of
+# /proc/PID/cgroup gives exec-to-group without that floor (the emulated machine cannot sustain
+# many more than 30 execs/s of these children, so the rates stay low).
+# Then the fork cost, FORK_ROUNDS rounds of one run per mode, A-B-B-A (TCG timing drifts with the
 # host's load): --fork-cost FORK_N --exec-cycles EXEC_N (fork+_exit+waitpid and spawn+exec+wait
-# cycles); the mount is restored, and one summary table is printed. Exits non-zero when a check failed (the log line,
-# a daemon that never classified a probe, a remount that did not take).
+# cycles). The mount is restored and one summary table is printed. Exits non-zero when a check
+# failed (the log line, a daemon that never classified a probe, a remount that did not take).
 
 BASE_RATES=${BASE_RATES:-10,50}
 DBCAGE_RATES=${DBCAGE_RATES:-10,50}
@@ -35,6 +35,7 @@ FORK_ROUNDS=${FORK_ROUNDS:-8}
 WATCH_MS=${WATCH_MS:-500}
 CLASSIFIER_NICE=${CLASSIFIER_NICE:--10}
 STORM_ARGS=${STORM_ARGS:-}
+# shellcheck disable=SC1090 # the knobs file bench/run-storm-vm.sh writes
 for f in /extra/*.env; do [ -f "$f" ] && . "$f"; done
 
 CG=/sys/fs/cgroup
