@@ -183,6 +183,21 @@ set_mode on
 # ------------------------------------------------------------------------------ summary
 # jget JSON KEY: a scalar field of a flat JSON line (the first match).
 jget() { printf '%s\n' "$1" | sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" | head -n1; }
+
+# What favordynmods is for: at a low rate (moves 50 ms or more apart) the kernel floor's move waits
+# for an RCU grace period without it (14-28 ms p50 in this VM) and not with it (0.2-0.4 ms).
+low=$(echo "$BASE_RATES" | tr ',' '\n' | sort -n | head -n1)
+if [ -n "$low" ] && [ "$low" -le 20 ]; then
+    on=$(jget "$(grep "\"classifier\":\"baseline-favordynmods\",\"rate_target\":$low," "$RESULTS")" move_write_p50_ms)
+    off=$(jget "$(grep "\"classifier\":\"baseline-no-favordynmods\",\"rate_target\":$low," "$RESULTS")" move_write_p50_ms)
+    if [ -n "$on" ] && [ -n "$off" ] && awk -v a="$on" -v b="$off" 'BEGIN { exit !(a * 4 < b) }'; then
+        pass favordynmods_floor "cgroup.procs write p50 at $low/s: $on ms with favordynmods, $off ms without"
+    else
+        fail favordynmods_floor "cgroup.procs write p50 at $low/s: '$on' ms with favordynmods, '$off' ms without (expected under a quarter)"
+    fi
+else
+    info "favordynmods_floor not checked: no baseline rate of 20/s or less"
+fi
 num() { # num VALUE DECIMALS: null/empty as "-"
     case "$1" in "" | null) echo "-" ;; *) awk -v v="$1" -v d="$2" 'BEGIN { printf "%." d "f", v }' ;; esac
 }
