@@ -5,13 +5,15 @@
 //! * CHILD: started through a link named like a seed process (`ora_p001_BX1`, `oracleBX1`; a hard
 //!   link to a copy of this binary, so that comm, argv[0] and /proc/PID/exe all carry the name)
 //!   with `DBCAGE_STORM_CHILD=1`. At the very top of `main` it reads CLOCK_MONOTONIC, then polls
-//!   /proc/self/cgroup until the `cpu` line shows exactly the expected group (`DBCAGE_STORM_EXPECT`) or a
-//!   deadline passes, appends one line to `DBCAGE_STORM_OUT` (O_APPEND), lives
+//!   /proc/self/cgroup until the `cpu` controller's line (cgroup v1) or, on a pure cgroup v2 host,
+//!   the `0::` line shows exactly the expected group (`DBCAGE_STORM_EXPECT`) or a deadline passes, appends one line to `DBCAGE_STORM_OUT` (O_APPEND), lives
 //!   `DBCAGE_STORM_EXTRA_MS` longer and exits.
 //! * PARENT: spawns such children at set rates for a set duration, mixing short-lived (exit as
 //!   soon as classified) and long-lived ones, reaps them, and reports per rate p50/p99/max delay,
 //!   the processes never classified, and the classifier's CPU time and peak RSS. `--baseline`
 //!   moves each child into a cgroup itself (writing cgroup.procs) to show the kernel's own cost.
+//! * FORK COST (`--fork-cost N`): times N fork+exit+wait and N spawn+exec+wait cycles, to show
+//!   what a cgroup mount option such as `favordynmods` costs every fork and exit on the host.
 //!
 //! Every object it creates has `dbcage-test` in its name and is removed on the way out.
 
@@ -33,6 +35,10 @@ const ENV_EXTRA_MS: &str = "DBCAGE_STORM_EXTRA_MS";
 const ENV_DEADLINE_MS: &str = "DBCAGE_STORM_DEADLINE_MS";
 const ENV_T0: &str = "DBCAGE_STORM_T0";
 const ENV_KIND: &str = "DBCAGE_STORM_KIND";
+/// Which line of /proc/self/cgroup the child reads: `cpu`, `v2` or `auto` (see [`Line`]).
+const ENV_LINE: &str = "DBCAGE_STORM_LINE";
+/// Set for the `--fork-cost` exec cycles: the process exits at once.
+const ENV_NOP: &str = "DBCAGE_STORM_NOP";
 
 fn mono_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -47,6 +53,9 @@ fn mono_ns() -> u64 {
 fn main() -> ExitCode {
     // The child's clock starts here, before anything else.
     let start = mono_ns();
+    if std::env::var_os(ENV_NOP).is_some() {
+        return ExitCode::SUCCESS;
+    }
     if std::env::var_os(ENV_CHILD).is_some() {
         return child(start);
     }
@@ -62,19 +71,133 @@ fn main() -> ExitCode {
 // ---------------------------------------------------------------------------------------------
 // Child
 
-/// Is the `cpu` controller's line of /proc/self/cgroup at `expect` (or below it)?
-fn in_group(text: &[u8], expect: &[u8]) -> bool {
-    for line in text.split(|b| *b == b'\n') {
-        let mut parts = line.splitn(3, |b| *b == b':');
-        let (Some(_), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+/// Which line of /proc/self/cgroup tells a child's group.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Line {
+    /// The v1 `cpu` controller's line (`N:cpu,cpuacct:/path`).
+    Cpu,
+    /// The cgroup v2 line (`0::/path`).
+    V2,
+    /// The `cpu` line if there is one, else the `0::` line (a pure v2 host has only that).
+    Auto,
+}
+
+impl Line {
+    fn parse(s: &str) -> Result<Line, String> {
+        match s {
+            "cpu" => Ok(Line::Cpu),
+            "v2" => Ok(Line::V2),
+            "auto" => Ok(Line::Auto),
+            _ => Err(format!("`{s}`: expected cpu, v2 or auto")),
+        }
+    }
+    fn as_str(self) -> &'static str {
+        match self {
+            Line::Cpu => "cpu",
+            Line::V2 => "v2",
+            Line::Auto => "auto",
+        }
+    }
+}
+
+/// Is the group of `line` in /proc/self/cgroup's `text` exactly `expect`?
+fn in_group(text: &[u8], expect: &[u8], line: Line) -> bool {
+    let mut v2: Option<&[u8]> = None;
+    for l in text.split(|b| *b == b'\n') {
+        let mut parts = l.splitn(3, |b| *b == b':');
+        let (Some(id), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
             continue;
         };
-        if !ctrls.split(|b| *b == b',').any(|c| c == b"cpu") {
+        if id == b"0" && ctrls.is_empty() {
+            v2 = Some(path);
             continue;
         }
-        return path == expect;
+        if line != Line::V2 && ctrls.split(|b| *b == b',').any(|c| c == b"cpu") {
+            return path == expect;
+        }
     }
-    false
+    line != Line::Cpu && v2 == Some(expect)
+}
+
+/// The checks of [`in_group`] on the layouts of /proc/self/cgroup this bench meets (harness =
+/// false: they run at every start of the parent and alone with `--self-test`).
+fn self_test() {
+    // cgroup v1 (hybrid: a `0::` line as well): the cpu line decides in `auto`.
+    let t = b"4:memory:/x\n2:cpuacct:/\n1:cpu:/dbcage-test-storm/BX1/limited\n0::/\n";
+    for line in [Line::Cpu, Line::Auto] {
+        assert!(in_group(t, b"/dbcage-test-storm/BX1/limited", line));
+        assert!(!in_group(t, b"/dbcage-test-storm/BX1", line));
+        assert!(in_group(b"3:cpu,cpuacct:/a/BX1\n", b"/a/BX1", line));
+        assert!(!in_group(b"2:cpuacct:/a/BX1\n1:cpu:/\n", b"/a/BX1", line));
+        // The cpu line is not where expected: the v2 line does not stand in for it.
+        assert!(!in_group(b"1:cpu:/\n0::/a/BX1\n", b"/a/BX1", line));
+    }
+    assert!(!in_group(t, b"/", Line::Cpu));
+    // Hybrid host, asked for the unified hierarchy: only the `0::` line counts.
+    assert!(in_group(t, b"/", Line::V2));
+    assert!(!in_group(t, b"/dbcage-test-storm/BX1/limited", Line::V2));
+    // Pure cgroup v2: one `0::` line, with or without a trailing newline.
+    let v2 = b"0::/dbcage-test-storm/BX1/limited\n";
+    for line in [Line::V2, Line::Auto] {
+        assert!(in_group(v2, b"/dbcage-test-storm/BX1/limited", line));
+        assert!(in_group(b"0::/a/BX1", b"/a/BX1", line));
+        assert!(!in_group(v2, b"/dbcage-test-storm/BX1", line));
+        assert!(!in_group(v2, b"/dbcage-test-storm/BX1/limited/x", line));
+        assert!(!in_group(b"0::/\n", b"/a/BX1", line));
+        assert!(!in_group(b"", b"/a/BX1", line));
+    }
+    assert!(!in_group(v2, b"/dbcage-test-storm/BX1/limited", Line::Cpu));
+    // A v1 named hierarchy (`1:name=systemd:/x`) is neither the cpu nor the v2 line.
+    assert!(!in_group(b"1:name=systemd:/a/BX1\n", b"/a/BX1", Line::Auto));
+    // The cgroup2 mount a --baseline group lives on.
+    let mi = "22 1 0:21 / /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw,favordynmods\n\
+              23 22 0:22 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n";
+    assert_eq!(
+        cgroup2_mount(mi, Path::new("/sys/fs/cgroup/dbcage-test-b")),
+        Some((PathBuf::from("/sys/fs/cgroup"), PathBuf::from("/")))
+    );
+    assert_eq!(cgroup2_mount(mi, Path::new("/sys/fs/cgroupx/a")), None);
+    let hybrid = "30 25 0:26 /sub /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n";
+    assert_eq!(
+        cgroup2_mount(hybrid, Path::new("/sys/fs/cgroup/unified/dbcage-test-b")),
+        Some((
+            PathBuf::from("/sys/fs/cgroup/unified"),
+            PathBuf::from("/sub")
+        ))
+    );
+    assert_eq!(
+        cgroup2_mount(hybrid, Path::new("/sys/fs/cgroup/cpu/dbcage-test-b")),
+        None
+    );
+}
+
+/// The cgroup2 mount that holds `dir` (the longest mount point above it) from /proc/self/mountinfo
+/// text: (mount point, the mount's root within the hierarchy).
+fn cgroup2_mount(mountinfo: &str, dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    let mut best: Option<(PathBuf, PathBuf)> = None;
+    for l in mountinfo.lines() {
+        let Some((pre, post)) = l.split_once(" - ") else {
+            continue;
+        };
+        if post.split_whitespace().next() != Some("cgroup2") {
+            continue;
+        }
+        let f: Vec<&str> = pre.split_whitespace().collect();
+        let (Some(root), Some(mp)) = (f.get(3), f.get(4)) else {
+            continue;
+        };
+        // mountinfo escapes blanks as \040: cgroup mount points here have none.
+        let mp = PathBuf::from(mp);
+        if dir.starts_with(&mp)
+            && dir != mp
+            && best
+                .as_ref()
+                .is_none_or(|(b, _)| mp.as_os_str().len() > b.as_os_str().len())
+        {
+            best = Some((mp, PathBuf::from(root)));
+        }
+    }
+    best
 }
 
 fn child(start: u64) -> ExitCode {
@@ -90,6 +213,10 @@ fn child(start: u64) -> ExitCode {
     let deadline_ns = num(ENV_DEADLINE_MS, 2000) * 1_000_000;
     let t0 = num(ENV_T0, 0);
     let kind = std::env::var(ENV_KIND).unwrap_or_else(|_| "s".into());
+    let which = std::env::var(ENV_LINE)
+        .ok()
+        .and_then(|v| Line::parse(&v).ok())
+        .unwrap_or(Line::Auto);
     let mut buf = [0u8; 4096];
     let mut polls = 0u64;
     let mut first_poll = 0u64;
@@ -103,7 +230,7 @@ fn child(start: u64) -> ExitCode {
             if polls == 1 {
                 first_poll = now - start;
             }
-            if in_group(&buf[..n], expect.as_bytes()) {
+            if in_group(&buf[..n], expect.as_bytes(), which) {
                 seen = Some(now - start);
                 break;
             }
@@ -170,6 +297,11 @@ struct Opts {
     spawners: usize,
     max_alive: usize,
     max_lag_ms: u64,
+    line: Line,
+    watch_ms: u64,
+    fork_cost: Option<u64>,
+    exec_cycles: Option<u64>,
+    self_test: bool,
 }
 
 const USAGE: &str = "\
@@ -178,8 +310,12 @@ usage: cargo bench --bench storm -- [OPTIONS]
   --duration SECS            length of each run (default 3)
   --classifier-pid PID       the classifier's pid: CPU time and peak RSS are read from /proc/PID
   --name NAME                label of the classifier in the table and JSON (default classifier)
-  --expect PATH              cpu cgroup path a classified child must show (default
+  --expect PATH              cgroup path a classified child must show (default
                              /dbcage-test-storm/BX1/limited)
+  --cgroup-line cpu|v2|auto  the line of /proc/self/cgroup the children read: the v1 cpu
+                             controller's, the cgroup v2 `0::` line, or auto (default: the cpu
+                             line if there is one, else the `0::` line; a --baseline group on a
+                             cgroup2 mount sets v2 unless a cpu group is given too)
   --long-every N             every Nth child lives --long-ms more after it is classified (default 2)
   --long-ms MS               extra lifetime of long-lived children (default 200)
   --deadline-ms MS           a child gives up polling after this long (default 2000)
@@ -190,14 +326,26 @@ usage: cargo bench --bench storm -- [OPTIONS]
   --max-lag-ms MS            a slot this late is skipped rather than caught up (default 50)
   --json-out FILE            append the JSON lines to FILE as well
   --tmpdir DIR               where the dbcage-test-storm-XXXX directory is made (default /tmp)
-  --baseline CGROUP_DIR      no classifier: the bench moves each child into this cpu cgroup
-                             itself (created and removed by the bench; name must hold dbcage-test).
-                             Repeat it to move into groups of other hierarchies too, in the order
-                             given (one must be under /sys/fs/cgroup/cpu/; never memory); the move
-                             time is that of all the writes
+  --baseline CGROUP_DIR      no classifier: the bench moves each child into this cgroup itself
+                             (created and removed by the bench; name must hold dbcage-test): a
+                             group under /sys/fs/cgroup/cpu/ (v1) or on a cgroup2 mount. Repeat it
+                             to move into groups of other v1 hierarchies too, in the order given
+                             (never memory); the move time is that of all the writes
   --wait-ready SECS          only spawn probe children until one is classified (exit 0) or SECS
                              pass (exit 1)
   --print-names              print the process names the storm uses, one per line, and exit
+  --watch-ms MS              after each spawn the spawning thread itself polls /proc/PID/cgroup
+                             (every 50 us, up to MS ms) until the child shows the group: an
+                             exec-to-group free of the child's own start-up (ld.so, main); it
+                             counts from spawn() returning, i.e. from exec's point of no return,
+                             before the kernel has loaded the program and sent the exec event
+                             (JSON watch_x2g_*). For slow machines (an emulated VM) at low rates:
+                             it holds up that thread's next spawn (default 0: off)
+  --fork-cost N              no storm: time N fork+exit+wait cycles and N spawn+exec+wait
+                             cycles (of this binary, which exits at once) and print per-cycle
+                             mean/p50/p99/max in microseconds (--name labels the run)
+  --exec-cycles M            with --fork-cost: M spawn+exec+wait cycles instead of N
+  --self-test                run the checks of the /proc/self/cgroup and mountinfo parsers, exit
   --symlinks                 name the children by symlinks to the bench binary instead of hard
                              links to a copy (cgrulesengd cannot match symlinked names)";
 
@@ -222,6 +370,11 @@ fn parse_args() -> Result<Opts, String> {
         spawners: 2,
         max_alive: 500,
         max_lag_ms: 50,
+        line: Line::Auto,
+        watch_ms: 0,
+        fork_cost: None,
+        exec_cycles: None,
+        self_test: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -262,6 +415,11 @@ fn parse_args() -> Result<Opts, String> {
             "--spawners" => o.spawners = int(val()?)?.clamp(1, 64) as usize,
             "--max-alive" => o.max_alive = int(val()?)?.max(1) as usize,
             "--max-lag-ms" => o.max_lag_ms = int(val()?)?,
+            "--cgroup-line" => o.line = Line::parse(&val()?).map_err(|e| format!("{a}: {e}"))?,
+            "--watch-ms" => o.watch_ms = int(val()?)?,
+            "--fork-cost" => o.fork_cost = Some(int(val()?)?.max(1)),
+            "--exec-cycles" => o.exec_cycles = Some(int(val()?)?.max(1)),
+            "--self-test" => o.self_test = true,
             "-h" | "--help" => return Err(USAGE.into()),
             _ => return Err(format!("unknown argument `{a}`\n{USAGE}")),
         }
@@ -415,6 +573,7 @@ struct Spawner<'a> {
     expect: &'a str,
     out: &'a Path,
     deadline_ms: u64,
+    line: Line,
 }
 
 impl Spawner<'_> {
@@ -434,6 +593,7 @@ impl Spawner<'_> {
             .env(ENV_EXTRA_MS, if long { extra_ms } else { 0 }.to_string())
             .env(ENV_DEADLINE_MS, self.deadline_ms.to_string())
             .env(ENV_KIND, if long { "l" } else { "s" })
+            .env(ENV_LINE, self.line.as_str())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
@@ -453,6 +613,11 @@ struct ThreadOut {
     skipped: u64,
     /// (pid, time spawn() returned) per child.
     execs: Vec<(u32, u64)>,
+    /// `--watch-ms`: spawn() returning to the parent's read of /proc/PID/cgroup showing the group.
+    watched: Histogram<u64>,
+    watch_missed: u64,
+    /// (reads of /proc/PID/cgroup, ns spent watching)
+    watch_polls: (u64, u64),
 }
 
 struct Record {
@@ -537,6 +702,20 @@ struct RateResult {
     move_write_max_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     move_write_errors: Option<u64>,
+    /// `--watch-ms`: exec-to-group seen from outside (the spawning thread polls /proc/PID/cgroup
+    /// right after spawn() returns), free of the child's own start-up time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    watch_x2g_p50_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    watch_x2g_p99_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    watch_x2g_max_ms: Option<f64>,
+    /// Children the watch did not see in the group within --watch-ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    watch_missed: Option<u64>,
+    /// The watch's resolution: its time spent over its reads of /proc/PID/cgroup.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    watch_poll_interval_us: Option<f64>,
 }
 
 fn pct(h: &Histogram<u64>, q: f64) -> Option<f64> {
@@ -544,13 +723,15 @@ fn pct(h: &Histogram<u64>, q: f64) -> Option<f64> {
 }
 
 fn parent() -> Result<ExitCode, String> {
-    let o = parse_args()?;
-    // The child's test, checked on the two layouts of /proc/self/cgroup this bench meets.
-    let t = b"4:memory:/x\n2:cpuacct:/\n1:cpu:/dbcage-test-storm/BX1/limited\n0::/\n";
-    assert!(in_group(t, b"/dbcage-test-storm/BX1/limited"));
-    assert!(!in_group(t, b"/dbcage-test-storm/BX1"));
-    assert!(in_group(b"3:cpu,cpuacct:/a/BX1\n", b"/a/BX1"));
-    assert!(!in_group(b"2:cpuacct:/a/BX1\n1:cpu:/\n", b"/a/BX1"));
+    let mut o = parse_args()?;
+    self_test();
+    if o.self_test {
+        println!("storm: self-test passed");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(n) = o.fork_cost {
+        return fork_cost(n, &o);
+    }
     let names = seed_names(o.names);
     if o.print_names {
         for n in &names {
@@ -591,15 +772,32 @@ fn parent() -> Result<ExitCode, String> {
     let expect = if o.baseline.is_empty() {
         o.expect.clone()
     } else {
-        let mut expect = None;
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+        let (mut cpu_expect, mut v2_expect) = (None, None);
         for bdir in &o.baseline {
             let name = bdir.file_name().map(|n| n.to_string_lossy().into_owned());
             if !name.is_some_and(|n| n.contains("dbcage-test")) {
                 return Err("--baseline: the group's name must contain `dbcage-test`".into());
             }
-            let rel = bdir
-                .strip_prefix("/sys/fs/cgroup")
-                .map_err(|_| "--baseline: give a group under /sys/fs/cgroup/HIERARCHY/")?;
+            if bdir.components().any(|c| c.as_os_str() == "..") {
+                return Err(format!("--baseline {}: no `..` please", bdir.display()));
+            }
+            // A group on a cgroup2 mount (a pure v2 host, or a hybrid host's unified hierarchy):
+            // the child sees it on its `0::` line, as the path below the hierarchy's root.
+            if let Some((mp, root)) = cgroup2_mount(&mountinfo, bdir) {
+                if v2_expect.is_some() {
+                    return Err("--baseline: only one group on a cgroup2 mount".into());
+                }
+                let rel = bdir.strip_prefix(&mp).map_err(|e| e.to_string())?;
+                std::fs::create_dir(bdir).map_err(|e| format!("mkdir {}: {e}", bdir.display()))?;
+                baseline_guard.push(BaselineGroup { dir: bdir.clone() });
+                v2_expect = Some(root.join(rel).display().to_string());
+                continue;
+            }
+            let rel = bdir.strip_prefix("/sys/fs/cgroup").map_err(|_| {
+                "--baseline: give a group under /sys/fs/cgroup/HIERARCHY/ or on a cgroup2 mount"
+            })?;
             let hier = rel.components().next().map(|c| c.as_os_str().to_owned());
             let hier = hier.unwrap_or_default().to_string_lossy().into_owned();
             if hier == "memory" || hier == "unified" || hier == "systemd" {
@@ -618,10 +816,30 @@ fn parent() -> Result<ExitCode, String> {
             }
             if hier == "cpu" {
                 let r = rel.strip_prefix("cpu").map_err(|e| e.to_string())?;
-                expect = Some(format!("/{}", r.display()));
+                cpu_expect = Some(format!("/{}", r.display()));
             }
         }
-        expect.ok_or("--baseline: one group must be under /sys/fs/cgroup/cpu/")?
+        // The cpu group decides when there is one (v1, as before); else the cgroup2 group.
+        match (cpu_expect, v2_expect) {
+            (Some(e), _) => {
+                if o.line == Line::Auto {
+                    o.line = Line::Cpu;
+                }
+                e
+            }
+            (None, Some(e)) => {
+                if o.line == Line::Auto {
+                    o.line = Line::V2;
+                }
+                e
+            }
+            (None, None) => {
+                return Err(
+                    "--baseline: one group must be under /sys/fs/cgroup/cpu/ or on a cgroup2 mount"
+                        .into(),
+                )
+            }
+        }
     };
 
     if let Some(wait) = o.wait_ready {
@@ -633,6 +851,7 @@ fn parent() -> Result<ExitCode, String> {
             expect: &expect,
             out: &out,
             deadline_ms: 300,
+            line: o.line,
         };
         let t = std::time::Instant::now();
         let mut i = 0;
@@ -667,6 +886,7 @@ fn parent() -> Result<ExitCode, String> {
             expect: &expect,
             out: &out,
             deadline_ms: o.deadline_ms,
+            line: o.line,
         };
         let before = o.classifier_pid.and_then(sample);
         let total = (rate as f64 * o.duration.as_secs_f64()).round() as u64;
@@ -698,10 +918,13 @@ fn parent() -> Result<ExitCode, String> {
                     let (sp, procs_file, done, live) = (&sp, procs_file.as_ref(), &done, &live);
                     let (long_every, long_ms) = (o.long_every, o.long_ms);
                     let (max_alive, max_lag_ns) = (o.max_alive, o.max_lag_ms * 1_000_000);
+                    let watch_ns = o.watch_ms * 1_000_000;
                     scope.spawn(move || {
                         let (mut spawned, mut failures, mut moves, mut move_errors) =
                             (0u64, 0u64, hist(), 0u64);
                         let mut skipped = 0u64;
+                        let (mut watched, mut watch_missed) = (hist(), 0u64);
+                        let mut watch_polls = (0u64, 0u64);
                         let mut execs = Vec::new();
                         let mut i = k as u64;
                         while i < total {
@@ -742,6 +965,24 @@ fn parent() -> Result<ExitCode, String> {
                                             Err(_) => move_errors += 1,
                                         }
                                     }
+                                    if watch_ns > 0 {
+                                        let w0 = mono_ns();
+                                        let r = watch(
+                                            pid,
+                                            sp.expect,
+                                            sp.line,
+                                            t_exec,
+                                            watch_ns,
+                                            &mut watch_polls.0,
+                                        );
+                                        watch_polls.1 += mono_ns() - w0;
+                                        match r {
+                                            Some(d) => {
+                                                let _ = watched.record(d.max(1_000));
+                                            }
+                                            None => watch_missed += 1,
+                                        }
+                                    }
                                 }
                                 Err(e) => {
                                     failures += 1;
@@ -760,6 +1001,9 @@ fn parent() -> Result<ExitCode, String> {
                             move_errors,
                             skipped,
                             execs,
+                            watched,
+                            watch_missed,
+                            watch_polls,
                         }
                     })
                 })
@@ -778,9 +1022,15 @@ fn parent() -> Result<ExitCode, String> {
         });
         let (mut spawned, mut failures, mut moves, mut move_errors) = (0u64, 0u64, hist(), 0u64);
         let mut skipped = 0u64;
+        let (mut watched, mut watch_missed) = (hist(), 0u64);
+        let mut watch_polls = (0u64, 0u64);
         let mut exec_at = std::collections::HashMap::new();
         for t in per_thread {
             skipped += t.skipped;
+            let _ = watched.add(&t.watched);
+            watch_missed += t.watch_missed;
+            watch_polls.0 += t.watch_polls.0;
+            watch_polls.1 += t.watch_polls.1;
             spawned += t.spawned;
             failures += t.failures;
             move_errors += t.move_errors;
@@ -886,6 +1136,12 @@ fn parent() -> Result<ExitCode, String> {
                 .as_ref()
                 .and_then(|_| (!moves.is_empty()).then(|| ms(moves.max()))),
             move_write_errors: procs_file.as_ref().map(|_| move_errors),
+            watch_x2g_p50_ms: (o.watch_ms > 0).then(|| pct(&watched, 0.5)).flatten(),
+            watch_x2g_p99_ms: (o.watch_ms > 0).then(|| pct(&watched, 0.99)).flatten(),
+            watch_x2g_max_ms: (o.watch_ms > 0 && !watched.is_empty()).then(|| ms(watched.max())),
+            watch_missed: (o.watch_ms > 0).then_some(watch_missed),
+            watch_poll_interval_us: (o.watch_ms > 0 && watch_polls.0 > 0)
+                .then(|| watch_polls.1 as f64 / watch_polls.0 as f64 / 1e3),
         };
         if o.classifier_pid.is_some() && after.is_none() {
             eprintln!(
@@ -903,6 +1159,145 @@ fn parent() -> Result<ExitCode, String> {
         json.push_str(&serde_json::to_string(r).map_err(|e| e.to_string())?);
         json.push('\n');
     }
+    print!("{json}");
+    if let Some(p) = &o.json_out {
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .map_err(|e| format!("{}: {e}", p.display()))?;
+        f.write_all(json.as_bytes()).map_err(|e| e.to_string())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--watch-ms`: from `t_exec` (spawn() returned) until /proc/PID/cgroup shows `expect`, polled
+/// every 50 us for at most `limit_ns`; None if it never did (or the child is gone: a child exits
+/// only after it saw the group itself, or at its deadline).
+/// Also counts the reads into `polls`, so that the mean interval between them (the watch's
+/// resolution: sleeps are coarser on an emulated machine) can be reported.
+fn watch(
+    pid: u32,
+    expect: &str,
+    line: Line,
+    t_exec: u64,
+    limit_ns: u64,
+    polls: &mut u64,
+) -> Option<u64> {
+    let f = File::open(format!("/proc/{pid}/cgroup")).ok()?;
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = f.read_at(&mut buf, 0).ok()?;
+        let now = mono_ns();
+        *polls += 1;
+        if n == 0 {
+            return None;
+        }
+        if in_group(&buf[..n], expect.as_bytes(), line) {
+            return Some(now.saturating_sub(t_exec));
+        }
+        if now - t_exec > limit_ns {
+            return None;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// `--fork-cost N`: what a fork and an exit cost here, so that a cgroup mount option that moves
+/// work onto them (`favordynmods`: the thread-group lock's reader side, taken by every fork and
+/// exit, stays on its slow path) can be compared on and off with the same binary. Runs in the
+/// bench process before it starts any thread: the forked child only calls `_exit`.
+fn fork_cost(n: u64, o: &Opts) -> Result<ExitCode, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let ns_hist =
+        || Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
+    let (mut fork_call, mut cycle, mut spawn) = (ns_hist(), ns_hist(), ns_hist());
+    let warmup = (n / 20).clamp(5, 100);
+    let m = o.exec_cycles.unwrap_or(n);
+    let exec_warmup = (m / 20).clamp(2, 100);
+    for i in 0..warmup + n {
+        let a = mono_ns();
+        // SAFETY: the child calls only _exit (async-signal-safe); no other thread runs here.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: _exit ends the child without running the parent's destructors.
+            unsafe { libc::_exit(0) };
+        }
+        if pid < 0 {
+            return Err(format!("fork: {}", std::io::Error::last_os_error()));
+        }
+        let b = mono_ns();
+        let mut status = 0;
+        // SAFETY: waiting for the child we just forked.
+        if unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
+            return Err(format!(
+                "waitpid {pid}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        let c = mono_ns();
+        if i >= warmup {
+            let _ = fork_call.record(b - a);
+            let _ = cycle.record(c - a);
+        }
+    }
+    for i in 0..exec_warmup + m {
+        let a = mono_ns();
+        let st = Command::new(&exe)
+            .env(ENV_NOP, "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .status()
+            .map_err(|e| format!("spawn {}: {e}", exe.display()))?;
+        let b = mono_ns();
+        if !st.success() {
+            return Err(format!("{} exited with {st}", exe.display()));
+        }
+        if i >= exec_warmup {
+            let _ = spawn.record(b - a);
+        }
+    }
+    let us = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1e3;
+    let row = |what: &str, h: &Histogram<u64>| {
+        println!(
+            "{:<22} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+            what,
+            h.mean() / 1e3,
+            us(h, 0.5),
+            us(h, 0.99),
+            h.max() as f64 / 1e3
+        );
+    };
+    println!(
+        "fork cost: {}, {n} fork cycles after {warmup} not counted, {m} exec cycles after {exec_warmup} \
+         (microseconds per cycle)",
+        o.name
+    );
+    println!(
+        "{:<22} {:>9} {:>9} {:>9} {:>9}",
+        "cycle", "mean", "p50", "p99", "max"
+    );
+    row("fork() in the parent", &fork_call);
+    row("fork+_exit+waitpid", &cycle);
+    row("spawn+exec+exit+wait", &spawn);
+    let json = serde_json::json!({
+        "fork_cost": o.name,
+        "cycles": n,
+        "exec_cycles": m,
+        "fork_call_mean_us": fork_call.mean() / 1e3,
+        "fork_call_p50_us": us(&fork_call, 0.5),
+        "fork_call_p99_us": us(&fork_call, 0.99),
+        "fork_exit_wait_mean_us": cycle.mean() / 1e3,
+        "fork_exit_wait_p50_us": us(&cycle, 0.5),
+        "fork_exit_wait_p99_us": us(&cycle, 0.99),
+        "fork_exit_wait_max_us": cycle.max() as f64 / 1e3,
+        "spawn_exec_wait_mean_us": spawn.mean() / 1e3,
+        "spawn_exec_wait_p50_us": us(&spawn, 0.5),
+        "spawn_exec_wait_p99_us": us(&spawn, 0.99),
+        "spawn_exec_wait_max_us": spawn.max() as f64 / 1e3,
+    })
+    .to_string()
+        + "\n";
     print!("{json}");
     if let Some(p) = &o.json_out {
         let mut f = OpenOptions::new()

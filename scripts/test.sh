@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of dbcage: formatting, lints, unit tests, the real-kernel integration tests
 # (root: cgroup v1 on this host, loop devices, fio), and in a qemu VM the cgroup v2 smoke run and
-# dbcage's v2 scenarios (tests/vm/scenarios.sh).
+# dbcage's v2 scenarios (tests/vm/scenarios.sh), and a quick run of the storm on v2 (tests/vm/storm.sh).
 # Installs what the tests need with apt on a fresh Debian machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,3 +38,6 @@ cargo build --release --quiet
 tests/vm/run.sh target/release/dbcage tests/vm/smoke.sh
 tests/vm/run.sh target/release/dbcage tests/vm/scenarios.sh
 tests/vm/run.sh target/release/dbcage tests/vm/observe.sh
+# Issue 8's storm on v2, quick: favordynmods on and off at 10 execs/s (~45 s); checks dbcage's
+# "mounted without favordynmods" notice and that the option removes the move's grace-period wait.
+bench/run-storm-vm.sh BASE_RATES=10 DBCAGE_RATES=10 DURATION=2 FORK_ROUNDS=1
