@@ -69,6 +69,15 @@ fn main() {
     let fs = HostFs::default();
     let sets = [
         (
+            "cmdline (no comm rule)",
+            Fields {
+                ids: false,
+                exe: false,
+                tree: false,
+                comm: false,
+            },
+        ),
+        (
             "cmdline+comm",
             Fields {
                 ids: false,

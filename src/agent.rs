@@ -24,7 +24,7 @@ use tracing::{info, warn};
 use crate::cgroup::{self, apply, Snapshot};
 use crate::classify::connector::{self, Connector, ProcEvent, Received, Timed};
 use crate::classify::{self, classify, Leaf};
-use crate::cli::{make_plan, prepare_with, Context_};
+use crate::cli::{make_plan, prepare_daemon, Context_};
 use crate::inventory::procs::ProcReader;
 use crate::metrics;
 use crate::plan::{self, Plan, Step};
@@ -238,7 +238,7 @@ impl Agent {
         // Re-read the host (devices and processes) so that device changes are picked up too,
         // but not the policy file: that changes on SIGHUP only, and a broken file must not stop
         // the safety net.
-        match prepare_with(self.ctx.loaded.clone()).and_then(|c| {
+        match prepare_daemon(self.ctx.loaded.clone()).and_then(|c| {
             let plan = make_plan(&c)?;
             Ok((c, plan))
         }) {
@@ -486,7 +486,7 @@ impl crate::control::Governor for Agent {
         &self.ctx.loaded.policy
     }
     fn stage(&mut self, loaded: crate::policy::Loaded) -> Result<Self::Staged> {
-        let ctx = prepare_with(loaded)?;
+        let ctx = prepare_daemon(loaded)?;
         let plan = make_plan(&ctx)?;
         Ok((ctx, plan))
     }
@@ -708,7 +708,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         }
     };
     let (live, loaded) = crate::control::Live::load(&opts.config)?;
-    let ctx = prepare_with(loaded)?;
+    let ctx = prepare_daemon(loaded)?;
     let shared = Arc::new(metrics::Shared {
         fs: ctx.fs.clone(),
         view: RwLock::new((ctx.loaded.policy.clone(), ctx.layout.clone())),

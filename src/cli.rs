@@ -277,8 +277,19 @@ pub fn prepare(config: &Path) -> Result<Context_> {
 
 /// `prepare` for a policy already loaded: re-reads the host (devices, processes, cgroups) only.
 pub fn prepare_with(loaded: Loaded) -> Result<Context_> {
+    prepare_names(loaded, true)
+}
+
+/// `prepare_with` for the daemon: process names (`comm`) are read only where a rule looks at
+/// them (its move lines take them from argv[0] otherwise, see `procs::Fields::comm`), which
+/// leaves a third less of /proc to read in every rescan.
+pub fn prepare_daemon(loaded: Loaded) -> Result<Context_> {
+    prepare_names(loaded, false)
+}
+
+fn prepare_names(loaded: Loaded, exact_comm: bool) -> Result<Context_> {
     let fs = HostFs::default();
-    let (inventory, problems) = inventory::gather(&fs, &loaded.policy)?;
+    let (inventory, problems) = inventory::gather(&fs, &loaded.policy, exact_comm)?;
     if !problems.is_empty() {
         return Err(PolicyErrors(problems).into());
     }

@@ -75,17 +75,22 @@ pub fn resolve_devices(
     (out, problems)
 }
 
-/// Reads everything the plan needs from the host.
-pub fn gather(fs: &HostFs, policy: &Policy) -> anyhow::Result<(Inventory, Vec<Problem>)> {
+/// Reads everything the plan needs from the host. With `exact_comm`, every process's `comm` is
+/// read even where no rule needs it (plans and status show it); the daemon passes false.
+pub fn gather(
+    fs: &HostFs,
+    policy: &Policy,
+    exact_comm: bool,
+) -> anyhow::Result<(Inventory, Vec<Problem>)> {
     use anyhow::Context;
     let mounts = MountTable::read(fs).context("reading /proc/self/mountinfo")?;
     let (tenants, problems) = resolve_devices(fs, &mounts, policy);
     let numa = NumaTopology::read(fs).context("reading NUMA topology from /sys/devices/system")?;
     policy.refresh_pid_files(fs);
-    // comm always: plans and status show it; only the daemon's per-event read may skip it.
+    let needed = crate::classify::fields_needed(&policy.tenants);
     let fields = crate::inventory::procs::Fields {
-        comm: true,
-        ..crate::classify::fields_needed(&policy.tenants)
+        comm: needed.comm || exact_comm,
+        ..needed
     };
     let procs = procs::scan_fields(fs, fields).context("scanning /proc")?;
     Ok((
