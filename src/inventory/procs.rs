@@ -128,11 +128,6 @@ impl ProcReader {
         })
     }
 
-    /// One of a process's small files (`cgroup`, ...), read in one go; `None` if it is gone.
-    pub fn file(&mut self, pid: u32, name: &str) -> Option<&[u8]> {
-        read_small_at(&self.proc, &format!("{pid}/{name}"), &mut self.buf)
-    }
-
     /// One process; `None` if it is gone, or is a kernel thread.
     pub fn read(&mut self, pid: u32, fields: Fields) -> Option<ProcInfo> {
         let dir = &self.proc;
