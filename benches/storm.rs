@@ -1159,15 +1159,7 @@ fn parent() -> Result<ExitCode, String> {
         json.push_str(&serde_json::to_string(r).map_err(|e| e.to_string())?);
         json.push('\n');
     }
-    print!("{json}");
-    if let Some(p) = &o.json_out {
-        let mut f = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(p)
-            .map_err(|e| format!("{}: {e}", p.display()))?;
-        f.write_all(json.as_bytes()).map_err(|e| e.to_string())?;
-    }
+    emit_json(&o, &json)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -1298,15 +1290,7 @@ fn fork_cost(n: u64, o: &Opts) -> Result<ExitCode, String> {
     })
     .to_string()
         + "\n";
-    print!("{json}");
-    if let Some(p) = &o.json_out {
-        let mut f = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(p)
-            .map_err(|e| format!("{}: {e}", p.display()))?;
-        f.write_all(json.as_bytes()).map_err(|e| e.to_string())?;
-    }
+    emit_json(o, &json)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -1361,4 +1345,18 @@ fn print_table(results: &[RateResult]) {
             r.host_cpu_busy_pct,
         );
     }
+}
+
+/// Prints JSON lines and appends them to `--json-out` if given.
+fn emit_json(o: &Opts, json: &str) -> Result<(), String> {
+    print!("{json}");
+    if let Some(p) = &o.json_out {
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .map_err(|e| format!("{}: {e}", p.display()))?;
+        f.write_all(json.as_bytes()).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }

@@ -369,6 +369,51 @@ fn daemon_fork_inheritance_and_recheck() {
     drop(parent);
 }
 
+/// Starts `n` sleepers named `name` (30 s), with a short-lived `true` after every second one:
+/// the load of the overrun tests. Returns them and how long starting them took.
+fn start_with_churn(name: &str, n: usize) -> (Vec<Child>, Duration) {
+    let t0 = Instant::now();
+    let mut kids = Vec::with_capacity(n);
+    for i in 0..n {
+        kids.push(sleeper(name, "30"));
+        if i % 2 == 0 {
+            let status = Command::new("true")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("true");
+            assert!(status.success());
+        }
+    }
+    (kids, t0.elapsed())
+}
+
+/// Waits up to `limit` until every kid is in tenant `db`'s limited leaf in every controller;
+/// returns how long that took and, per controller, the kids still outside.
+fn wait_all_limited(
+    t: &Tenancy,
+    kids: &[Child],
+    limit: Duration,
+) -> (Duration, Vec<(&'static str, Vec<u32>)>) {
+    let t0 = Instant::now();
+    let want: BTreeSet<u32> = kids.iter().map(|k| k.pid).collect();
+    let missing = |c: &str| -> Vec<u32> {
+        let inside: BTreeSet<u32> = procs_in(&t.leaf_dir(c, "db", "limited"))
+            .into_iter()
+            .collect();
+        want.difference(&inside).copied().collect()
+    };
+    wait_until(limit, || CONTROLLERS.iter().all(|c| missing(c).is_empty()));
+    let converged = t0.elapsed();
+    let outside = CONTROLLERS
+        .iter()
+        .map(|c| (*c, missing(c)))
+        .filter(|(_, m)| !m.is_empty())
+        .collect();
+    (converged, outside)
+}
+
 /// Overruns while the daemon is busy: the kernel reports ENOBUFS only for the first drop after
 /// the socket's queue was last empty, so a daemon that rescans with a full queue loses the
 /// events dropped meanwhile without a word (found with the storm bench at 5,000 execs/s: 357
@@ -384,39 +429,14 @@ fn daemon_recovers_from_overruns_during_a_storm() {
     let main = format!("ora_p004_{}", sid());
     let t = Tenancy::new("dstorm", &tenant("db", &[cmd_rule(&main)], &[], ""));
     let mut d = Daemon::start(&t, &["--event-buffer", "4096"]);
-    let t0 = Instant::now();
-    let mut kids = Vec::with_capacity(N);
-    for i in 0..N {
-        kids.push(sleeper(&main, "30"));
-        if i % 2 == 0 {
-            let status = Command::new("true")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .expect("true");
-            assert!(status.success());
-        }
-    }
-    let spawned = t0.elapsed();
-    let t0 = Instant::now();
-    let want: BTreeSet<u32> = kids.iter().map(|k| k.pid).collect();
-    let missing = |c: &str| -> Vec<u32> {
-        let inside: BTreeSet<u32> = procs_in(&t.leaf_dir(c, "db", "limited"))
-            .into_iter()
-            .collect();
-        want.difference(&inside).copied().collect()
-    };
-    let all_in = wait_until(Duration::from_secs(10), || {
-        CONTROLLERS.iter().all(|c| missing(c).is_empty())
-    });
-    let converged = t0.elapsed();
+    let (kids, spawned) = start_with_churn(&main, N);
+    let (converged, outside) = wait_all_limited(&t, &kids, Duration::from_secs(10));
     let (status, _) = d.stop(Duration::from_secs(5));
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
     let stats = d.stats();
     println!(
         "{N} matching + {} short processes started in {:.2}s with the daemon running on a 4 KiB event buffer; all placed {:.0} ms after the last; overruns {}, rescans {}, events {}, moves {}",
-        N / 2,
+        N.div_ceil(2),
         spawned.as_secs_f64(),
         ms(converged),
         stats["overruns"],
@@ -424,10 +444,8 @@ fn daemon_recovers_from_overruns_during_a_storm() {
         stats["events"],
         stats["moves"]
     );
-    for c in CONTROLLERS {
-        let m = missing(c);
-        assert!(
-            all_in && m.is_empty(),
+    if let Some((c, m)) = outside.first() {
+        panic!(
             "{c}: {} of {N} processes are not in the limited leaf 10 s after the storm, e.g. {:?}; stats {stats}",
             m.len(),
             &m[..m.len().min(5)],
@@ -451,40 +469,12 @@ fn daemon_recovers_from_overrun() {
     let t = Tenancy::new("doverrun", &tenant("db", &[cmd_rule(&main)], &[], ""));
     let mut d = Daemon::start(&t, &["--event-buffer", "4096"]);
     d.signal(Signal::SIGSTOP);
-    let t0 = Instant::now();
-    let mut kids = Vec::with_capacity(N);
-    let mut churn = 0;
-    for i in 0..N {
-        kids.push(sleeper(&main, "30"));
-        if i % 2 == 0 {
-            let status = Command::new("true")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .expect("true");
-            assert!(status.success());
-            churn += 1;
-        }
-    }
-    let spawned = t0.elapsed();
+    let (kids, spawned) = start_with_churn(&main, N);
+    let churn = N.div_ceil(2);
     d.signal(Signal::SIGCONT);
-    let t0 = Instant::now();
-    let want: BTreeSet<u32> = kids.iter().map(|k| k.pid).collect();
-    let missing = |c: &str| -> Vec<u32> {
-        let inside: BTreeSet<u32> = procs_in(&t.leaf_dir(c, "db", "limited"))
-            .into_iter()
-            .collect();
-        want.difference(&inside).copied().collect()
-    };
-    let all_in = wait_until(Duration::from_secs(15), || {
-        CONTROLLERS.iter().all(|c| missing(c).is_empty())
-    });
-    let converged = t0.elapsed();
-    for c in CONTROLLERS {
-        let m = missing(c);
-        assert!(
-            all_in && m.is_empty(),
+    let (converged, outside) = wait_all_limited(&t, &kids, Duration::from_secs(15));
+    if let Some((c, m)) = outside.first() {
+        panic!(
             "{c}: {} of {N} processes are not in the limited leaf, e.g. {:?}; log:\n{}",
             m.len(),
             &m[..m.len().min(5)],
