@@ -799,7 +799,19 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         let (agent, waker) = (agent.clone(), waker.clone());
         std::thread::Builder::new()
             .name("dbcage-events".into())
-            .spawn(move || event_loop(c, &agent, &waker))
+            .spawn(move || {
+                let run = std::panic::AssertUnwindSafe(|| event_loop(c, &agent, &waker));
+                if std::panic::catch_unwind(run).is_err() {
+                    // The panic message is on stderr already; the daemon goes on without events.
+                    let mut a = lock(&agent);
+                    tracing::error!(
+                        "the process-event thread failed; switching to rescan-only mode every {:?}",
+                        a.opts.fallback_rescan
+                    );
+                    a.connected = false;
+                    waker.wake_before(Instant::now());
+                }
+            })
             .context("starting the process-event thread")?;
     }
     let period = |a: &Agent| {
