@@ -989,6 +989,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     agent.stats.write_us = percentiles(&agent.write_hist, 1.0);
     agent.stats.rescan_ms = percentiles(&agent.rescan_hist, 1000.0);
     crate::balance::unpublish(&agent.ctx.loaded.policy.agent.root_name);
+    crate::replication::unpublish(&agent.ctx.loaded.policy.agent.root_name);
     if let Some(path) = &agent.opts.stats_out {
         let line = serde_json::to_string(&agent.stats)? + "\n";
         std::fs::write(path, line)

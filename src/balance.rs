@@ -298,35 +298,13 @@ pub fn published_path(root_name: &str) -> PathBuf {
     crate::rundir::state_path(root_name, "balance")
 }
 
-/// The published file: the decisions and the daemon that maintains them.
-#[derive(Serialize, Deserialize)]
-struct PublishedFile {
-    pid: u32,
-    tenants: Published,
-}
-
-/// Reads the published decisions, if a running daemon wrote them. A file left by a daemon that
-/// was killed (its pid gone or now another program) is ignored.
+/// Reads the published decisions, if a running daemon wrote them (see `rundir::read_owned`).
 pub fn read_published(root_name: &str) -> Option<Published> {
-    let text = std::fs::read_to_string(published_path(root_name)).ok()?;
-    let file: PublishedFile = serde_json::from_str(&text).ok()?;
-    daemon_alive(file.pid).then_some(file.tenants)
-}
-
-fn daemon_alive(pid: u32) -> bool {
-    let own = std::fs::read_link("/proc/self/exe").ok();
-    let theirs = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-    // The same binary, or at least a process called dbcage (after an upgrade the path differs).
-    theirs.is_some() && (theirs == own || comm.trim_end() == "dbcage")
+    crate::rundir::read_owned(&published_path(root_name))
 }
 
 fn publish(root_name: &str, p: &Published) {
-    let file = PublishedFile {
-        pid: std::process::id(),
-        tenants: p.clone(),
-    };
-    crate::rundir::publish_json(&published_path(root_name), &file);
+    crate::rundir::publish_owned(&published_path(root_name), p);
 }
 
 #[derive(Debug, Default)]
@@ -736,7 +714,7 @@ mod tests {
         // This process wrote it and is alive: read back.
         assert_eq!(read_published(&root), Some(p.clone()));
         // A daemon that was killed: its pid now belongs to another program (here pid 1).
-        let text = serde_json::to_string(&PublishedFile { pid: 1, tenants: p }).unwrap();
+        let text = serde_json::json!({ "pid": 1, "tenants": p }).to_string();
         std::fs::write(published_path(&root), text).unwrap();
         let got = read_published(&root);
         unpublish(&root);

@@ -969,6 +969,9 @@ fn print_status_table(
                 notes.push(format!("psi {}", psi.join(" ")));
             }
         }
+        if let Some(g) = &r.replication {
+            notes.push(replication_note(g));
+        }
         writeln!(
             out,
             "{:<12} {:>5}  {:<20} {:<20} {:<14} {:<14} {:<16} {:<20} {}",
@@ -1042,6 +1045,29 @@ fn print_status_table(
         }
     }
     Ok(())
+}
+
+/// The replication guard's state in one `status` note: `replication lag 12.0 MiB 1.5 s` plus
+/// `BEHIND` past the threshold and the raised write limits while they hold.
+fn replication_note(g: &crate::replication::GuardStatus) -> String {
+    let mut s = format!(
+        "replication lag {:.1} MiB {:.1} s",
+        g.lag_bytes as f64 / 1048576.0,
+        g.lag_seconds
+    );
+    if g.behind {
+        s.push_str(" BEHIND");
+    }
+    if let Some(b) = g.raised_write_bps {
+        s.push_str(&format!(
+            ", write_bps raised to {:.0} MiB/s",
+            b as f64 / 1048576.0
+        ));
+    }
+    if let Some(i) = g.raised_write_iops {
+        s.push_str(&format!(", write_iops raised to {i}"));
+    }
+    s
 }
 
 const V1_WRITE_NOTE: &str = "cgroup v1 write limits bind only O_DIRECT and fsync'd writes; buffered writes without fsync are not charged to the writer and pass the limit";
@@ -1176,4 +1202,32 @@ pub fn generate_completions(dir: &Path) -> Result<Vec<PathBuf>> {
                 .with_context(|| format!("cannot write {shell} completions to {}", dir.display()))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod status_text_tests {
+    use super::replication_note;
+    use crate::replication::GuardStatus;
+
+    #[test]
+    fn replication_note_says_lag_behind_and_raises() {
+        let calm = GuardStatus {
+            lag_bytes: 3 << 20,
+            lag_seconds: 0.25,
+            ..GuardStatus::default()
+        };
+        assert_eq!(replication_note(&calm), "replication lag 3.0 MiB 0.2 s");
+        let raised = GuardStatus {
+            lag_bytes: 200 << 20,
+            lag_seconds: 12.0,
+            behind: true,
+            raised_write_bps: Some(64 << 20),
+            raised_write_iops: Some(800),
+            actions: 2,
+        };
+        assert_eq!(
+            replication_note(&raised),
+            "replication lag 200.0 MiB 12.0 s BEHIND, write_bps raised to 64 MiB/s, write_iops raised to 800"
+        );
+    }
 }

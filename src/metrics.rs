@@ -110,6 +110,8 @@ impl Collector for TenantCollector {
         let mut mem = Vec::new();
         let mut mem_limit = Vec::new();
         let mut ooms = Vec::new();
+        let (mut lag_bytes, mut lag_seconds, mut behind, mut raised) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for t in &sample.tenants {
             procs.push((tenant(t), t.processes as f64));
             for d in &t.devices {
@@ -153,6 +155,13 @@ impl Collector for TenantCollector {
             }
             if let Some(k) = t.memory.oom_kills {
                 ooms.push((tenant(t), k as f64));
+            }
+            if let Some(g) = &t.replication {
+                lag_bytes.push((tenant(t), g.lag_bytes as f64));
+                lag_seconds.push((tenant(t), g.lag_seconds));
+                behind.push((tenant(t), f64::from(u8::from(g.behind))));
+                let up = g.raised_write_bps.is_some() || g.raised_write_iops.is_some();
+                raised.push((tenant(t), f64::from(u8::from(up))));
             }
         }
         use Kind::*;
@@ -251,6 +260,38 @@ impl Collector for TenantCollector {
             None,
             Counter,
             &ooms,
+        )?;
+        family(
+            &mut enc,
+            "dbcage_replication_lag",
+            "Replication lag the guard last measured for a tenant (a standby: behind its primary; a primary: its furthest standby)",
+            Some(Unit::Bytes),
+            Gauge,
+            &lag_bytes,
+        )?;
+        family(
+            &mut enc,
+            "dbcage_replication_lag",
+            "Replication lag in time the guard last measured for a tenant",
+            Some(Unit::Seconds),
+            Gauge,
+            &lag_seconds,
+        )?;
+        family(
+            &mut enc,
+            "dbcage_replication_behind",
+            "1 while the tenant's lag has been past its guard's threshold",
+            None,
+            Gauge,
+            &behind,
+        )?;
+        family(
+            &mut enc,
+            "dbcage_replication_raised",
+            "1 while the guard holds the tenant's write limits raised",
+            None,
+            Gauge,
+            &raised,
         )?;
 
         let h = &self.0.health;

@@ -92,6 +92,9 @@ pub struct TenantStatus {
     pub pressure: Option<stats::PressureSet>,
     /// Limits the tenant sits at (95% or more in use): `io.read_bps`, `cpu.cores`, `memory.max`.
     pub at_limit: Vec<String>,
+    /// The replication guard's last look (`[tenant.replication]`, while a daemon runs it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replication: Option<crate::replication::GuardStatus>,
 }
 
 /// One sample of every (selected) tenant.
@@ -216,6 +219,12 @@ pub fn collect(
         .any(|t| t.io_split.split == crate::policy::Split::Demand)
         .then(|| crate::balance::read_published(&layout.root_name))
         .flatten();
+    let guarded = policy
+        .tenants
+        .iter()
+        .any(|t| t.replication.is_some())
+        .then(|| crate::replication::read_published(&layout.root_name))
+        .flatten();
     let one = |(ti, t): (usize, &crate::policy::Tenant)| -> TenantStatus {
         let h_procs = h_of(Controller::Io).or(h_of(Controller::Cpu)).unwrap_or(0);
         let mut members = Vec::new();
@@ -324,6 +333,7 @@ pub fn collect(
             memory_limit_bytes,
             pressure,
             at_limit: Vec::new(),
+            replication: guarded.as_ref().and_then(|g| g.get(&t.name)).cloned(),
         };
         status.at_limit = at_limit(&status);
         status
@@ -498,6 +508,7 @@ mod tests {
             memory_limit_bytes: None,
             pressure: None,
             at_limit: Vec::new(),
+            replication: None,
         }
     }
 

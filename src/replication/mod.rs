@@ -548,14 +548,24 @@ pub fn published_path(root_name: &str) -> std::path::PathBuf {
 }
 
 fn publish(root_name: &str, status: &std::collections::BTreeMap<String, GuardStatus>) {
-    crate::rundir::publish_json(&published_path(root_name), status);
+    crate::rundir::publish_owned(&published_path(root_name), status);
+}
+
+/// Each guarded tenant's state, if a running daemon published it (for `status` and metrics).
+pub fn read_published(root_name: &str) -> Option<std::collections::BTreeMap<String, GuardStatus>> {
+    crate::rundir::read_owned(&published_path(root_name))
+}
+
+/// Removes the published state (the daemon stops: nobody keeps it true any more).
+pub fn unpublish(root_name: &str) {
+    let _ = std::fs::remove_file(published_path(root_name));
 }
 
 /// How often the daemon looks for new samples while a guard runs.
 pub const TICK: Duration = Duration::from_millis(250);
 
 /// What `status` and the metrics read about one tenant's guard.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct GuardStatus {
     pub lag_bytes: u64,
     pub lag_seconds: f64,

@@ -211,3 +211,29 @@ fn standby_output() {
     assert_eq!((s.lag_bytes, s.lag_seconds), (0, 0.0));
     assert!(parse(Role::Standby, t0, "x|y\n").is_none());
 }
+
+#[test]
+fn published_state_is_read_back_while_its_daemon_runs_and_removed_on_exit() {
+    if !nix::unistd::Uid::effective().is_root() {
+        return; // /run/dbcage is root's
+    }
+    let root = format!("dbcage-test-unit-repl-{}", std::process::id());
+    let mut status = std::collections::BTreeMap::new();
+    status.insert(
+        "standby".to_string(),
+        GuardStatus {
+            lag_bytes: 48 << 20,
+            lag_seconds: 2.5,
+            behind: true,
+            raised_write_bps: Some(64 << 20),
+            raised_write_iops: None,
+            actions: 3,
+        },
+    );
+    publish(&root, &status);
+    let got = read_published(&root);
+    unpublish(&root);
+    assert_eq!(got, Some(status));
+    assert_eq!(read_published(&root), None);
+    assert!(!published_path(&root).exists());
+}

@@ -78,7 +78,7 @@ fn status_bytes_agree_with_fio() {
 }
 
 /// GET http://addr/metrics over a plain TCP connection.
-fn scrape(addr: &str) -> Option<String> {
+pub(crate) fn scrape(addr: &str) -> Option<String> {
     let mut s = std::net::TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
@@ -95,7 +95,7 @@ fn scrape(addr: &str) -> Option<String> {
 
 /// Parses exposition text with the Python prometheus_client OpenMetrics parser and returns
 /// `{family: [[labels, value], ...]}`.
-fn parse_with_prometheus_client(text: &str) -> serde_json::Value {
+pub(crate) fn parse_with_prometheus_client(text: &str) -> serde_json::Value {
     let script = r#"
 import json, sys
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
