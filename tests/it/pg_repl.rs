@@ -174,9 +174,12 @@ fn pg_replication_lag_limited_vs_exempt() {
         warned.is_some() && !log.contains("cannot read the server"),
         "the primary's guard did not warn; daemon log:\n{log}"
     );
-    let st: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&published.0).unwrap()).unwrap();
-    assert!(st["p"]["lag_bytes"].as_u64().unwrap() > 32 << 20, "{st}");
+    let st = guard_status(&t, "p");
+    assert!(
+        st["lag_bytes"].as_u64().is_some_and(|b| b > 32 << 20),
+        "status of p: {st} (published in {})",
+        published.0
+    );
     t.set_policy(
         &(primary.clone()
             + &standby_policy(&s, "exempt", "")
@@ -299,12 +302,7 @@ fn pg_replication_guard_raises_limits() {
     let published = &published.0;
     let mut st = serde_json::Value::Null;
     let calm = wait_until(Duration::from_secs(5), || {
-        let status = t.json(&["status", "--json", "--interval", "0"]);
-        st = status["tenants"]
-            .as_array()
-            .and_then(|ts| ts.iter().find(|x| x["name"] == "s"))
-            .map(|x| x["replication"].clone())
-            .unwrap_or_default();
+        st = guard_status(&t, "s");
         st["behind"] == false && st["raised_write_bps"].is_null()
     });
     assert!(calm, "status of s: {st} (published in {published})");
@@ -334,6 +332,16 @@ fn pg_replication_guard_raises_limits() {
     drop(d);
     drop(s);
     drop(p);
+}
+
+/// A tenant's replication guard as `status --json` shows it (`null` if none).
+fn guard_status(t: &Tenancy, tenant: &str) -> serde_json::Value {
+    let status = t.json(&["status", "--json", "--interval", "0"]);
+    status["tenants"]
+        .as_array()
+        .and_then(|ts| ts.iter().find(|x| x["name"] == tenant))
+        .map(|x| x["replication"].clone())
+        .unwrap_or_default()
 }
 
 /// Removes a file the daemon writes, also when the test fails.
