@@ -301,6 +301,12 @@ impl Agent {
                 self.move_log.moved(*pid, comm, tenant, leaf.dir(), reason);
             }
         }
+        self.record(&outcome);
+        outcome.errors.is_empty()
+    }
+
+    /// Counts what a plan's execution did and logs its errors.
+    fn record(&mut self, outcome: &apply::Outcome) {
         self.stats.moves += outcome.moved as u64;
         self.shared
             .health
@@ -310,7 +316,6 @@ impl Agent {
         for e in &outcome.errors {
             warn!("{e}");
         }
-        outcome.errors.is_empty()
     }
 
     /// Classifies one process (with its ancestors when a rule passes a tenant to descendants)
@@ -494,16 +499,8 @@ impl crate::control::Governor for Agent {
         self.ctx = ctx;
         self.publish();
         let outcome = apply::execute(&plan);
-        self.stats.moves += outcome.moved as u64;
-        self.shared
-            .health
-            .moves
-            .fetch_add(outcome.moved as u64, Ordering::Relaxed);
-        self.stats.vanished += outcome.vanished as u64;
+        self.record(&outcome);
         let errors: Vec<String> = outcome.errors.iter().map(|e| e.to_string()).collect();
-        for e in &errors {
-            warn!("{e}");
-        }
         self.refresh_members();
         errors
     }
