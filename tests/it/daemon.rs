@@ -418,7 +418,9 @@ fn wait_all_limited(
 /// the socket's queue was last empty, so a daemon that rescans with a full queue loses the
 /// events dropped meanwhile without a word (found with the storm bench at 5,000 execs/s: 357
 /// processes never placed). Processes are started without pause while the daemon runs with a
-/// tiny buffer; every one must be placed well before the 30-s safety-net rescan.
+/// tiny buffer, stopped for the middle third (so that the socket surely overruns; a daemon that
+/// keeps up overruns by chance only) and running again for the last third, which starts while
+/// it recovers; every one must be placed well before the 30-s safety-net rescan.
 #[test]
 fn daemon_recovers_from_overruns_during_a_storm() {
     if skip() {
@@ -429,14 +431,21 @@ fn daemon_recovers_from_overruns_during_a_storm() {
     let main = format!("ora_p004_{}", sid());
     let t = Tenancy::new("dstorm", &tenant("db", &[cmd_rule(&main)], &[], ""));
     let mut d = Daemon::start(&t, &["--event-buffer", "4096"]);
-    let (kids, spawned) = start_with_churn(&main, N);
+    let (mut kids, first) = start_with_churn(&main, N / 3);
+    d.signal(Signal::SIGSTOP);
+    let (middle, stopped) = start_with_churn(&main, N / 3);
+    d.signal(Signal::SIGCONT);
+    let (last, after) = start_with_churn(&main, N / 3);
+    kids.extend(middle);
+    kids.extend(last);
+    let spawned = first + stopped + after;
     let (converged, outside) = wait_all_limited(&t, &kids, Duration::from_secs(10));
     let (status, _) = d.stop(Duration::from_secs(5));
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
     let stats = d.stats();
     println!(
-        "{N} matching + {} short processes started in {:.2}s with the daemon running on a 4 KiB event buffer; all placed {:.0} ms after the last; overruns {}, rescans {}, events {}, moves {}",
-        N.div_ceil(2),
+        "{N} matching + {} short processes started in {:.2}s with the daemon on a 4 KiB event buffer (stopped for the middle third); all placed {:.0} ms after the last; overruns {}, rescans {}, events {}, moves {}",
+        3 * (N / 3).div_ceil(2),
         spawned.as_secs_f64(),
         ms(converged),
         stats["overruns"],
