@@ -409,6 +409,17 @@ impl Agent {
         }
     }
 
+    /// Events stop coming (the socket failed, or the event thread died): say so, and have the
+    /// main loop switch to the short fallback rescan at once.
+    fn disconnect(&mut self, why: &str, waker: &Waker) {
+        warn!(
+            "{why}; switching to rescan-only mode every {:?}",
+            self.opts.fallback_rescan
+        );
+        self.connected = false;
+        waker.wake_before(Instant::now());
+    }
+
     /// The event socket overran: empty it, say so, count it, and rescan so that nothing stays
     /// misplaced. The kernel reports ENOBUFS only for the first drop after the socket's queue
     /// was last empty: drops while it stays full go unreported. So the queue is emptied first
@@ -639,12 +650,7 @@ fn event_loop(mut connector: Connector, agent: &Mutex<Agent>, waker: &Waker) {
             Ok(Received::Empty) => {}
             Ok(Received::Overrun) => a.events_lost(&mut connector),
             Err(e) => {
-                warn!(
-                    "reading process events failed ({e}); switching to rescan-only mode every {:?}",
-                    a.opts.fallback_rescan
-                );
-                a.connected = false;
-                waker.wake_before(Instant::now());
+                a.disconnect(&format!("reading process events failed ({e})"), waker);
                 return;
             }
         }
@@ -737,7 +743,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         reader: ProcReader::open(&ctx_fs).context("opening /proc")?,
         opts,
         live,
-        connected: false,
+        connected: connector.is_some(),
         move_log: MoveLog::default(),
     };
     let first = make_plan(&agent.ctx)?;
@@ -790,7 +796,6 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     notify_ready();
 
     let waker = Arc::new(Waker::new()?);
-    let connected = connector.is_some();
     let agent = Arc::new(Mutex::new(agent));
     if let Some(c) = connector {
         let (agent, waker) = (agent.clone(), waker.clone());
@@ -800,13 +805,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
                 let run = std::panic::AssertUnwindSafe(|| event_loop(c, &agent, &waker));
                 if std::panic::catch_unwind(run).is_err() {
                     // The panic message is on stderr already; the daemon goes on without events.
-                    let mut a = lock(&agent);
-                    tracing::error!(
-                        "the process-event thread failed; switching to rescan-only mode every {:?}",
-                        a.opts.fallback_rescan
-                    );
-                    a.connected = false;
-                    waker.wake_before(Instant::now());
+                    lock(&agent).disconnect("the process-event thread panicked", &waker);
                 }
             })
             .context("starting the process-event thread")?;
@@ -818,11 +817,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             a.opts.fallback_rescan
         }
     };
-    let mut next_rescan = {
-        let mut a = lock(&agent);
-        a.connected = connected;
-        Instant::now() + period(&a)
-    };
+    let mut next_rescan = Instant::now() + period(&lock(&agent));
     // io.split = "demand": per-device shares of the totals, rebalanced on a timer (balance.rs).
     let mut balancer = crate::balance::Balancer::default();
     // [tenant.replication]: lag watchers, warnings, temporary IO raises (replication/mod.rs).

@@ -465,12 +465,7 @@ pub fn proc_group_dirs(fs: &HostFs, layout: &Layout, pid: u32) -> Option<Vec<Opt
         &fs.proc().join(pid.to_string()).join("cgroup"),
         &mut buf,
     )?;
-    group_dirs_of(layout, raw)
-}
-
-/// `proc_group_dirs` from the text of /proc/PID/cgroup already read.
-pub fn group_dirs_of(layout: &Layout, proc_cgroup: &[u8]) -> Option<Vec<Option<PathBuf>>> {
-    let lines = parse_proc_cgroup(std::str::from_utf8(proc_cgroup).ok()?);
+    let lines = parse_proc_cgroup(std::str::from_utf8(raw).ok()?);
     Some(
         layout
             .setup
