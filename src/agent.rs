@@ -696,11 +696,13 @@ pub fn run(opts: AgentOptions) -> Result<()> {
 
     // Subscribe before the first scan so that nothing started in between is missed.
     let filtered = connector::kernel_filters_events();
-    let connector = match Connector::open(
-        opts.event_buffer,
-        filtered.then_some(connector::DAEMON_EVENTS),
-    ) {
-        Ok(c) => Some(c),
+    let connector = match Connector::open(opts.event_buffer, Some(connector::DAEMON_EVENTS)) {
+        Ok(c) => {
+            if let Err(e) = c.filter() {
+                warn!("the process-event socket refused its filter ({e}): the events of every thread on the host arrive and are sorted out here, at some CPU cost");
+            }
+            Some(c)
+        }
         Err(e) => {
             warn!(
                 "process events unavailable ({e}; they need a kernel with CONFIG_PROC_EVENTS, the host's initial network namespace, and before Linux 6.6 CAP_NET_ADMIN): running in rescan-only mode every {:?}",

@@ -111,9 +111,16 @@ pub fn parse_event(ev: &[u8]) -> Option<ProcEvent> {
         PROC_EVENT_EXEC => ProcEvent::Exec {
             pid: u32_at(data, 4)?,
         },
-        PROC_EVENT_UID | PROC_EVENT_GID => ProcEvent::Ids {
-            pid: u32_at(data, 4)?,
-        },
+        PROC_EVENT_UID | PROC_EVENT_GID => {
+            // A set*id call changes every thread's credentials, one event each (glibc's setxid
+            // broadcast): the main thread's stands for the process.
+            let (pid, tgid) = (u32_at(data, 0)?, u32_at(data, 4)?);
+            if pid != tgid {
+                ProcEvent::Other
+            } else {
+                ProcEvent::Ids { pid: tgid }
+            }
+        }
         PROC_EVENT_COMM => {
             let (pid, tgid) = (u32_at(data, 0)?, u32_at(data, 4)?);
             if pid != tgid {
@@ -158,6 +165,129 @@ pub fn parse_datagram(buf: &[u8], out: &mut Vec<Timed>) {
     }
 }
 
+/// The socket filter (classic BPF) the daemon's socket carries, so that events it has no use for
+/// are dropped in the kernel before they are queued, woken for and read:
+/// - the events of threads: a thread's fork, and the rename, uid/gid change or exit of a thread
+///   other than the main one (`pid != tgid`). A thread-per-connection database (MySQL names
+///   each new thread) makes two such events per connection, and glibc's set*id one per thread;
+///   `parse_event` has no use for any of them;
+/// - with `only`, the event types outside that `PROC_EVENT_*` mask. Linux 6.6 and later drop them
+///   in the connector already (see `kernel_filters_events`); before that only this filter does.
+///
+/// Offsets are from the start of the netlink message: nlmsghdr (16) + cn_msg (20) + proc_event,
+/// whose `what` is at 36 and its data at 52. Absolute loads read big-endian, so constants are
+/// compared in that order (`be`). Anything shorter than a whole event, and the subscription's
+/// acknowledgement (`what` = 0), passes untouched.
+pub fn socket_filter(only: Option<u32>) -> Vec<libc::sock_filter> {
+    const WHAT: u32 = (NLMSG_HDRLEN + CN_MSG_LEN) as u32;
+    const DATA: u32 = WHAT + EVENT_HDR_LEN as u32;
+    // fork: parent_pid, parent_tgid, child_pid, child_tgid; the others start with pid, tgid.
+    const FORK_CHILD_PID: u32 = DATA + 8;
+    const SHORTEST: u32 = FORK_CHILD_PID + 8;
+    let be = |v: u32| u32::from_be_bytes(v.to_ne_bytes());
+    let stmt = |code: u32, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let load = |off: u32| stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, off);
+    let tax = stmt(libc::BPF_MISC | libc::BPF_TAX, 0);
+    // Conditional jumps name their targets; they are resolved to offsets below.
+    #[derive(Clone, Copy)]
+    enum To {
+        Next,
+        Accept,
+        Drop,
+        ThreadCheck,
+    }
+    let mut prog: Vec<(libc::sock_filter, To, To)> = Vec::new();
+    let jump = |code: u32, k: u32| stmt(libc::BPF_JMP | code, k);
+    prog.push((
+        stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_LEN, 0),
+        To::Next,
+        To::Next,
+    ));
+    prog.push((
+        jump(libc::BPF_JGE | libc::BPF_K, SHORTEST),
+        To::Next,
+        To::Accept,
+    ));
+    prog.push((load(WHAT), To::Next, To::Next));
+    prog.push((jump(libc::BPF_JEQ | libc::BPF_K, 0), To::Accept, To::Next));
+    if let Some(mask) = only {
+        prog.push((
+            jump(libc::BPF_JSET | libc::BPF_K, be(mask)),
+            To::Next,
+            To::Drop,
+        ));
+    }
+    prog.push((
+        jump(libc::BPF_JEQ | libc::BPF_K, be(PROC_EVENT_FORK)),
+        To::Next,
+        To::ThreadCheck,
+    ));
+    // A fork: is the child a new thread group?
+    prog.push((load(FORK_CHILD_PID + 4), To::Next, To::Next));
+    prog.push((tax, To::Next, To::Next));
+    prog.push((load(FORK_CHILD_PID), To::Next, To::Next));
+    prog.push((jump(libc::BPF_JEQ | libc::BPF_X, 0), To::Accept, To::Drop));
+    // Any other event: is it the main thread's?
+    let thread_check = prog.len();
+    prog.push((load(DATA + 4), To::Next, To::Next));
+    prog.push((tax, To::Next, To::Next));
+    prog.push((load(DATA), To::Next, To::Next));
+    prog.push((jump(libc::BPF_JEQ | libc::BPF_X, 0), To::Accept, To::Drop));
+    let accept = prog.len();
+    prog.push((
+        stmt(libc::BPF_RET | libc::BPF_K, u32::MAX),
+        To::Next,
+        To::Next,
+    ));
+    prog.push((stmt(libc::BPF_RET | libc::BPF_K, 0), To::Next, To::Next));
+    let offset = |from: usize, to: To| -> u8 {
+        let target = match to {
+            To::Next => from + 1,
+            To::Accept => accept,
+            To::Drop => accept + 1,
+            To::ThreadCheck => thread_check,
+        };
+        (target - from - 1) as u8
+    };
+    prog.iter()
+        .enumerate()
+        .map(|(i, (ins, jt, jf))| libc::sock_filter {
+            jt: offset(i, *jt),
+            jf: offset(i, *jf),
+            ..*ins
+        })
+        .collect()
+}
+
+/// Attaches a classic BPF program to a socket (SO_ATTACH_FILTER).
+pub fn attach_filter(fd: BorrowedFd<'_>, prog: &[libc::sock_filter]) -> io::Result<()> {
+    // asm-generic/socket.h; the libc crate exports it for Android only.
+    const SO_ATTACH_FILTER: libc::c_int = 26;
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: fprog points at prog, which outlives the call; the kernel copies the program.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_ATTACH_FILTER,
+            &fprog as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::sock_fprog>() as u32,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// What one read of the socket gave.
 pub enum Received {
     Events,
@@ -170,13 +300,15 @@ pub enum Received {
 pub struct Connector {
     fd: OwnedFd,
     buf: Vec<u8>,
+    filter: io::Result<()>,
 }
 
 impl Connector {
     /// Opens the socket, subscribes to process events, and asks for a large receive buffer
     /// (SO_RCVBUFFORCE, root only; plain SO_RCVBUF otherwise) so bursts do not overrun it.
-    /// With `only`, the kernel sends only those events (a `PROC_EVENT_*` mask); pass it only
-    /// where `kernel_filters_events()` holds.
+    /// Events of threads never arrive (see `socket_filter`). With `only`, only those event
+    /// types arrive (a `PROC_EVENT_*` mask): the connector itself sends only those where
+    /// `kernel_filters_events()` holds, and the socket filter drops the rest on older kernels.
     pub fn open(rcvbuf: usize, only: Option<u32>) -> io::Result<Connector> {
         // SAFETY: plain socket(2); the fd is owned below.
         let raw = unsafe {
@@ -223,7 +355,9 @@ impl Connector {
             return Err(io::Error::last_os_error());
         }
         // Subscribe: nlmsghdr + cn_msg + op (and the event mask: `struct proc_input`).
-        let payload: u16 = if only.is_some() { 8 } else { 4 };
+        // Older kernels ignore a subscription with a mask (`struct proc_input`) altogether.
+        let kernel_mask = only.filter(|_| kernel_filters_events());
+        let payload: u16 = if kernel_mask.is_some() { 8 } else { 4 };
         let total = NLMSG_HDRLEN + CN_MSG_LEN + payload as usize;
         let mut msg = Vec::with_capacity(total);
         msg.extend_from_slice(&(total as u32).to_ne_bytes());
@@ -238,7 +372,7 @@ impl Connector {
         msg.extend_from_slice(&payload.to_ne_bytes()); // len
         msg.extend_from_slice(&0u16.to_ne_bytes()); // flags
         msg.extend_from_slice(&PROC_CN_MCAST_LISTEN.to_ne_bytes());
-        if let Some(mask) = only {
+        if let Some(mask) = kernel_mask {
             msg.extend_from_slice(&mask.to_ne_bytes());
         }
         // SAFETY: msg is a valid buffer of msg.len() bytes.
@@ -253,10 +387,20 @@ impl Connector {
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
+        // Without the filter every event still arrives and is sorted out by `parse_event`: the
+        // daemon only pays more for it, so a refusal is reported, not fatal.
+        let filter = attach_filter(fd.as_fd(), &socket_filter(only));
         Ok(Connector {
             fd,
             buf: vec![0u8; 64 * 1024],
+            filter,
         })
+    }
+
+    /// Whether the socket filter that drops thread events (and, with `only`, unwanted types)
+    /// was accepted, and the kernel's error if not.
+    pub fn filter(&self) -> &io::Result<()> {
+        &self.filter
     }
 
     /// Reads one datagram if one is queued (never blocks) and appends its events to `out`.
@@ -355,6 +499,104 @@ mod tests {
                 ProcEvent::Ids { pid: 11 },
                 ProcEvent::Comm { pid: 11 },
                 ProcEvent::Exit { pid: 11 },
+            ]
+        );
+    }
+
+    /// The socket filter run by the kernel itself: crafted events go through a datagram socket
+    /// pair whose receiving end carries the filter (AF_UNIX runs socket filters as netlink does),
+    /// and the test checks which ones arrive.
+    #[test]
+    fn the_socket_filter_drops_thread_events_and_unwanted_types() {
+        use std::os::unix::net::UnixDatagram;
+        const PROC_EVENT_PTRACE: u32 = 0x100;
+        // A whole event, as the kernel sends it (its data padded to the union's 24 bytes).
+        let event = |what: u32, data: &[u32]| {
+            let mut d = data.to_vec();
+            d.resize(6, 0);
+            datagram(what, &d)
+        };
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            (
+                "fork of a process",
+                event(PROC_EVENT_FORK, &[10, 10, 11, 11]),
+            ),
+            (
+                "fork of a thread",
+                event(PROC_EVENT_FORK, &[10, 10, 12, 10]),
+            ),
+            ("exec", event(PROC_EVENT_EXEC, &[11, 11])),
+            (
+                "uid of a process",
+                event(PROC_EVENT_UID, &[11, 11, 0, 1000]),
+            ),
+            ("uid of a thread", event(PROC_EVENT_UID, &[12, 11, 0, 1000])),
+            (
+                "gid of a process",
+                event(PROC_EVENT_GID, &[11, 11, 0, 1000]),
+            ),
+            (
+                "comm of a process",
+                event(PROC_EVENT_COMM, &[11, 11, 0x6f72_615f]),
+            ),
+            (
+                "comm of a thread",
+                event(PROC_EVENT_COMM, &[12, 11, 0x6f72_615f]),
+            ),
+            (
+                "exit of a process",
+                event(PROC_EVENT_EXIT, &[11, 11, 0, 17, 10, 10]),
+            ),
+            (
+                "exit of a thread",
+                event(PROC_EVENT_EXIT, &[12, 11, 0, 0, 10, 10]),
+            ),
+            ("ptrace", event(PROC_EVENT_PTRACE, &[11, 11, 1, 1])),
+            ("acknowledgement", event(0, &[0])),
+            ("short message", datagram(PROC_EVENT_FORK, &[10])),
+        ];
+        let arrived = |only: Option<u32>| -> Vec<&str> {
+            let (tx, rx) = UnixDatagram::pair().expect("socketpair");
+            attach_filter(rx.as_fd(), &socket_filter(only)).expect("SO_ATTACH_FILTER");
+            rx.set_nonblocking(true).unwrap();
+            for (_, d) in &cases {
+                tx.send(d).expect("send");
+            }
+            let mut got = Vec::new();
+            let mut buf = [0u8; 256];
+            while let Ok(n) = rx.recv(&mut buf) {
+                let (name, _) = cases
+                    .iter()
+                    .find(|(_, d)| d[..] == buf[..n])
+                    .expect("an event that was sent");
+                got.push(*name);
+            }
+            got
+        };
+        assert_eq!(
+            arrived(None),
+            vec![
+                "fork of a process",
+                "exec",
+                "uid of a process",
+                "gid of a process",
+                "comm of a process",
+                "exit of a process",
+                "ptrace",
+                "acknowledgement",
+                "short message"
+            ]
+        );
+        assert_eq!(
+            arrived(Some(DAEMON_EVENTS)),
+            vec![
+                "fork of a process",
+                "exec",
+                "uid of a process",
+                "gid of a process",
+                "comm of a process",
+                "acknowledgement",
+                "short message"
             ]
         );
     }

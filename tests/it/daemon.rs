@@ -1321,3 +1321,53 @@ fn connector_filter_drops_exits() {
         "filtered: exec only"
     );
 }
+
+/// The socket filter on the daemon's event socket, on the real kernel: while this test starts
+/// and names 300 threads (as a thread-per-connection database does), none of their events
+/// reaches the socket, while a new process's exec does.
+#[test]
+fn connector_socket_drops_thread_events() {
+    use dbcage::classify::connector::{self, Connector, ProcEvent, Received};
+    if skip() {
+        return;
+    }
+    let mut c =
+        Connector::open(1 << 22, Some(connector::DAEMON_EVENTS)).expect("open the proc connector");
+    c.filter().as_ref().expect("the socket filter is attached");
+    for i in 0..300 {
+        std::thread::Builder::new()
+            .name(format!("dbcage-test-{i}"))
+            .spawn(|| {})
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+    let mut child = Command::new("/bin/true").spawn().expect("spawn /bin/true");
+    let pid = child.id();
+    child.wait().unwrap();
+    let (mut exec, mut others) = (false, Vec::new());
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut events = Vec::new();
+    while Instant::now() < deadline && !exec {
+        events.clear();
+        match c.receive(&mut events).expect("receive") {
+            Received::Empty => std::thread::sleep(Duration::from_millis(5)),
+            Received::Overrun => panic!("overrun on a 4 MiB buffer"),
+            Received::Events => {}
+        }
+        for e in &events {
+            match e.event {
+                ProcEvent::Exec { pid: p } if p == pid => exec = true,
+                ProcEvent::Other => others.push(*e),
+                _ => {}
+            }
+        }
+    }
+    assert!(exec, "the exec of /bin/true ({pid}) never arrived");
+    assert!(
+        others.is_empty(),
+        "{} thread (or unwanted) events arrived, e.g. {:?}",
+        others.len(),
+        &others[..others.len().min(3)]
+    );
+}
