@@ -7,7 +7,7 @@
 //! classify → plan::moves → apply::execute path as `dbcage apply`. Limits stay in the kernel
 //! when the daemon stops; everything it needs is re-read at start, so a restart converges.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -446,7 +446,24 @@ impl Agent {
             queued_events_dropped = discarded,
             "process events were lost (socket buffer overrun): rescanning now"
         );
+        let known: HashSet<u32> = self.ctx.inventory.procs.iter().map(|p| p.pid).collect();
         self.rescan("events lost");
+        // The lost events included forks, and with them the re-checks their children were due
+        // (a child retitled after this rescan would otherwise wait for the next periodic one).
+        // So every process that appeared since the previous scan and now belongs to a tenant
+        // gets them from here; those whose fork was seen are merely checked once more.
+        let now = Instant::now();
+        let newcomers: Vec<u32> = self
+            .members
+            .keys()
+            .filter(|pid| !known.contains(pid))
+            .copied()
+            .collect();
+        for pid in newcomers {
+            for d in RECHECK_AFTER {
+                self.rechecks.insert((now + d, pid), ());
+            }
+        }
     }
 
     /// SIGHUP and `dbcage reload`: the same request, through `control`.

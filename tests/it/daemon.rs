@@ -466,6 +466,92 @@ fn daemon_recovers_from_overruns_during_a_storm() {
     );
 }
 
+/// An overrun loses forks too, and with them the re-checks (5, 50, 500 ms) their children were
+/// due. A child forked inside a tenant while the daemon is stopped on a full event socket, and
+/// retitled (without any event) after the overrun's rescan, must still be found by a re-check,
+/// not left for the periodic rescan (60 s here).
+#[test]
+fn daemon_rechecks_children_whose_fork_was_lost() {
+    if skip() {
+        return;
+    }
+    let _m = measure_lock();
+    let sid = sid();
+    let (main, title) = (format!("ora_p011_{sid}"), format!("ora_lgwr_{sid}"));
+    let t = Tenancy::new(
+        "dlostfork",
+        &tenant("db", &[cmd_rule(&main)], &[cmd_rule(&title)], ""),
+    );
+    let Some(bin) = build_retitle(&t) else {
+        return;
+    };
+    let mut d = Daemon::start(&t, &["--event-buffer", "4096", "--rescan-interval", "60s"]);
+    d.signal(Signal::SIGSTOP);
+    // Fill the stopped daemon's socket, so that the events from here on are dropped.
+    let (_churn, _) = start_with_churn(&format!("ora_p012_{sid}"), 100);
+    // The parent waits until it is in the limited leaf, then forks at once; the child retitles
+    // 600 ms after the fork. This test places the parent itself (as `dbcage exec` would), so
+    // the fork happens while the daemon is stopped and its event is lost.
+    let out = t.dir().join("dbcage-test-lostfork.out");
+    let mut cmd = Command::new(&bin);
+    cmd.arg0(&main)
+        .arg(&title)
+        .arg("600")
+        .arg(t.marker("db", "limited"))
+        .arg(t.marker("db", "exempt"))
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let parent = Child::spawn(cmd, &main);
+    // blkio last: the parent looks at its blkio line.
+    for c in CONTROLLERS.iter().rev() {
+        std::fs::write(
+            t.leaf_dir(c, "db", "limited").join("cgroup.procs"),
+            parent.pid.to_string(),
+        )
+        .unwrap_or_else(|e| panic!("placing the parent in {c}: {e}"));
+    }
+    // Resumed 300 ms after the fork: its rescan ends before the retitle, as far as the host
+    // allows (a slower rescan sees the new title itself, which also passes).
+    std::thread::sleep(Duration::from_millis(300));
+    d.signal(Signal::SIGCONT);
+    assert!(
+        wait_until(Duration::from_secs(15), || out.exists()),
+        "no result from the retitled child; log:\n{}",
+        d.log()
+    );
+    let text = read_trim(&out);
+    let fields: Vec<&str> = text.split(' ').collect();
+    let (pid, waited, retitled): (u32, f64, f64) = (
+        fields[0].parse().unwrap(),
+        fields[1].parse().unwrap(),
+        fields[2].parse().unwrap(),
+    );
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL);
+    let (status, _) = d.stop(Duration::from_secs(5));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    let stats = d.stats();
+    println!(
+        "child {pid} forked while the daemon was stopped on a full socket, retitled {:.0} ms after the fork, in exempt {:.0} ms later; overruns {}, rescans {}, rechecks {}",
+        retitled * 1000.0,
+        waited * 1000.0,
+        stats["overruns"],
+        stats["rescans"],
+        stats["rechecks"]
+    );
+    assert!(
+        stats["overruns"].as_u64().unwrap() >= 1,
+        "no overrun: the test did not test anything; {stats}"
+    );
+    assert!(
+        (0.0..=2.0).contains(&waited),
+        "the retitled child {pid} took {waited:.3} s to reach exempt (-1: never, in 10 s); log:\n{}",
+        d.log()
+    );
+    drop(parent);
+}
+
 #[test]
 fn daemon_recovers_from_overrun() {
     if skip() {
@@ -1033,6 +1119,34 @@ int main(int argc, char **argv) {
 }
 "#;
 
+/// Compiles RETITLE_C into the tenancy's directory; None (the test is skipped, and says why)
+/// without a working C compiler.
+fn build_retitle(t: &Tenancy) -> Option<std::path::PathBuf> {
+    let src = t.dir().join("dbcage-test-retitle.c");
+    let bin = t.dir().join("dbcage-test-retitle");
+    std::fs::write(&src, RETITLE_C).unwrap();
+    let cc = Command::new("cc")
+        .arg("-O2")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .output();
+    match cc {
+        Ok(o) if o.status.success() => Some(bin),
+        Ok(o) => {
+            println!(
+                "skipped: cc failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            None
+        }
+        Err(e) => {
+            println!("skipped: no C compiler ({e})");
+            None
+        }
+    }
+}
+
 #[test]
 fn daemon_catches_retitle_without_event() {
     if skip() {
@@ -1045,29 +1159,9 @@ fn daemon_catches_retitle_without_event() {
         "dretitle",
         &tenant("db", &[cmd_rule(&main)], &[cmd_rule(&title)], ""),
     );
-    let src = t.dir().join("dbcage-test-retitle.c");
-    let bin = t.dir().join("dbcage-test-retitle");
-    std::fs::write(&src, RETITLE_C).unwrap();
-    let cc = Command::new("cc")
-        .arg("-O2")
-        .arg("-o")
-        .arg(&bin)
-        .arg(&src)
-        .output();
-    match cc {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => {
-            println!(
-                "skipped: cc failed: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            );
-            return;
-        }
-        Err(e) => {
-            println!("skipped: no C compiler ({e})");
-            return;
-        }
-    }
+    let Some(bin) = build_retitle(&t) else {
+        return;
+    };
     let d = Daemon::start(&t, &["--rescan-interval", "4s"]);
     // Retitle delays after the fork: before the 5 ms, the 50 ms and the 500 ms re-check, and
     // after the last one (only the periodic rescan, every 4 s here, sees that one). The bounds
