@@ -121,6 +121,7 @@ struct Agent {
     /// Process events arrive (the event thread runs); otherwise the short fallback rescan.
     connected: bool,
     move_log: MoveLog,
+    started: Instant,
 }
 
 /// Move lines for the log: one per move, but at most `MOVE_LINES_PER_SECOND` per tenant in
@@ -484,11 +485,43 @@ impl Agent {
         r
     }
 
+    /// The answer to `health`: what `status` shows of the daemon.
+    fn health(&self) -> crate::control::Response {
+        let h = &self.shared.health;
+        let last_scan_ms = h.last_scan_ms.load(Ordering::Relaxed);
+        let mut r = crate::control::Response::ok("daemon health");
+        r.daemon = Some(crate::control::DaemonHealth {
+            pid: std::process::id(),
+            uptime_seconds: self.started.elapsed().as_secs_f64(),
+            mode: if self.connected {
+                "events"
+            } else {
+                "rescan-only"
+            }
+            .into(),
+            rescan_interval_seconds: if self.connected {
+                self.opts.rescan
+            } else {
+                self.opts.fallback_rescan
+            }
+            .as_secs_f64(),
+            events: h.events.load(Ordering::Relaxed),
+            events_lost: h.events_lost.load(Ordering::Relaxed),
+            rescans: h.rescans.load(Ordering::Relaxed),
+            moves: h.moves.load(Ordering::Relaxed),
+            reload_failures: h.reload_failures.load(Ordering::Relaxed),
+            last_scan_seconds_ago: (last_scan_ms > 0)
+                .then(|| unix_ms().saturating_sub(last_scan_ms) as f64 / 1000.0),
+        });
+        r
+    }
+
     /// A request from the control socket.
     fn control(&mut self, p: crate::control::server::Pending) {
         use crate::control::Op;
         let r = match &p.request.op {
             Op::Reload {} => self.reload(),
+            Op::Health {} => self.health(),
             op => {
                 let r = crate::control::handle(self, op, p.received);
                 if r.ok {
@@ -763,6 +796,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         opts,
         live,
         connected: connector.is_some(),
+        started: Instant::now(),
         move_log: MoveLog::default(),
     };
     let first = make_plan(&agent.ctx)?;

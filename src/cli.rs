@@ -838,6 +838,7 @@ fn show_status(
         .into_iter()
         .filter(|o| args.only.is_empty() || args.only.contains(&o.tenant))
         .collect();
+    let daemon = daemon_state(config, args.socket.as_deref());
     if args.json {
         #[derive(Serialize)]
         struct Report<'a> {
@@ -847,6 +848,7 @@ fn show_status(
             notes: Vec<&'static str>,
             /// Values in force that come from `set`, a persisted `set` or a schedule window.
             overrides: &'a [crate::control::OverrideInfo],
+            daemon: &'a DaemonState,
         }
         let notes = if write_note {
             vec![V1_WRITE_NOTE]
@@ -861,12 +863,14 @@ fn show_status(
                 tenants: &sample.tenants,
                 notes,
                 overrides: &overrides,
+                daemon: &daemon,
             },
         )?;
         writeln!(out)?;
         return Ok(ExitCode::SUCCESS);
     }
     writeln!(out, "cgroup controllers: {}", layout.setup.describe())?;
+    writeln!(out, "daemon: {daemon}")?;
     print_status_table(out, &sample.tenants, args.devices)?;
     if !overrides.is_empty() {
         writeln!(
@@ -893,6 +897,97 @@ fn show_status(
         writeln!(out, "note: {V1_WRITE_NOTE}")?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `status` says of the daemon (`--json`: `daemon.state` is `running`, `not-running` or
+/// `unknown`).
+#[derive(Debug, Serialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+enum DaemonState {
+    Running(crate::control::DaemonHealth),
+    NotRunning { socket: String },
+    Unknown { reason: String },
+}
+
+fn daemon_state(config: &Path, socket: Option<&Path>) -> DaemonState {
+    use crate::control::{client, Op, Request};
+    let path = socket_for(config, socket);
+    match client::send(&path, &Request::new(Op::Health {})) {
+        Ok(r) => match r.daemon {
+            Some(h) if r.ok => DaemonState::Running(h),
+            // A daemon from before `health` refuses it as unknown.
+            _ => DaemonState::Unknown {
+                reason: format!(
+                    "the daemon on {} did not report its health: {}",
+                    path.display(),
+                    r.message
+                ),
+            },
+        },
+        Err(client::ClientError::NoDaemon { .. }) => DaemonState::NotRunning {
+            socket: path.display().to_string(),
+        },
+        Err(e) => DaemonState::Unknown {
+            reason: e.to_string(),
+        },
+    }
+}
+
+/// `2h03m`, `5m10s`, `42s`, `0.4s`.
+fn span(seconds: f64) -> String {
+    let s = seconds.max(0.0);
+    if s < 10.0 {
+        return format!("{s:.1}s");
+    }
+    let s = s as u64;
+    match (s / 3600, s % 3600 / 60, s % 60) {
+        (0, 0, sec) => format!("{sec}s"),
+        (0, m, sec) => format!("{m}m{sec:02}s"),
+        (h, m, _) => format!("{h}h{m:02}m"),
+    }
+}
+
+impl std::fmt::Display for DaemonState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DaemonState::Running(h) => {
+                write!(f, "running (pid {}, up {}), ", h.pid, span(h.uptime_seconds))?;
+                if h.mode == "events" {
+                    write!(f, "placing processes as they start")?;
+                } else {
+                    write!(
+                        f,
+                        "RESCAN-ONLY (no process events: a new process waits up to {} to be placed)",
+                        span(h.rescan_interval_seconds)
+                    )?;
+                }
+                write!(f, "; {} moves", h.moves)?;
+                if h.events_lost > 0 {
+                    write!(
+                        f,
+                        ", event overruns: {} (each followed by a rescan)",
+                        h.events_lost
+                    )?;
+                }
+                if let Some(ago) = h.last_scan_seconds_ago {
+                    write!(f, ", last full scan {} ago", span(ago))?;
+                }
+                if h.reload_failures > 0 {
+                    write!(
+                        f,
+                        ", reloads refused: {} (the log says why)",
+                        h.reload_failures
+                    )?;
+                }
+                Ok(())
+            }
+            DaemonState::NotRunning { socket } => write!(
+                f,
+                "NOT RUNNING (nothing listens on {socket}): processes that start now stay unplaced until `dbcage run` starts (or the next `dbcage apply`)"
+            ),
+            DaemonState::Unknown { reason } => write!(f, "unknown ({reason})"),
+        }
+    }
 }
 
 /// The overrides the running daemon has in force; without a daemon, those the files and the
@@ -1206,8 +1301,49 @@ pub fn generate_completions(dir: &Path) -> Result<Vec<PathBuf>> {
 
 #[cfg(test)]
 mod status_text_tests {
-    use super::replication_note;
+    use super::{replication_note, span, DaemonState};
+    use crate::control::DaemonHealth;
     use crate::replication::GuardStatus;
+
+    #[test]
+    fn spans_read_as_a_person_would_say_them() {
+        assert_eq!(span(0.42), "0.4s");
+        assert_eq!(span(42.9), "42s");
+        assert_eq!(span(310.0), "5m10s");
+        assert_eq!(span(7380.0), "2h03m");
+        assert_eq!(span(-1.0), "0.0s");
+    }
+
+    #[test]
+    fn the_daemon_line_says_what_a_new_process_can_expect() {
+        let mut h = DaemonHealth {
+            pid: 812,
+            uptime_seconds: 7380.0,
+            mode: "events".into(),
+            rescan_interval_seconds: 30.0,
+            moves: 1532,
+            last_scan_seconds_ago: Some(12.0),
+            ..DaemonHealth::default()
+        };
+        assert_eq!(
+            DaemonState::Running(h.clone()).to_string(),
+            "running (pid 812, up 2h03m), placing processes as they start; 1532 moves, last full scan 12s ago"
+        );
+        h.mode = "rescan-only".into();
+        h.rescan_interval_seconds = 1.0;
+        h.events_lost = 2;
+        h.reload_failures = 1;
+        assert_eq!(
+            DaemonState::Running(h).to_string(),
+            "running (pid 812, up 2h03m), RESCAN-ONLY (no process events: a new process waits up to 1.0s to be placed); 1532 moves, event overruns: 2 (each followed by a rescan), last full scan 12s ago, reloads refused: 1 (the log says why)"
+        );
+        let gone = DaemonState::NotRunning {
+            socket: "/run/dbcage/dbcage.sock".into(),
+        };
+        assert!(gone.to_string().starts_with(
+            "NOT RUNNING (nothing listens on /run/dbcage/dbcage.sock): processes that start now stay unplaced"
+        ));
+    }
 
     #[test]
     fn replication_note_says_lag_behind_and_raises() {

@@ -23,7 +23,7 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 
 use crate::policy::{self, schedule, Loaded, Overlay, Policy, SystemAccounts, Tenant};
-pub use protocol::{Op, OverrideInfo, Request, Response};
+pub use protocol::{DaemonHealth, Op, OverrideInfo, Request, Response};
 pub use server::Server;
 
 /// Where the daemons' sockets live (one per root group: `/run/dbcage/<root>.sock`).
@@ -496,7 +496,7 @@ fn plan_change(live: &Live, current: &Policy, op: &Op) -> Result<Option<Change>,
                 file: None,
             }))
         }
-        Op::Overrides {} => Ok(None),
+        Op::Overrides {} | Op::Health {} => Ok(None),
     }
 }
 
@@ -553,10 +553,16 @@ pub trait Governor {
 
 /// Serves one request: check the change in full, write the drop-in if any, apply.
 pub fn handle<G: Governor>(g: &mut G, op: &Op, received: Instant) -> Response {
-    if let Op::Overrides {} = op {
-        let mut r = Response::ok("overrides in force");
-        r.overrides = g.live().overrides(g.current());
-        return r;
+    match op {
+        Op::Overrides {} => {
+            let mut r = Response::ok("overrides in force");
+            r.overrides = g.live().overrides(g.current());
+            return r;
+        }
+        Op::Health {} => {
+            return Response::refuse("`health` is answered by the daemon (`dbcage run`) only")
+        }
+        _ => {}
     }
     let change = match plan_change(g.live(), g.current(), op) {
         Ok(Some(c)) => c,

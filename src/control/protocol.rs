@@ -7,7 +7,9 @@
 //! → {"v":1,"op":"reset","tenant":"DEMO","persist":false}
 //! → {"v":1,"op":"reload"}
 //! → {"v":1,"op":"overrides"}
+//! → {"v":1,"op":"health"}
 //! ← {"v":1,"ok":true,"message":"...","applied_us":812,"errors":[],"overrides":[...]}
+//! ← {"v":1,"ok":true,"message":"daemon health","daemon":{"pid":812,"mode":"events",...}}
 //! ← {"v":1,"ok":false,"message":"tenant `DEMO`: cpu.cores = 0 is out of range (0.01 to 4096)"}
 //! ```
 //!
@@ -45,6 +47,8 @@ pub enum Op {
     Reload {},
     /// List the values in force that do not come from the policy files' tenant tables.
     Overrides {},
+    /// How the daemon is doing (`status` shows it); only `dbcage run` answers it.
+    Health {},
 }
 
 /// A request: the version and the operation, sent as one flat JSON object (serde's `flatten`
@@ -97,6 +101,28 @@ pub struct Response {
     pub errors: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overrides: Vec<OverrideInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon: Option<DaemonHealth>,
+}
+
+/// The running daemon's own state: is it placing processes as they come, and has it lost any.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DaemonHealth {
+    pub pid: u32,
+    pub uptime_seconds: f64,
+    /// `events` (the kernel's process events place each process as it starts) or
+    /// `rescan-only` (no process events: only rescans, every `rescan_interval_seconds`).
+    pub mode: String,
+    pub rescan_interval_seconds: f64,
+    /// Process events received, socket overruns (each followed by a rescan), full rescans,
+    /// processes moved, reloads refused.
+    pub events: u64,
+    pub events_lost: u64,
+    pub rescans: u64,
+    pub moves: u64,
+    pub reload_failures: u64,
+    /// Since the last full scan of the host's processes.
+    pub last_scan_seconds_ago: Option<f64>,
 }
 
 impl Response {
@@ -195,6 +221,10 @@ mod tests {
             Request {
                 v: 1,
                 op: Op::Overrides {},
+            },
+            Request {
+                v: 1,
+                op: Op::Health {},
             },
         ];
         for r in reqs {

@@ -194,8 +194,25 @@ fn daemon_places_exec_at_once() {
         read_trim(&Path::new("/proc").join(q.pid.to_string()).join("comm")),
         lgwr_comm
     );
+    // `status` reports the daemon (through the control socket) and, once it is gone, says so.
+    let health = &t.json(&["status", "--json", "--interval", "0"])["daemon"];
+    assert_eq!(health["state"], "running", "{health}");
+    assert_eq!(health["pid"], d.pid, "{health}");
+    assert_eq!(health["mode"], "events", "{health}");
+    assert!(health["moves"].as_u64().unwrap() >= 6, "{health}");
+    let text = t.ok(&["status", "--interval", "0"]);
+    let line = format!("daemon: running (pid {}, up ", d.pid);
+    assert!(
+        text.contains(&line) && text.contains("placing processes as they start"),
+        "{text}"
+    );
     let (status, _) = d.stop(Duration::from_secs(5));
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    let health = &t.json(&["status", "--json", "--interval", "0"])["daemon"];
+    assert_eq!(health["state"], "not-running", "{health}");
+    assert!(t
+        .ok(&["status", "--interval", "0"])
+        .contains("daemon: NOT RUNNING"));
     let stats = d.stats();
     println!(
         "spawn -> in limited (all hierarchies): {delays:.1?} ms; log writer -> exempt: {:.1} ms; daemon event -> write p50 {} us, max {} us, move {} us p50",
@@ -970,6 +987,13 @@ fn rescan_only_places(t: &Tenancy, mut d: Daemon, name: &str) -> Vec<f64> {
         kids.push(p);
         std::thread::sleep(Duration::from_millis(70));
     }
+    let health = &t.json(&["status", "--json", "--interval", "0"])["daemon"];
+    assert_eq!(health["mode"], "rescan-only", "{health}");
+    assert!(
+        t.ok(&["status", "--interval", "0"])
+            .contains("RESCAN-ONLY (no process events"),
+        "{health}"
+    );
     let (status, _) = d.stop(Duration::from_secs(5));
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
     let stats = d.stats();
