@@ -272,14 +272,20 @@ pub fn attach_filter(fd: BorrowedFd<'_>, prog: &[libc::sock_filter]) -> io::Resu
         len: prog.len() as u16,
         filter: prog.as_ptr() as *mut libc::sock_filter,
     };
-    // SAFETY: fprog points at prog, which outlives the call; the kernel copies the program.
+    // fprog points at prog, which outlives the call; the kernel copies the program.
+    set_socket_option(fd, SO_ATTACH_FILTER, &fprog)
+}
+
+/// setsockopt(SOL_SOCKET, `opt`) with a plain-data value.
+fn set_socket_option<T>(fd: BorrowedFd<'_>, opt: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: value is a valid T of the given size for the duration of the call.
     let r = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
             libc::SOL_SOCKET,
-            SO_ATTACH_FILTER,
-            &fprog as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::sock_fprog>() as u32,
+            opt,
+            value as *const T as *const libc::c_void,
+            std::mem::size_of::<T>() as u32,
         )
     };
     if r < 0 {
@@ -325,17 +331,7 @@ impl Connector {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let size = rcvbuf as libc::c_int;
         for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
-            // SAFETY: setsockopt with a c_int value of the right size.
-            let r = unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    opt,
-                    &size as *const _ as *const libc::c_void,
-                    std::mem::size_of::<libc::c_int>() as u32,
-                )
-            };
-            if r == 0 {
+            if set_socket_option(fd.as_fd(), opt, &size).is_ok() {
                 break;
             }
         }

@@ -510,17 +510,7 @@ fn daemon_rechecks_children_whose_fork_was_lost() {
     // 600 ms after the fork. This test places the parent itself (as `dbcage exec` would), so
     // the fork happens while the daemon is stopped and its event is lost.
     let out = t.dir().join("dbcage-test-lostfork.out");
-    let mut cmd = Command::new(&bin);
-    cmd.arg0(&main)
-        .arg(&title)
-        .arg("600")
-        .arg(t.marker("db", "limited"))
-        .arg(t.marker("db", "exempt"))
-        .arg(&out)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let parent = Child::spawn(cmd, &main);
+    let parent = Child::spawn(retitle_command(&t, &bin, &main, &title, 600, &out), &main);
     // blkio last: the parent looks at its blkio line.
     for c in CONTROLLERS.iter().rev() {
         std::fs::write(
@@ -538,13 +528,7 @@ fn daemon_rechecks_children_whose_fork_was_lost() {
         "no result from the retitled child; log:\n{}",
         d.log()
     );
-    let text = read_trim(&out);
-    let fields: Vec<&str> = text.split(' ').collect();
-    let (pid, waited, retitled): (u32, f64, f64) = (
-        fields[0].parse().unwrap(),
-        fields[1].parse().unwrap(),
-        fields[2].parse().unwrap(),
-    );
+    let (pid, waited, retitled) = retitle_result(&out);
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL);
     let (status, _) = d.stop(Duration::from_secs(5));
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
@@ -1171,6 +1155,41 @@ fn build_retitle(t: &Tenancy) -> Option<std::path::PathBuf> {
     }
 }
 
+/// RETITLE_C run as `main` in tenant `db`: it waits to be in the limited leaf, forks, and its
+/// child retitles itself to `title` `delay_ms` after the fork and reports to `out`.
+fn retitle_command(
+    t: &Tenancy,
+    bin: &Path,
+    main: &str,
+    title: &str,
+    delay_ms: u64,
+    out: &Path,
+) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.arg0(main)
+        .arg(title)
+        .arg(delay_ms.to_string())
+        .arg(t.marker("db", "limited"))
+        .arg(t.marker("db", "exempt"))
+        .arg(out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd
+}
+
+/// The child's report: its pid, the seconds from its retitle until it saw itself in exempt (-1:
+/// not within 10 s), and the seconds from the fork to the retitle.
+fn retitle_result(out: &Path) -> (u32, f64, f64) {
+    let text = read_trim(out);
+    let fields: Vec<&str> = text.split(' ').collect();
+    (
+        fields[0].parse().unwrap(),
+        fields[1].parse().unwrap(),
+        fields[2].parse().unwrap(),
+    )
+}
+
 #[test]
 fn daemon_catches_retitle_without_event() {
     if skip() {
@@ -1195,16 +1214,7 @@ fn daemon_catches_retitle_without_event() {
         .iter()
         .map(|&delay| {
             let out = t.dir().join(format!("dbcage-test-retitle-{delay}.out"));
-            let mut cmd = Command::new(&bin);
-            cmd.arg0(&main)
-                .arg(&title)
-                .arg(delay.to_string())
-                .arg(t.marker("db", "limited"))
-                .arg(t.marker("db", "exempt"))
-                .arg(&out)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
+            let cmd = retitle_command(&t, &bin, &main, &title, delay, &out);
             (delay, Child::spawn(cmd, &main), out)
         })
         .collect();
@@ -1215,13 +1225,7 @@ fn daemon_catches_retitle_without_event() {
             "retitle after {delay} ms: no result; log:\n{}",
             d.log()
         );
-        let text = read_trim(out);
-        let fields: Vec<&str> = text.split(' ').collect();
-        let (pid, waited, retitled): (u32, f64, f64) = (
-            fields[0].parse().unwrap(),
-            fields[1].parse().unwrap(),
-            fields[2].parse().unwrap(),
-        );
+        let (pid, waited, retitled) = retitle_result(out);
         assert!(placed(&t, parent.pid, "db", "limited"));
         assert!(
             waited >= 0.0 && placed(&t, pid, "db", "exempt"),
