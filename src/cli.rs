@@ -105,11 +105,12 @@ pub enum Command {
     /// the policy and applies them at once. They last until `reload` or a restart, or, with
     /// `--persist`, are written to conf.d/90-set-TENANT.toml.
     #[command(
-        after_help = "Keys: io.read_bps io.write_bps io.read_iops io.write_iops cpu.cores cpu.weight cpu.cpus cpu.numa_nodes memory.max memory.high memory.low memory.swap_max\n\nExamples:\n  dbcage set DEMO io.read_bps=200MiB cpu.cores=8\n  dbcage set DEMO cpu.cpus=0-31 --persist\n  dbcage set DEMO --reset"
+        after_help = "Keys: io.read_bps io.write_bps io.read_iops io.write_iops cpu.cores cpu.weight cpu.cpus cpu.numa_nodes memory.max memory.high memory.low memory.swap_max\n\nExamples:\n  dbcage set DEMO io.read_bps=200MiB cpu.cores=8\n  dbcage set DEMO cpu.cpus=0-31 --persist\n  dbcage set DEMO --reset io.read_bps\n  dbcage set DEMO --reset"
     )]
     Set {
         tenant: String,
-        /// KEY=VALUE pairs, e.g. io.read_bps=200MiB cpu.cpus=0-31 memory.high=30GiB.
+        /// KEY=VALUE pairs, e.g. io.read_bps=200MiB cpu.cpus=0-31 memory.high=30GiB (with
+        /// --reset: the keys to drop).
         #[arg(required_unless_present = "reset")]
         values: Vec<String>,
         /// Until the next reload or restart (the default).
@@ -119,8 +120,9 @@ pub enum Command {
         /// --reset, remove that file.
         #[arg(long)]
         persist: bool,
-        /// Drop the tenant's runtime overrides (with --persist also the persisted ones).
-        #[arg(long, conflicts_with = "values")]
+        /// Drop the tenant's runtime overrides (with --persist also the persisted ones); given
+        /// keys (`--reset io.read_bps`), only those.
+        #[arg(long)]
         reset: bool,
         /// No daemon: apply once from this process (a later `dbcage run` or `apply` starts from
         /// the files again unless --persist is given).
@@ -511,7 +513,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
             json,
         } => {
             let op = if reset {
-                crate::control::Op::Reset { tenant, persist }
+                if let Some(w) = values.iter().find(|w| w.contains('=')) {
+                    return Err(Invalid(format!(
+                        "`{w}`: with --reset, name the keys to drop (e.g. io.read_bps), not KEY=VALUE"
+                    ))
+                    .into());
+                }
+                crate::control::Op::Reset {
+                    tenant,
+                    persist,
+                    keys: values,
+                }
             } else {
                 crate::control::Op::Set {
                     tenant,

@@ -373,6 +373,94 @@ fn errors_text(e: policy::PolicyErrors) -> String {
     e.to_string().trim_end().to_string()
 }
 
+/// The text of a tenant's `90-set-<tenant>.toml`.
+fn persisted_text(tenant: &str, values: &BTreeMap<String, String>) -> Result<String, String> {
+    Ok(format!(
+        "# Written by `dbcage set --persist`; `dbcage set {tenant} --reset --persist` removes it.\n{}",
+        fragment(tenant, values)?
+    ))
+}
+
+/// `reset` of some keys: those runtime overrides are dropped and, with `persist`, those keys
+/// leave the persisted file (removed once empty); the tenant's other overrides stay.
+fn reset_keys(live: &Live, tenant: &str, persist: bool, keys: &[String]) -> Result<Change, String> {
+    if let Some(k) = keys.iter().find(|k| !KEYS.iter().any(|(n, _)| n == k)) {
+        return Err(format!(
+            "`{k}` cannot be reset; the keys are {}",
+            key_names()
+        ));
+    }
+    let mut next = live.clone();
+    let mut dropped: Vec<&str> = Vec::new();
+    if let Some(r) = next.runtime.get_mut(tenant) {
+        dropped.extend(
+            keys.iter()
+                .filter(|k| r.remove(*k).is_some())
+                .map(|k| k.as_str()),
+        );
+        if r.is_empty() {
+            next.runtime.remove(tenant);
+        }
+    }
+    let path = persist_path(&live.config, tenant);
+    let persisted = live
+        .sources
+        .iter()
+        .find(|(p, _)| *p == path)
+        .map(|(_, t)| fragment_values(t))
+        .unwrap_or_default();
+    let in_file: Vec<&str> = keys
+        .iter()
+        .filter(|k| persisted.contains_key(*k))
+        .map(|k| k.as_str())
+        .collect();
+    let mut file = None;
+    if persist && !in_file.is_empty() {
+        let mut kept = persisted.clone();
+        kept.retain(|k, _| !keys.contains(k));
+        let text = if kept.is_empty() {
+            None
+        } else {
+            Some(persisted_text(tenant, &kept)?)
+        };
+        next.sources = with_source(&live.sources, &path, text.as_deref());
+        file = Some((path.clone(), text));
+    }
+    let loaded = next.effective().map_err(errors_text)?;
+    let mut parts = Vec::new();
+    if !dropped.is_empty() {
+        parts.push(format!("runtime override of {} dropped", dropped.join(" ")));
+    }
+    if file.is_some() {
+        parts.push(format!(
+            "{} removed from {}",
+            in_file.join(" "),
+            path.display()
+        ));
+    }
+    let mut message = if parts.is_empty() {
+        format!(
+            "tenant `{tenant}` has no runtime override of {}",
+            keys.join(" ")
+        )
+    } else {
+        format!("tenant `{tenant}`: {}", parts.join("; "))
+    };
+    if !persist && !in_file.is_empty() {
+        message.push_str(&format!(
+            "; the persisted {} in {} stays (add --persist to remove it)",
+            in_file.join(" "),
+            path.display()
+        ));
+    }
+    Ok(Change {
+        live: next,
+        loaded,
+        file,
+        message,
+    })
+}
+
 /// Works out a request's next state without touching anything.
 fn plan_change(live: &Live, current: &Policy, op: &Op) -> Result<Option<Change>, String> {
     match op {
@@ -393,10 +481,7 @@ fn plan_change(live: &Live, current: &Policy, op: &Op) -> Result<Option<Change>,
                     .map(|(_, t)| fragment_values(t))
                     .unwrap_or_default();
                 kept.extend(values.clone());
-                let text = format!(
-                    "# Written by `dbcage set --persist`; `dbcage set {tenant} --reset --persist` removes it.\n{}",
-                    fragment(tenant, &kept)?
-                );
+                let text = persisted_text(tenant, &kept)?;
                 next.sources = with_source(&live.sources, &path, Some(&text));
                 // Persisted values replace runtime ones of the same keys.
                 if let Some(r) = next.runtime.get_mut(tenant) {
@@ -430,7 +515,17 @@ fn plan_change(live: &Live, current: &Policy, op: &Op) -> Result<Option<Change>,
                 ),
             }))
         }
-        Op::Reset { tenant, persist } => {
+        Op::Reset {
+            tenant,
+            persist,
+            keys,
+        } if !keys.is_empty() => {
+            known_tenant(live, current, tenant)?;
+            reset_keys(live, tenant, *persist, keys).map(Some)
+        }
+        Op::Reset {
+            tenant, persist, ..
+        } => {
             known_tenant(live, current, tenant)?;
             let mut next = live.clone();
             let had = next.runtime.remove(tenant).is_some();

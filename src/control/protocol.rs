@@ -5,6 +5,7 @@
 //! ```text
 //! → {"v":1,"op":"set","tenant":"DEMO","values":{"io.read_bps":"200MiB","cpu.cpus":"0-3"},"persist":false}
 //! → {"v":1,"op":"reset","tenant":"DEMO","persist":false}
+//! → {"v":1,"op":"reset","tenant":"DEMO","persist":false,"keys":["io.read_bps"]}
 //! → {"v":1,"op":"reload"}
 //! → {"v":1,"op":"overrides"}
 //! → {"v":1,"op":"health"}
@@ -37,11 +38,14 @@ pub enum Op {
         #[serde(default)]
         persist: bool,
     },
-    /// Drop the tenant's runtime overrides (`persist`: and its `90-set-<tenant>.toml`).
+    /// Drop the tenant's runtime overrides (`persist`: and its `90-set-<tenant>.toml`); with
+    /// `keys`, only those (`persist`: and only those in the file).
     Reset {
         tenant: String,
         #[serde(default)]
         persist: bool,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        keys: Vec<String>,
     },
     /// Re-read and validate the policy files; keep the running policy if anything is wrong.
     Reload {},
@@ -212,6 +216,15 @@ mod tests {
                 op: Op::Reset {
                     tenant: "DEMO".into(),
                     persist: false,
+                    keys: vec![],
+                },
+            },
+            Request {
+                v: 1,
+                op: Op::Reset {
+                    tenant: "DEMO".into(),
+                    persist: true,
+                    keys: vec!["io.read_bps".into(), "cpu.cores".into()],
                 },
             },
             Request {

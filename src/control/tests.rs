@@ -182,6 +182,7 @@ fn set_is_validated_as_the_policy_is_and_wins_over_files_and_windows() {
         &Op::Reset {
             tenant: "DEMO".into(),
             persist: false,
+            keys: vec![],
         },
     )
     .unwrap()
@@ -236,6 +237,7 @@ fn persist_builds_a_dropin_that_validates_and_merges_in_name_order() {
         &Op::Reset {
             tenant: "DEMO".into(),
             persist: true,
+            keys: vec![],
         },
     )
     .unwrap()
@@ -354,4 +356,112 @@ fn windows_open_and_close_through_the_override_path_with_an_injected_clock() {
         "after Saturday 06:00 the next boundary is Monday 22:00"
     );
     assert_eq!(g.applied.len(), 5);
+}
+
+#[test]
+fn reset_of_some_keys_keeps_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("dbcage.toml");
+    let mut l = live();
+    l.config = config.clone();
+    l.sources[0].0 = config.clone();
+    let policy = l.effective().unwrap().policy;
+    let set = |l: &Live, p: &Policy, pairs: &[(&str, &str)], persist: bool| {
+        plan_change(
+            l,
+            p,
+            &Op::Set {
+                tenant: "DEMO".into(),
+                values: values(pairs),
+                persist,
+            },
+        )
+        .unwrap()
+        .unwrap()
+    };
+    let reset = |l: &Live, p: &Policy, keys: &[&str], persist: bool| {
+        plan_change(
+            l,
+            p,
+            &Op::Reset {
+                tenant: "DEMO".into(),
+                persist,
+                keys: keys.iter().map(|k| k.to_string()).collect(),
+            },
+        )
+    };
+    // Persisted memory.max and cpu.cores, then runtime io.read_bps and cpu.cores.
+    let a = set(
+        &l,
+        &policy,
+        &[("memory.max", "8GiB"), ("cpu.cores", "3")],
+        true,
+    );
+    let mut l2 = a.live.clone();
+    let b = set(
+        &l2,
+        &a.loaded.policy,
+        &[("io.read_bps", "200MiB"), ("cpu.cores", "6")],
+        false,
+    );
+    l2 = b.live.clone();
+    let p2 = b.loaded.policy.clone();
+    assert_eq!(p2.tenants[0].cpu.cores, Some(6.0));
+
+    // Runtime io.read_bps goes back to the file's 50MiB; cpu.cores stays at 6.
+    let r = reset(&l2, &p2, &["io.read_bps"], false).unwrap().unwrap();
+    assert_eq!(r.loaded.policy.tenants[0].io.read_bps, Some(50 << 20));
+    assert_eq!(r.loaded.policy.tenants[0].cpu.cores, Some(6.0));
+    assert_eq!(r.file, None);
+    assert_eq!(
+        r.message,
+        "tenant `DEMO`: runtime override of io.read_bps dropped"
+    );
+
+    // cpu.cores without --persist: the runtime 6 goes, the persisted 3 is in force again and
+    // the message says it stays.
+    let r = reset(&l2, &p2, &["cpu.cores"], false).unwrap().unwrap();
+    assert_eq!(r.loaded.policy.tenants[0].cpu.cores, Some(3.0));
+    assert!(
+        r.message.contains("the persisted cpu.cores in"),
+        "{}",
+        r.message
+    );
+    assert!(
+        r.message.ends_with("stays (add --persist to remove it)"),
+        "{}",
+        r.message
+    );
+
+    // With --persist: the file keeps memory.max only; the policy's cores = 2 is back.
+    let r = reset(&l2, &p2, &["cpu.cores"], true).unwrap().unwrap();
+    assert_eq!(r.loaded.policy.tenants[0].cpu.cores, Some(2.0));
+    assert_eq!(r.loaded.policy.tenants[0].memory.max, Some(8 << 30));
+    assert_eq!(r.loaded.policy.tenants[0].io.read_bps, Some(200 << 20));
+    let (path, text) = r.file.clone().unwrap();
+    assert_eq!(path, persist_path(&config, "DEMO"));
+    assert_eq!(
+        fragment_values(text.as_deref().unwrap()),
+        values(&[("memory.max", "8GiB")])
+    );
+    // Its last key: the file goes.
+    let r2 = reset(&r.live, &r.loaded.policy, &["memory.max"], true)
+        .unwrap()
+        .unwrap();
+    assert_eq!(r2.file, Some((path, None)));
+    assert_eq!(r2.loaded.policy.tenants[0].memory.max, Some(4 << 30));
+
+    // A key nothing overrides, and one `set` does not know.
+    let r = reset(&l, &policy, &["memory.high"], false)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        r.message,
+        "tenant `DEMO` has no runtime override of memory.high"
+    );
+    let e = reset(&l, &policy, &["io.bogus"], false).unwrap_err();
+    assert!(
+        e.starts_with("`io.bogus` cannot be reset; the keys are io.read_bps"),
+        "{e}"
+    );
 }

@@ -226,6 +226,25 @@ fn set_applies_within_100ms_persists_resets_and_reload_reports_errors() {
     assert_eq!(read_trim(&shares), "3072");
     t.set_policy(&body);
 
+    // --reset of one key: that runtime value goes, the other stays, in the kernel too.
+    t.ok(&["set", "ctl", "cpu.cores=0.6", "cpu.weight=200"]);
+    assert_eq!(
+        (read_trim(&quota), read_trim(&shares)),
+        ("60000".into(), "2048".into())
+    );
+    let out = t.ok(&["set", "ctl", "--reset", "cpu.cores"]);
+    assert!(
+        out.contains("runtime override of cpu.cores dropped"),
+        "{out}"
+    );
+    assert!(!out.contains("the persisted"), "{out}");
+    assert_eq!(read_trim(&quota), "100000", "the file's cores = 1 again");
+    assert_eq!(read_trim(&shares), "2048", "the runtime weight stays");
+    let o = t.run(&["set", "ctl", "--reset", "cpu.cores=1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("name the keys to drop"), "{err}");
+
     // --reset --persist removes the drop-in and applies at once.
     let out = t.ok(&["set", "ctl", "--reset", "--persist"]);
     assert!(out.contains("removed"), "{out}");
