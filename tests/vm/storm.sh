@@ -164,6 +164,35 @@ case ",$(mopts)," in
 esac
 run_mode on
 set_mode off && run_mode off
+
+# favordynmods acts on a lock every hierarchy shares: with cgroup2 still mounted without it, a
+# separate controller-less v1 hierarchy mounted with it must take the wait out of the floor's
+# moves, and dbcage must then give no hint (the one its hint suggests to hosts that cannot remount).
+low=$(echo "$BASE_RATES" | tr ',' '\n' | sort -n | head -n1)
+NAMED=/run/dbcage-favordynmods
+mkdir -p "$NAMED"
+if mount -t cgroup -o none,name=dbcage-favordynmods,favordynmods cgroup "$NAMED"; then
+    echo
+    echo "=== cgroup2 without favordynmods, a named v1 hierarchy with it ($NAMED)"
+    storm baseline-named-favordynmods "$low" --baseline "$CG/dbcage-test-storm-baseline"
+    log=$W/dbcage-named.log
+    $D run 2>"$log" &
+    dpid=$!
+    i=0
+    while ! grep -q 'dbcage running' "$log" && [ $i -lt 300 ]; do /bin/sleep 0.1; i=$((i + 1)); done
+    stop_pid "$dpid"
+    $D release --all >/dev/null 2>&1 || info "release --all failed"
+    n=$(grep -c 'without favordynmods' "$log")
+    if grep -q 'dbcage running' "$log" && [ "$n" -eq 0 ]; then
+        pass log_named "no favordynmods notice while another hierarchy has the option"
+    else
+        fail log_named "$n favordynmods notices with the named hierarchy mounted (or no start); log:"
+        tail -n 5 "$log"
+    fi
+    umount "$NAMED"
+else
+    fail named_mount "mount -t cgroup -o none,name=dbcage-favordynmods,favordynmods failed"
+fi
 echo
 echo "=== fork cost, $FORK_ROUNDS rounds per mode, alternating"
 fork_cost() { # on|off
@@ -194,6 +223,12 @@ if [ -n "$low" ] && [ "$low" -le 20 ]; then
         pass favordynmods_floor "cgroup.procs write p50 at $low/s: $on ms with favordynmods, $off ms without"
     else
         fail favordynmods_floor "cgroup.procs write p50 at $low/s: '$on' ms with favordynmods, '$off' ms without (expected under a quarter)"
+    fi
+    named=$(jget "$(grep "\"classifier\":\"baseline-named-favordynmods\",\"rate_target\":$low," "$RESULTS")" move_write_p50_ms)
+    if [ -n "$named" ] && [ -n "$off" ] && awk -v a="$named" -v b="$off" 'BEGIN { exit !(a * 4 < b) }'; then
+        pass favordynmods_named "cgroup.procs write p50 at $low/s: $named ms with a named v1 hierarchy mounted with favordynmods, $off ms without any"
+    else
+        fail favordynmods_named "cgroup.procs write p50 at $low/s: '$named' ms with the named hierarchy, '$off' ms without (expected under a quarter)"
     fi
 else
     info "favordynmods_floor not checked: no baseline rate of 20/s or less"
