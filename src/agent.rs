@@ -490,15 +490,15 @@ impl Agent {
         let h = &self.shared.health;
         let last_scan_ms = h.last_scan_ms.load(Ordering::Relaxed);
         let mut r = crate::control::Response::ok("daemon health");
+        r.overrides = self.live.overrides(&self.ctx.loaded.policy);
         r.daemon = Some(crate::control::DaemonHealth {
             pid: std::process::id(),
             uptime_seconds: self.started.elapsed().as_secs_f64(),
             mode: if self.connected {
-                "events"
+                crate::control::DaemonMode::Events
             } else {
-                "rescan-only"
-            }
-            .into(),
+                crate::control::DaemonMode::RescanOnly
+            },
             rescan_interval_seconds: if self.connected {
                 self.opts.rescan
             } else {
@@ -771,7 +771,6 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         .context("signalfd")?;
 
     // Subscribe before the first scan so that nothing started in between is missed.
-    let filtered = connector::kernel_filters_events();
     let connector = match Connector::open(opts.event_buffer, Some(connector::DAEMON_EVENTS)) {
         Ok(c) => {
             if let Err(e) = c.filter() {
@@ -809,7 +808,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         rechecks: BTreeMap::new(),
         stats: AgentStats {
             connector: connector.is_some(),
-            connector_filtered: connector.is_some() && filtered,
+            connector_filtered: connector.as_ref().is_some_and(Connector::kernel_filtered),
             ..AgentStats::default()
         },
         event_hist: histogram(),

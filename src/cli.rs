@@ -846,11 +846,11 @@ fn show_status(
         .hierarchy_of(Controller::Io)
         .is_some_and(|h| layout.setup.hierarchies[h].version == Version::V1);
     let write_note = io_v1 && policy.tenants.iter().any(|t| t.sets_write_limits());
-    let overrides: Vec<_> = overrides_in_force(config, args.socket.as_deref())
+    let (daemon, overrides) = ask_daemon(config, args.socket.as_deref());
+    let overrides: Vec<_> = overrides
         .into_iter()
         .filter(|o| args.only.is_empty() || args.only.contains(&o.tenant))
         .collect();
-    let daemon = daemon_state(config, args.socket.as_deref());
     if args.json {
         #[derive(Serialize)]
         struct Report<'a> {
@@ -921,12 +921,18 @@ enum DaemonState {
     Unknown { reason: String },
 }
 
-fn daemon_state(config: &Path, socket: Option<&Path>) -> DaemonState {
+/// One request to the daemon for `status`: its health and the overrides it has in force.
+/// Without an answer, the overrides are those the files and the clock give (persisted `set`
+/// values, schedule windows open now).
+fn ask_daemon(
+    config: &Path,
+    socket: Option<&Path>,
+) -> (DaemonState, Vec<crate::control::OverrideInfo>) {
     use crate::control::{client, Op, Request};
     let path = socket_for(config, socket);
-    match client::send(&path, &Request::new(Op::Health {})) {
+    let state = match client::send(&path, &Request::new(Op::Health {})) {
         Ok(r) => match r.daemon {
-            Some(h) if r.ok => DaemonState::Running(h),
+            Some(h) if r.ok => return (DaemonState::Running(h), r.overrides),
             // A daemon from before `health` refuses it as unknown.
             _ => DaemonState::Unknown {
                 reason: format!(
@@ -942,7 +948,12 @@ fn daemon_state(config: &Path, socket: Option<&Path>) -> DaemonState {
         Err(e) => DaemonState::Unknown {
             reason: e.to_string(),
         },
-    }
+    };
+    let overrides = match crate::control::Live::load(config) {
+        Ok((live, loaded)) => live.overrides(&loaded.policy),
+        Err(_) => Vec::new(),
+    };
+    (state, overrides)
 }
 
 /// `2h03m`, `5m10s`, `42s`, `0.4s`.
@@ -964,7 +975,7 @@ impl std::fmt::Display for DaemonState {
         match self {
             DaemonState::Running(h) => {
                 write!(f, "running (pid {}, up {}), ", h.pid, span(h.uptime_seconds))?;
-                if h.mode == "events" {
+                if h.mode == crate::control::DaemonMode::Events {
                     write!(f, "placing processes as they start")?;
                 } else {
                     write!(
@@ -999,22 +1010,6 @@ impl std::fmt::Display for DaemonState {
             ),
             DaemonState::Unknown { reason } => write!(f, "unknown ({reason})"),
         }
-    }
-}
-
-/// The overrides the running daemon has in force; without a daemon, those the files and the
-/// clock give (persisted `set` values, schedule windows open now).
-fn overrides_in_force(config: &Path, socket: Option<&Path>) -> Vec<crate::control::OverrideInfo> {
-    use crate::control::{client, Op, Request};
-    let path = socket_for(config, socket);
-    if let Ok(r) = client::send(&path, &Request::new(Op::Overrides {})) {
-        if r.ok {
-            return r.overrides;
-        }
-    }
-    match crate::control::Live::load(config) {
-        Ok((live, loaded)) => live.overrides(&loaded.policy),
-        Err(_) => Vec::new(),
     }
 }
 
@@ -1314,7 +1309,7 @@ pub fn generate_completions(dir: &Path) -> Result<Vec<PathBuf>> {
 #[cfg(test)]
 mod status_text_tests {
     use super::{replication_note, span, DaemonState};
-    use crate::control::DaemonHealth;
+    use crate::control::{DaemonHealth, DaemonMode};
     use crate::replication::GuardStatus;
 
     #[test]
@@ -1331,7 +1326,7 @@ mod status_text_tests {
         let mut h = DaemonHealth {
             pid: 812,
             uptime_seconds: 7380.0,
-            mode: "events".into(),
+            mode: DaemonMode::Events,
             rescan_interval_seconds: 30.0,
             moves: 1532,
             last_scan_seconds_ago: Some(12.0),
@@ -1341,7 +1336,7 @@ mod status_text_tests {
             DaemonState::Running(h.clone()).to_string(),
             "running (pid 812, up 2h03m), placing processes as they start; 1532 moves, last full scan 12s ago"
         );
-        h.mode = "rescan-only".into();
+        h.mode = DaemonMode::RescanOnly;
         h.rescan_interval_seconds = 1.0;
         h.events_lost = 2;
         h.reload_failures = 1;

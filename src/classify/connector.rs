@@ -307,6 +307,8 @@ pub struct Connector {
     fd: OwnedFd,
     buf: Vec<u8>,
     filter: io::Result<()>,
+    /// The connector itself sends only the `only` event types (Linux 6.6+).
+    kernel_filtered: bool,
 }
 
 impl Connector {
@@ -390,7 +392,13 @@ impl Connector {
             fd,
             buf: vec![0u8; 64 * 1024],
             filter,
+            kernel_filtered: kernel_mask.is_some(),
         })
+    }
+
+    /// Whether the kernel's connector filters the event types itself (see `open`).
+    pub fn kernel_filtered(&self) -> bool {
+        self.kernel_filtered
     }
 
     /// Whether the socket filter that drops thread events (and, with `only`, unwanted types)

@@ -23,7 +23,7 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 
 use crate::policy::{self, schedule, Loaded, Overlay, Policy, SystemAccounts, Tenant};
-pub use protocol::{DaemonHealth, Op, OverrideInfo, Request, Response};
+pub use protocol::{DaemonHealth, DaemonMode, Op, OverrideInfo, Request, Response};
 pub use server::Server;
 
 /// Where the daemons' sockets live (one per root group: `/run/dbcage/<root>.sock`).

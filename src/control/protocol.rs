@@ -10,7 +10,7 @@
 //! → {"v":1,"op":"overrides"}
 //! → {"v":1,"op":"health"}
 //! ← {"v":1,"ok":true,"message":"...","applied_us":812,"errors":[],"overrides":[...]}
-//! ← {"v":1,"ok":true,"message":"daemon health","daemon":{"pid":812,"mode":"events",...}}
+//! ← {"v":1,"ok":true,"message":"daemon health","daemon":{"pid":812,"mode":"events",...},"overrides":[...]}
 //! ← {"v":1,"ok":false,"message":"tenant `DEMO`: cpu.cores = 0 is out of range (0.01 to 4096)"}
 //! ```
 //!
@@ -109,14 +109,25 @@ pub struct Response {
     pub daemon: Option<DaemonHealth>,
 }
 
+/// How the daemon learns of new processes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DaemonMode {
+    /// The kernel's process events: each process is placed as it starts.
+    #[default]
+    Events,
+    /// No process events: only rescans, every `rescan_interval_seconds`.
+    RescanOnly,
+}
+
 /// The running daemon's own state: is it placing processes as they come, and has it lost any.
+/// The `health` answer also carries the overrides in force (as `overrides` does), so that
+/// `status` asks once.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DaemonHealth {
     pub pid: u32,
     pub uptime_seconds: f64,
-    /// `events` (the kernel's process events place each process as it starts) or
-    /// `rescan-only` (no process events: only rescans, every `rescan_interval_seconds`).
-    pub mode: String,
+    pub mode: DaemonMode,
     pub rescan_interval_seconds: f64,
     /// Process events received, socket overruns (each followed by a rescan), full rescans,
     /// processes moved, reloads refused.

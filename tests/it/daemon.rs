@@ -493,24 +493,19 @@ fn daemon_rechecks_children_whose_fork_was_lost() {
         return;
     }
     let _m = measure_lock();
-    let sid = sid();
-    let (main, title) = (format!("ora_p011_{sid}"), format!("ora_lgwr_{sid}"));
-    let t = Tenancy::new(
-        "dlostfork",
-        &tenant("db", &[cmd_rule(&main)], &[cmd_rule(&title)], ""),
-    );
-    let Some(bin) = build_retitle(&t) else {
+    let Some(r) = Retitle::new("dlostfork", 11) else {
         return;
     };
-    let mut d = Daemon::start(&t, &["--event-buffer", "4096", "--rescan-interval", "60s"]);
+    let (t, main) = (&r.t, &r.main);
+    let mut d = Daemon::start(t, &["--event-buffer", "4096", "--rescan-interval", "60s"]);
     d.signal(Signal::SIGSTOP);
     // Fill the stopped daemon's socket, so that the events from here on are dropped.
-    let (_churn, _) = start_with_churn(&format!("ora_p012_{sid}"), 100);
+    let (_churn, _) = start_with_churn(&format!("ora_p012_{}", sid()), 100);
     // The parent waits until it is in the limited leaf, then forks at once; the child retitles
     // 600 ms after the fork. This test places the parent itself (as `dbcage exec` would), so
     // the fork happens while the daemon is stopped and its event is lost.
     let out = t.dir().join("dbcage-test-lostfork.out");
-    let parent = Child::spawn(retitle_command(&t, &bin, &main, &title, 600, &out), &main);
+    let parent = Child::spawn(r.command(600, &out), main);
     // blkio last: the parent looks at its blkio line.
     for c in CONTROLLERS.iter().rev() {
         std::fs::write(
@@ -1127,55 +1122,70 @@ int main(int argc, char **argv) {
 }
 "#;
 
-/// Compiles RETITLE_C into the tenancy's directory; None (the test is skipped, and says why)
-/// without a working C compiler.
-fn build_retitle(t: &Tenancy) -> Option<std::path::PathBuf> {
-    let src = t.dir().join("dbcage-test-retitle.c");
-    let bin = t.dir().join("dbcage-test-retitle");
-    std::fs::write(&src, RETITLE_C).unwrap();
-    let cc = Command::new("cc")
-        .arg("-O2")
-        .arg("-o")
-        .arg(&bin)
-        .arg(&src)
-        .output();
-    match cc {
-        Ok(o) if o.status.success() => Some(bin),
-        Ok(o) => {
-            println!(
-                "skipped: cc failed: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            );
-            None
-        }
-        Err(e) => {
-            println!("skipped: no C compiler ({e})");
-            None
-        }
-    }
+/// A tenant `db` whose processes named `main` go to limited and `title` to exempt, and
+/// RETITLE_C compiled for it.
+struct Retitle {
+    t: Tenancy,
+    bin: std::path::PathBuf,
+    main: String,
+    title: String,
 }
 
-/// RETITLE_C run as `main` in tenant `db`: it waits to be in the limited leaf, forks, and its
-/// child retitles itself to `title` `delay_ms` after the fork and reports to `out`.
-fn retitle_command(
-    t: &Tenancy,
-    bin: &Path,
-    main: &str,
-    title: &str,
-    delay_ms: u64,
-    out: &Path,
-) -> Command {
-    let mut cmd = Command::new(bin);
-    cmd.arg0(main)
-        .arg(title)
-        .arg(delay_ms.to_string())
-        .arg(t.marker("db", "limited"))
-        .arg(t.marker("db", "exempt"))
-        .arg(out)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    cmd
+impl Retitle {
+    /// None (the test is skipped, and says why) without a working C compiler. `n` keeps the
+    /// process names of tests apart (`ora_pNNN_SID`).
+    fn new(tenancy: &str, n: u32) -> Option<Retitle> {
+        let sid = sid();
+        let (main, title) = (format!("ora_p{n:03}_{sid}"), format!("ora_lgwr_{sid}"));
+        let t = Tenancy::new(
+            tenancy,
+            &tenant("db", &[cmd_rule(&main)], &[cmd_rule(&title)], ""),
+        );
+        let src = t.dir().join("dbcage-test-retitle.c");
+        let bin = t.dir().join("dbcage-test-retitle");
+        std::fs::write(&src, RETITLE_C).unwrap();
+        let cc = Command::new("cc")
+            .arg("-O2")
+            .arg("-o")
+            .arg(&bin)
+            .arg(&src)
+            .output();
+        match cc {
+            Ok(o) if o.status.success() => Some(Retitle {
+                t,
+                bin,
+                main,
+                title,
+            }),
+            Ok(o) => {
+                println!(
+                    "skipped: cc failed: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+                None
+            }
+            Err(e) => {
+                println!("skipped: no C compiler ({e})");
+                None
+            }
+        }
+    }
+
+    /// The program run as `main`: it waits to be in the limited leaf, forks, and its child
+    /// retitles itself to `title` `delay_ms` after the fork and reports to `out`.
+    fn command(&self, delay_ms: u64, out: &Path) -> Command {
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg0(&self.main)
+            .arg(&self.title)
+            .arg(delay_ms.to_string())
+            .arg(self.t.marker("db", "limited"))
+            .arg(self.t.marker("db", "exempt"))
+            .arg(out)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        cmd
+    }
 }
 
 /// The child's report: its pid, the seconds from its retitle until it saw itself in exempt (-1:
@@ -1196,16 +1206,11 @@ fn daemon_catches_retitle_without_event() {
         return;
     }
     let _m = measure_lock();
-    let sid = sid();
-    let (main, title) = (format!("ora_p010_{sid}"), format!("ora_lgwr_{sid}"));
-    let t = Tenancy::new(
-        "dretitle",
-        &tenant("db", &[cmd_rule(&main)], &[cmd_rule(&title)], ""),
-    );
-    let Some(bin) = build_retitle(&t) else {
+    let Some(r) = Retitle::new("dretitle", 10) else {
         return;
     };
-    let d = Daemon::start(&t, &["--rescan-interval", "4s"]);
+    let (t, main) = (&r.t, &r.main);
+    let d = Daemon::start(t, &["--rescan-interval", "4s"]);
     // Retitle delays after the fork: before the 5 ms, the 50 ms and the 500 ms re-check, and
     // after the last one (only the periodic rescan, every 4 s here, sees that one). The bounds
     // leave room for a loaded host but stay below the rescan period where a re-check must act.
@@ -1214,8 +1219,7 @@ fn daemon_catches_retitle_without_event() {
         .iter()
         .map(|&delay| {
             let out = t.dir().join(format!("dbcage-test-retitle-{delay}.out"));
-            let cmd = retitle_command(&t, &bin, &main, &title, delay, &out);
-            (delay, Child::spawn(cmd, &main), out)
+            (delay, Child::spawn(r.command(delay, &out), main), out)
         })
         .collect();
     let mut report = Vec::new();
@@ -1226,9 +1230,9 @@ fn daemon_catches_retitle_without_event() {
             d.log()
         );
         let (pid, waited, retitled) = retitle_result(out);
-        assert!(placed(&t, parent.pid, "db", "limited"));
+        assert!(placed(t, parent.pid, "db", "limited"));
         assert!(
-            waited >= 0.0 && placed(&t, pid, "db", "exempt"),
+            waited >= 0.0 && placed(t, pid, "db", "exempt"),
             "retitle after {delay} ms: child {pid} not in exempt ({waited}); log:\n{}",
             d.log()
         );
