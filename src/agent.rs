@@ -4,7 +4,7 @@
 //! reloads, SIGTERM/SIGINT stop), a periodic full rescan (the safety net), and short re-checks
 //! of processes forked inside a tenant (programs such as PostgreSQL retitle their children
 //! without exec, which only a re-read can see). Every decision goes through the same
-//! classify → plan::moves → apply::execute path as `dbcage apply`. Limits stay in the kernel
+//! classify → plan::moves → engine::execute path as `dbcage apply`. Limits stay in the kernel
 //! when the daemon stops; everything it needs is re-read at start, so a restart converges.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -21,10 +21,10 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use serde::Serialize;
 use tracing::{info, warn};
 
-use crate::cgroup::{apply, Snapshot};
+use crate::cgroup::Snapshot;
 use crate::classify::connector::{self, Connector, ProcEvent, Received, Timed};
 use crate::classify::{self, classify, Leaf};
-use crate::cli::{make_plan, prepare_daemon, Context_};
+use crate::engine::{self, Adjustments, Prepared, Scan};
 use crate::inventory::procs::ProcReader;
 use crate::metrics;
 use crate::plan::{self, Plan, Step};
@@ -98,7 +98,9 @@ fn percentiles(h: &Histogram<u64>, scale: f64) -> Percentiles {
 
 struct Agent {
     opts: AgentOptions,
-    ctx: Context_,
+    ctx: Prepared,
+    /// What the balancer and the replication guard lay over the policy: every plan uses it.
+    adjust: Adjustments,
     /// Processes placed in a tenant and leaf (by us or by inheritance): forks of these are
     /// re-checked, and an event for one whose classification still gives that place needs no
     /// move. Kept exact by fork events (a fork from a non-member forgets a reused PID).
@@ -239,8 +241,8 @@ impl Agent {
         // Re-read the host (devices and processes) so that device changes are picked up too,
         // but not the policy file: that changes on SIGHUP only, and a broken file must not stop
         // the safety net.
-        match prepare_daemon(self.ctx.loaded.clone()).and_then(|c| {
-            let plan = make_plan(&c)?;
+        match engine::read_host(self.ctx.loaded.clone(), Scan::Rules).and_then(|c| {
+            let plan = engine::plan(&c, &self.adjust)?;
             Ok((c, plan))
         }) {
             Ok((ctx, plan)) => {
@@ -284,7 +286,7 @@ impl Agent {
                     .record((now.saturating_sub(k) / 1000).max(1));
             }
         }
-        let outcome = apply::execute(plan);
+        let outcome = engine::execute(plan);
         let _ = self
             .write_hist
             .record(write_start.elapsed().as_micros().max(1) as u64);
@@ -307,7 +309,7 @@ impl Agent {
     }
 
     /// Counts what a plan's execution did and logs its errors.
-    fn record(&mut self, outcome: &apply::Outcome) {
+    fn record(&mut self, outcome: &engine::Outcome) {
         self.stats.moves += outcome.moved as u64;
         self.shared
             .health
@@ -540,7 +542,7 @@ impl Agent {
 }
 
 impl crate::control::Governor for Agent {
-    type Staged = (Context_, Plan);
+    type Staged = (Prepared, Plan);
     fn live(&self) -> &crate::control::Live {
         &self.live
     }
@@ -551,15 +553,15 @@ impl crate::control::Governor for Agent {
         &self.ctx.loaded.policy
     }
     fn stage(&mut self, loaded: crate::policy::Loaded) -> Result<Self::Staged> {
-        let ctx = prepare_daemon(loaded)?;
-        let plan = make_plan(&ctx)?;
+        let ctx = engine::read_host(loaded, Scan::Rules)?;
+        let plan = engine::plan(&ctx, &self.adjust)?;
         Ok((ctx, plan))
     }
     fn commit(&mut self, live: crate::control::Live, (ctx, plan): Self::Staged) -> Vec<String> {
         self.live = live;
         self.ctx = ctx;
         self.publish();
-        let outcome = apply::execute(&plan);
+        let outcome = engine::execute(&plan);
         self.record(&outcome);
         let errors: Vec<String> = outcome.errors.iter().map(|e| e.to_string()).collect();
         self.refresh_members();
@@ -787,7 +789,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         }
     };
     let (live, loaded) = crate::control::Live::load(&opts.config)?;
-    let ctx = prepare_daemon(loaded)?;
+    let ctx = engine::read_host(loaded, Scan::Rules)?;
     let shared = Arc::new(metrics::Shared {
         fs: ctx.fs.clone(),
         view: RwLock::new((ctx.loaded.policy.clone(), ctx.layout.clone())),
@@ -804,6 +806,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     let mut agent = Agent {
         shared,
         ctx,
+        adjust: Adjustments::default(),
         members: HashMap::new(),
         rechecks: BTreeMap::new(),
         stats: AgentStats {
@@ -824,7 +827,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         started: Instant::now(),
         move_log: MoveLog::default(),
     };
-    let first = make_plan(&agent.ctx)?;
+    let first = engine::plan(&agent.ctx, &agent.adjust)?;
     agent.execute(&first, None);
     agent
         .shared
@@ -1019,14 +1022,27 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             .next_due(&agent.ctx.loaded.policy)
             .is_some_and(|at| at <= now)
         {
-            if let Some(plan) = balancer.tick(&agent.ctx) {
-                agent.execute(&plan, None);
+            let policy = agent.adjust.policy(&agent.ctx.loaded.policy);
+            let changed = balancer.tick(&agent.ctx, &policy);
+            drop(policy);
+            agent.adjust.shares = balancer.shares().clone();
+            if changed {
+                // Only the IO limit writes (lower-before-raise); a rebalance moves no process.
+                match engine::plan(&agent.ctx, &agent.adjust) {
+                    Ok(plan) => {
+                        let plan = crate::balance::io_writes_only(plan);
+                        if !plan.steps.is_empty() {
+                            agent.execute(&plan, None);
+                        }
+                    }
+                    Err(e) => warn!("io.split = demand: cannot plan the new shares: {e:#}"),
+                }
             }
         }
-        if replication.tick(&mut agent.ctx.loaded.policy) {
-            match crate::cli::make_plan(&agent.ctx) {
+        if replication.tick(&agent.ctx.loaded.policy) {
+            agent.adjust.raises = replication.raises().clone();
+            match engine::plan(&agent.ctx, &agent.adjust) {
                 Ok(plan) => {
-                    agent.publish();
                     agent.execute(&plan, None);
                 }
                 Err(e) => warn!("replication guard: cannot plan the changed limits: {e:#}"),

@@ -32,16 +32,15 @@
 //! all, so constant load gives constant limits.
 //! The result never sums to more than the total (integer arithmetic, proven by a proptest).
 //!
-//! The driver (`Balancer`) keeps the current shares in memory and publishes them
-//! (`current_shares`) so that every plan the daemon builds (its periodic rescan, a reload, a
-//! rebalance) uses them instead of the equal split; `dbcage apply` without the daemon uses the
+//! The driver (`Balancer`) keeps the current shares in memory; the daemon hands them to every
+//! plan it builds (its periodic rescan, a reload, a rebalance) as `engine::Adjustments::shares`,
+//! in place of the equal split; `dbcage apply` without the daemon uses the
 //! equal split. Writes go through `plan` → `apply` (lower-before-raise: the per-device sum never
 //! exceeds the total mid-change). The decisions go to `/run/dbcage/<root>.balance.json` for
 //! `status` and the metrics, removed when the daemon stops; the last written limits stay.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -76,16 +75,11 @@ pub const FOLLOW_UP: f64 = 0.25;
 pub const KEYS: [&str; 4] = ["read_bps", "write_bps", "read_iops", "write_iops"];
 
 pub fn key_get(l: &IoLimits, k: usize) -> Option<u64> {
-    [l.read_bps, l.write_bps, l.read_iops, l.write_iops][k]
+    l.key(k)
 }
 
 pub fn key_set(l: &mut IoLimits, k: usize, v: Option<u64>) {
-    match k {
-        0 => l.read_bps = v,
-        1 => l.write_bps = v,
-        2 => l.read_iops = v,
-        _ => l.write_iops = v,
-    }
+    l.set_key(k, v)
 }
 
 fn counter(c: &IoCounters, k: usize) -> u64 {
@@ -274,24 +268,7 @@ pub struct KeyShare {
 /// What the daemon publishes: tenant → device (`MAJ:MIN`) → key → decision.
 pub type Published = BTreeMap<String, BTreeMap<String, BTreeMap<String, KeyShare>>>;
 
-/// Per tenant, the per-device limits plan should use instead of the equal split.
-pub type Shares = BTreeMap<String, BTreeMap<DevNum, IoLimits>>;
-
-static CURRENT: Mutex<Option<Shares>> = Mutex::new(None);
-
-/// The balancer's current shares (empty outside the daemon): `cli::make_plan` passes them to
-/// `plan::build_with`.
-pub fn current_shares() -> Shares {
-    CURRENT
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone()
-        .unwrap_or_default()
-}
-
-fn set_current(s: Shares) {
-    *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = Some(s);
-}
+pub use crate::plan::Shares;
 
 /// Where the daemon publishes its decisions for `status` and the metrics.
 pub fn published_path(root_name: &str) -> PathBuf {
@@ -388,11 +365,17 @@ impl Balancer {
             .min()
     }
 
-    /// Rebalances the tenants that are due. Returns the plan to execute (only IO limit writes,
-    /// lower-before-raise), or `None` when nothing changes.
-    pub fn tick(&mut self, ctx: &crate::cli::Context_) -> Option<Plan> {
+    /// The per-device shares in force, for `engine::Adjustments::shares`.
+    pub fn shares(&self) -> &Shares {
+        &self.shares
+    }
+
+    /// Rebalances the tenants that are due (`policy`: the policy as planned, raises included).
+    /// Returns whether the shares (or the limits the kernel holds) differ from what they should
+    /// be: the caller then plans with `shares()` and executes the IO limit writes
+    /// (`io_writes_only`, lower-before-raise).
+    pub fn tick(&mut self, host: &crate::engine::Prepared, policy: &Policy) -> bool {
         let now = Instant::now();
-        let policy = &ctx.loaded.policy;
         // Forget tenants that left the policy or stopped using demand.
         let keep: Vec<String> = demand_tenants(policy).map(|t| t.name.clone()).collect();
         self.tenants.retain(|k, _| keep.contains(k));
@@ -410,7 +393,7 @@ impl Balancer {
             st.next = Some(now + t.io_split.interval);
             let held_before = st.follow_up.take();
             let mut held_now = std::collections::BTreeSet::new();
-            let Some(td) = ctx.inventory.tenants.get(ti) else {
+            let Some(td) = host.inventory.tenants.get(ti) else {
                 continue;
             };
             let devices: Vec<DevNum> = td.devices.iter().map(|d| d.devnum).collect();
@@ -422,7 +405,7 @@ impl Balancer {
                         let path = format!("/sys/dev/block/{d}/queue/rotational");
                         // unknown: the rotational slice, the finer grain
                         iops_grain(
-                            ctx.fs
+                            host.fs
                                 .read_to_string(path)
                                 .map_or(true, |r| r.trim() != "0"),
                         )
@@ -435,7 +418,7 @@ impl Balancer {
                 .as_ref()
                 .map(|(_, g)| g.clone())
                 .unwrap_or_default();
-            let Some((limits, counters)) = read_leaf(&ctx.layout, &t.name) else {
+            let Some((limits, counters)) = read_leaf(&host.layout, &t.name) else {
                 continue;
             };
             let prev = st.last.replace((now, counters.clone()));
@@ -564,15 +547,8 @@ impl Balancer {
             }
             self.published.insert(t.name.clone(), pub_t);
         }
-        set_current(self.shares.clone());
         publish(&policy.agent.root_name, &self.published);
-        if !changed {
-            return None;
-        }
-        let plan = io_writes_only(crate::cli::make_plan(ctx).ok()?);
-        // Limits the kernel already holds (per-device overrides, a share written before) give
-        // no step: nothing to execute.
-        (!plan.steps.is_empty()).then_some(plan)
+        changed
     }
 }
 
@@ -582,23 +558,14 @@ pub fn unpublish(root_name: &str) {
     let _ = std::fs::remove_file(published_path(root_name));
 }
 
-/// Keeps only the writes of per-device IO limits (a rebalance moves no process).
+/// Keeps only the writes of per-device IO limits (a rebalance moves no process). Limits the
+/// kernel already holds (per-device overrides, a share written before) give no step.
 pub fn io_writes_only(plan: Plan) -> Plan {
-    let io_files = [
-        cgroup::v1::READ_BPS,
-        cgroup::v1::WRITE_BPS,
-        cgroup::v1::READ_IOPS,
-        cgroup::v1::WRITE_IOPS,
-        cgroup::v2::IO_MAX,
-    ];
     let steps = plan
         .steps
         .into_iter()
         .filter(|s| match s {
-            Step::Write { path, .. } => path
-                .file_name()
-                .and_then(|f| f.to_str())
-                .is_some_and(|f| io_files.contains(&f)),
+            Step::Write { path, .. } => cgroup::is_io_limit_file(path),
             _ => false,
         })
         .collect();

@@ -11,12 +11,13 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use serde::Serialize;
 
-use crate::cgroup::{self, apply, Controller, Layout, Setup, Snapshot, Version};
-use crate::classify::{claims, classify, Leaf};
+use crate::cgroup::{self, apply, Controller, Version};
+use crate::classify::{claims, Leaf};
+use crate::engine::{self, Adjustments};
 use crate::hostfs::HostFs;
-use crate::inventory::{self, Inventory};
-use crate::plan::{self, Plan, Step};
-use crate::policy::{self, Loaded, PolicyErrors};
+use crate::inventory;
+use crate::plan::{Plan, Step};
+use crate::policy::{self, PolicyErrors};
 use crate::status;
 use crate::units::HumanBytes;
 
@@ -257,68 +258,6 @@ fn error_chain(e: &anyhow::Error) -> String {
     msg
 }
 
-/// Everything a command needs from policy and host.
-pub struct Context_ {
-    pub loaded: Loaded,
-    pub inventory: Inventory,
-    pub layout: Layout,
-    pub fs: HostFs,
-}
-
-/// The policy files with the schedule windows open now laid over them (what the daemon starts
-/// from; its runtime `set` values are the daemon's alone).
-fn load_policy(path: &Path) -> Result<Loaded> {
-    Ok(crate::control::Live::load(path)?.1)
-}
-
-/// Loads the policy, reads the host and finds the cgroup layout. Device problems are policy
-/// errors (exit 2): a policy that names a missing disk applies nothing.
-pub fn prepare(config: &Path) -> Result<Context_> {
-    prepare_with(load_policy(config)?)
-}
-
-/// `prepare` for a policy already loaded: re-reads the host (devices, processes, cgroups) only.
-pub fn prepare_with(loaded: Loaded) -> Result<Context_> {
-    prepare_names(loaded, true)
-}
-
-/// `prepare_with` for the daemon: process names (`comm`) are read only where a rule looks at
-/// them (its move lines take them from argv[0] otherwise, see `procs::Fields::comm`), which
-/// leaves a third less of /proc to read in every rescan.
-pub fn prepare_daemon(loaded: Loaded) -> Result<Context_> {
-    prepare_names(loaded, false)
-}
-
-fn prepare_names(loaded: Loaded, exact_comm: bool) -> Result<Context_> {
-    let fs = HostFs::default();
-    let (inventory, problems) = inventory::gather(&fs, &loaded.policy, exact_comm)?;
-    if !problems.is_empty() {
-        return Err(PolicyErrors(problems).into());
-    }
-    let setup = Setup::detect(&fs, &inventory.mounts)?;
-    let layout = Layout::new(setup, &loaded.policy.agent)?;
-    Ok(Context_ {
-        loaded,
-        inventory,
-        layout,
-        fs,
-    })
-}
-
-pub fn make_plan(ctx: &Context_) -> Result<Plan> {
-    let placements = classify(&ctx.loaded.policy.tenants, &ctx.inventory.procs);
-    let pids: Vec<u32> = placements.iter().map(|p| p.pid).collect();
-    let snap = Snapshot::read(&ctx.fs, &ctx.layout, &pids);
-    // Outside the daemon there are no balancer shares: the equal split applies.
-    Ok(plan::build_with(
-        &ctx.loaded.policy,
-        &ctx.inventory,
-        &ctx.layout,
-        &snap,
-        &crate::balance::current_shares(),
-    )?)
-}
-
 fn import_libcgroup(
     cgconfig: Option<PathBuf>,
     cgrules: Option<PathBuf>,
@@ -373,8 +312,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Check => check(&cli.config, &mut out),
         Command::Plan { json } => {
-            let ctx = prepare(&cli.config)?;
-            let plan = make_plan(&ctx)?;
+            let ctx = engine::prepare(&cli.config)?;
+            let plan = engine::plan(&ctx, &Adjustments::default())?;
             if json {
                 serde_json::to_writer_pretty(&mut out, &plan)?;
                 writeln!(out)?;
@@ -384,14 +323,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Apply { json } => {
-            let ctx = prepare(&cli.config)?;
-            let plan = make_plan(&ctx)?;
-            let outcome = apply::execute(&plan);
+            let ctx = engine::prepare(&cli.config)?;
+            let plan = engine::plan(&ctx, &Adjustments::default())?;
+            let outcome = engine::execute(&plan);
             if json {
                 #[derive(Serialize)]
                 struct Report<'a> {
                     plan: &'a Plan,
-                    outcome: &'a apply::Outcome,
+                    outcome: &'a engine::Outcome,
                 }
                 serde_json::to_writer_pretty(
                     &mut out,
@@ -464,7 +403,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             &mut out,
         ),
         Command::Top { interval } => {
-            let (loaded, layout, fs) = layout_for(&cli.config)?;
+            let (loaded, layout, fs) = engine::layout_for(&cli.config)?;
             crate::top::run(&fs, &layout, &loaded.policy, interval)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -600,8 +539,8 @@ fn control_request(
     use crate::control::{client, Request, Response};
     let reply: Response = if direct {
         let (live, loaded) = crate::control::Live::load(config)?;
-        let ctx = prepare_with(loaded)?;
-        let mut g = crate::control::Direct { live, ctx };
+        let prepared = engine::read_host(loaded, engine::Scan::Full)?;
+        let mut g = crate::control::Direct { live, prepared };
         crate::control::handle(&mut g, &op, std::time::Instant::now())
     } else {
         let path = socket_for(config, socket);
@@ -645,8 +584,8 @@ fn probe_invalid(e: anyhow::Error) -> anyhow::Error {
 }
 
 fn check(config: &Path, out: &mut impl std::io::Write) -> Result<ExitCode> {
-    let ctx = prepare(config)?;
-    let plan = make_plan(&ctx)?;
+    let ctx = engine::prepare(config)?;
+    let plan = engine::plan(&ctx, &Adjustments::default())?;
     let policy = &ctx.loaded.policy;
     writeln!(
         out,
@@ -714,7 +653,7 @@ fn check(config: &Path, out: &mut impl std::io::Write) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_plan(out: &mut impl std::io::Write, ctx: &Context_, plan: &Plan) -> Result<()> {
+fn print_plan(out: &mut impl std::io::Write, ctx: &engine::Prepared, plan: &Plan) -> Result<()> {
     writeln!(out, "cgroup controllers: {}", ctx.layout.setup.describe())?;
     for t in &plan.tenants {
         writeln!(out, "tenant {}: {} processes", t.name, t.processes)?;
@@ -804,22 +743,12 @@ struct StatusArgs {
     json: bool,
 }
 
-/// The policy and the cgroup layout, without the host scan `prepare` does (status only reads).
-fn layout_for(config: &Path) -> Result<(Loaded, Layout, HostFs)> {
-    let fs = HostFs::default();
-    let loaded = load_policy(config)?;
-    let mounts = inventory::MountTable::read(&fs).context("reading /proc/self/mountinfo")?;
-    let setup = Setup::detect(&fs, &mounts)?;
-    let layout = Layout::new(setup, &loaded.policy.agent)?;
-    Ok((loaded, layout, fs))
-}
-
 fn show_status(
     config: &Path,
     args: &StatusArgs,
     out: &mut impl std::io::Write,
 ) -> Result<ExitCode> {
-    let (loaded, layout, fs) = layout_for(config)?;
+    let (loaded, layout, fs) = engine::layout_for(config)?;
     let policy = &loaded.policy;
     for name in &args.only {
         if !policy.tenants.iter().any(|t| &t.name == name) {
@@ -1179,7 +1108,7 @@ const V1_WRITE_NOTE: &str = "cgroup v1 write limits bind only O_DIRECT and fsync
 fn exec_in(config: &Path, tenant: &str, exempt: bool, command: &[String]) -> Result<ExitCode> {
     use std::os::unix::process::CommandExt;
     policy::check_group_name(tenant).map_err(|e| Invalid(format!("tenant name: {e}")))?;
-    let ctx = prepare(config)?;
+    let ctx = engine::prepare(config)?;
     if !ctx.loaded.policy.tenants.iter().any(|t| t.name == tenant) {
         return Err(Invalid(format!(
             "no tenant named `{tenant}` in {}",
@@ -1187,9 +1116,9 @@ fn exec_in(config: &Path, tenant: &str, exempt: bool, command: &[String]) -> Res
         ))
         .into());
     }
-    let mut plan = make_plan(&ctx)?;
+    let mut plan = engine::plan(&ctx, &Adjustments::default())?;
     plan.steps.retain(|s| !matches!(s, Step::Move { .. }));
-    let outcome = apply::execute(&plan);
+    let outcome = engine::execute(&plan);
     if let Some(e) = outcome.errors.into_iter().next() {
         return Err(e).context(format!("preparing the groups of tenant `{tenant}`"));
     }
@@ -1214,7 +1143,7 @@ fn release(
     if only.is_empty() && !all {
         return Err(Invalid("name the tenants to release, or give --all".into()).into());
     }
-    let (_loaded, layout, _fs) = layout_for(config)?;
+    let (_loaded, layout, _fs) = engine::layout_for(config)?;
     let existing = layout.existing_tenants();
     let names: Vec<String> = if all {
         existing.iter().cloned().collect()

@@ -9,6 +9,7 @@ pub mod cgroup;
 pub mod classify;
 pub mod cli;
 pub mod control;
+pub mod engine;
 pub mod hostfs;
 pub mod import;
 pub mod inventory;

@@ -69,6 +69,10 @@ impl Plan {
     }
 }
 
+/// Per tenant, the per-device limits the plan uses instead of the equal split (the daemon's
+/// balancer decides them, see `engine::Adjustments`).
+pub type Shares = BTreeMap<String, BTreeMap<DevNum, IoLimits>>;
+
 /// Divides the instance total equally over `n` devices (as the seed scripts do), rounding down
 /// so that the per-device values never add up to more than the total.
 pub fn split_equal(total: u64, n: usize) -> u64 {
@@ -97,11 +101,8 @@ pub fn shares_fit(t: &Tenant, devices: &[DevNum], shares: &BTreeMap<DevNum, IoLi
         shares.len() == devices.len() && devices.iter().all(|d| shares.contains_key(d));
     same_devices
         && (0..4).all(|k| {
-            let total = crate::balance::key_get(&t.io, k);
-            let vals: Vec<Option<u64>> = devices
-                .iter()
-                .map(|d| crate::balance::key_get(&shares[d], k))
-                .collect();
+            let total = t.io.key(k);
+            let vals: Vec<Option<u64>> = devices.iter().map(|d| shares[d].key(k)).collect();
             match total {
                 None => vals.iter().all(Option::is_none),
                 Some(total) => {
@@ -248,7 +249,7 @@ pub fn build(
     layout: &Layout,
     snap: &Snapshot,
 ) -> Result<Plan, PolicyErrors> {
-    build_with(policy, inv, layout, snap, &crate::balance::Shares::new())
+    build_with(policy, inv, layout, snap, &Shares::new())
 }
 
 /// `build`, with the per-device shares the daemon's balancer decided for tenants with
@@ -259,7 +260,7 @@ pub fn build_with(
     inv: &Inventory,
     layout: &Layout,
     snap: &Snapshot,
-    shares: &crate::balance::Shares,
+    shares: &Shares,
 ) -> Result<Plan, PolicyErrors> {
     let mut problems = Vec::new();
     let mut plan = Plan::default();

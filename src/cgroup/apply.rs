@@ -1,35 +1,13 @@
-//! Executes a plan: the only code that creates groups, writes control files and moves processes.
-//! Every failure names the file, the value and the kernel's error. A process that exits between
-//! the scan and its move (ESRCH) is counted, not an error.
+//! The one writer of control files (`write_file`, with the `cgroup.procs` descriptor cache the
+//! daemon's moves go through) and the check that the kernel holds what was written
+//! (`read_back`). Every failure names the file, the value and the kernel's error.
 
 use std::io::Write;
 use std::path::Path;
 
-use serde::Serialize;
-
 use super::model::parse_memory;
 use super::{v1, v2, CgroupError};
 use crate::kernel::CpuSet;
-use crate::plan::{Plan, Step};
-
-#[derive(Debug, Default, Serialize)]
-pub struct Outcome {
-    pub created: usize,
-    pub written: usize,
-    pub moved: usize,
-    /// Processes that exited before they could be moved.
-    pub vanished: usize,
-    /// Steps not attempted: on v2, after a `cgroup.subtree_control` write fails, the limit
-    /// files it would have created do not exist and moving processes would put them under no
-    /// limit, so the rest of the plan is left undone.
-    pub skipped: usize,
-    #[serde(serialize_with = "errors_as_text")]
-    pub errors: Vec<CgroupError>,
-}
-
-fn errors_as_text<S: serde::Serializer>(errors: &[CgroupError], s: S) -> Result<S::Ok, S::Error> {
-    s.collect_seq(errors.iter().map(|e| e.to_string()))
-}
 
 /// Writes one value to a control file, in a single write(2) as the kernel expects.
 pub fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
@@ -114,63 +92,10 @@ the processes stay where they are: move them to a leaf cgroup yourself, or use t
     }
 }
 
-pub fn execute(plan: &Plan) -> Outcome {
-    let mut out = Outcome::default();
-    for (i, step) in plan.steps.iter().enumerate() {
-        match step {
-            Step::Mkdir { path, .. } => match std::fs::create_dir(path) {
-                Ok(()) => out.created += 1,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(source) => out.errors.push(CgroupError::Mkdir {
-                    path: path.clone(),
-                    source,
-                }),
-            },
-            Step::Write { path, value, .. } => match write_file(path, value) {
-                Ok(()) => {
-                    out.written += 1;
-                    if let Err(e) = read_back(path, value) {
-                        out.errors.push(e);
-                    }
-                }
-                // Without the controllers enabled there are no limit files to write, and
-                // moved processes would run unlimited: the rest of the plan is left undone.
-                Err(e) if path.ends_with(v2::SUBTREE_CONTROL) => {
-                    out.errors.push(e);
-                    out.skipped = plan.steps.len() - i - 1;
-                    break;
-                }
-                Err(e) => out.errors.push(e),
-            },
-            Step::Move { pid, targets, .. } => {
-                let mut gone = false;
-                for t in targets {
-                    match write_file(t, &pid.to_string()) {
-                        Ok(()) => {}
-                        Err(CgroupError::Write { ref source, .. })
-                            if source.raw_os_error() == Some(nix::libc::ESRCH) =>
-                        {
-                            gone = true;
-                            break;
-                        }
-                        Err(e) => out.errors.push(e),
-                    }
-                }
-                if gone {
-                    out.vanished += 1;
-                } else {
-                    out.moved += 1;
-                }
-            }
-        }
-    }
-    out
-}
-
 /// Rereads a file just written and checks that the kernel holds the value, with the
 /// normalisation the plan compares with (lists as sets, memory rounded and `max`/`-1` as
 /// unlimited, per-device files device by device, subtree_control as a set of controllers).
-fn read_back(path: &Path, written: &str) -> Result<(), CgroupError> {
+pub fn read_back(path: &Path, written: &str) -> Result<(), CgroupError> {
     let got = std::fs::read_to_string(path).map_err(|source| CgroupError::Read {
         path: path.to_path_buf(),
         source,

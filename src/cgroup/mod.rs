@@ -476,6 +476,20 @@ pub fn proc_group_dirs(fs: &HostFs, layout: &Layout, pid: u32) -> Option<Vec<Opt
     )
 }
 
+/// Whether a write to this file enables controllers for a group's children (v2
+/// `cgroup.subtree_control`): when it fails, the limit files it would create do not exist.
+pub fn enables_controllers(path: &Path) -> bool {
+    path.ends_with(v2::SUBTREE_CONTROL)
+}
+
+/// Whether this control file holds per-device IO limits (in any driver): a rebalance writes
+/// only these.
+pub fn is_io_limit_file(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|f| f.to_str())
+        .is_some_and(|f| v1::IO_LIMIT_FILES.contains(&f) || f == v2::IO_MAX)
+}
+
 pub fn page_size() -> u64 {
     nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
         .ok()

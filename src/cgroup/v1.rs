@@ -19,6 +19,8 @@ pub const READ_BPS: &str = "blkio.throttle.read_bps_device";
 pub const WRITE_BPS: &str = "blkio.throttle.write_bps_device";
 pub const READ_IOPS: &str = "blkio.throttle.read_iops_device";
 pub const WRITE_IOPS: &str = "blkio.throttle.write_iops_device";
+/// The four per-device throttle files, in `IoLimits` key order.
+pub const IO_LIMIT_FILES: [&str; 4] = [READ_BPS, WRITE_BPS, READ_IOPS, WRITE_IOPS];
 pub const CFS_QUOTA: &str = "cpu.cfs_quota_us";
 pub const CFS_PERIOD: &str = "cpu.cfs_period_us";
 pub const SHARES: &str = "cpu.shares";

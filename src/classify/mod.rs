@@ -70,13 +70,7 @@ fn direct_claim<'a>(t: &'a Tenant, p: &ProcInfo) -> Option<(Leaf, &'a Rule)> {
 
 /// The process fields the tenants' rules look at (see `procs::Fields`).
 pub fn fields_needed(tenants: &[Tenant]) -> crate::inventory::procs::Fields {
-    let rules = || tenants.iter().flat_map(|t| t.rules.iter().chain(&t.exempt));
-    crate::inventory::procs::Fields {
-        ids: rules().any(|r| r.uid.is_some() || r.gid.is_some()),
-        exe: rules().any(|r| r.exe.is_some()),
-        tree: rules().any(|r| r.descendants),
-        comm: rules().any(|r| r.comm.is_some()),
-    }
+    crate::inventory::procs::Fields::needed_by(tenants)
 }
 
 /// The placement of one process by direct rules only (no descendant claims): the daemon's fast

@@ -79,18 +79,7 @@ impl Request {
     }
 }
 
-/// One value in force that an override put there.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OverrideInfo {
-    pub tenant: String,
-    pub key: String,
-    pub value: String,
-    /// `runtime`, `persisted`, or `schedule`.
-    pub source: String,
-    /// The drop-in file, or the window and where it is written.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub detail: String,
-}
+pub use crate::engine::live::OverrideInfo;
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Response {

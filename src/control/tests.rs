@@ -1,4 +1,5 @@
 use super::*;
+use chrono::Utc;
 
 fn values(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs

@@ -87,7 +87,7 @@ pub fn gather(
     let (tenants, problems) = resolve_devices(fs, &mounts, policy);
     let numa = NumaTopology::read(fs).context("reading NUMA topology from /sys/devices/system")?;
     policy.refresh_pid_files(fs);
-    let needed = crate::classify::fields_needed(&policy.tenants);
+    let needed = procs::Fields::needed_by(&policy.tenants);
     let fields = crate::inventory::procs::Fields {
         comm: needed.comm || exact_comm,
         ..needed

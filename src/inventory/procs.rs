@@ -84,6 +84,17 @@ impl Fields {
         tree: true,
         comm: true,
     };
+
+    /// The fields the tenants' rules look at.
+    pub fn needed_by(tenants: &[crate::policy::Tenant]) -> Fields {
+        let rules = || tenants.iter().flat_map(|t| t.rules.iter().chain(&t.exempt));
+        Fields {
+            ids: rules().any(|r| r.uid.is_some() || r.gid.is_some()),
+            exe: rules().any(|r| r.exe.is_some()),
+            tree: rules().any(|r| r.descendants),
+            comm: rules().any(|r| r.comm.is_some()),
+        }
+    }
 }
 
 /// argv[0]'s file name cut to the kernel's 15 bytes of comm (see `Fields::comm`).

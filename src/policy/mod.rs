@@ -5,8 +5,10 @@
 //! users and groups, and collects *every* problem before returning, so one run of `dbcage check`
 //! lists all of them. A policy with any error is never applied.
 
+pub mod asm;
 mod preset;
 pub mod raw;
+pub mod replication;
 pub mod schedule;
 pub mod source;
 mod validate;
@@ -83,7 +85,7 @@ pub struct Tenant {
     pub cpu: CpuPolicy,
     pub memory: MemoryPolicy,
     /// `[tenant.replication]`: the replication guard, if any.
-    pub replication: Option<crate::replication::GuardConfig>,
+    pub replication: Option<replication::GuardConfig>,
     /// `[[tenant.schedule]]` windows, in file order (a later window wins where two overlap).
     pub schedules: Vec<Schedule>,
 }
@@ -121,6 +123,26 @@ pub struct IoLimits {
 }
 
 impl IoLimits {
+    /// Key `k` in the order `read_bps`, `write_bps`, `read_iops`, `write_iops`.
+    pub fn key(&self, k: usize) -> Option<u64> {
+        [
+            self.read_bps,
+            self.write_bps,
+            self.read_iops,
+            self.write_iops,
+        ][k]
+    }
+
+    /// Sets key `k` (order as in `key`).
+    pub fn set_key(&mut self, k: usize, v: Option<u64>) {
+        match k {
+            0 => self.read_bps = v,
+            1 => self.write_bps = v,
+            2 => self.read_iops = v,
+            _ => self.write_iops = v,
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.read_bps.is_none()
             && self.write_bps.is_none()

@@ -43,7 +43,7 @@ pub struct RawTenant {
     pub data_dir: Option<Loc<String>>,
     /// `preset = "postgres"`: `"exempt"` (default) or `"limited"` for the WAL-critical processes.
     pub wal: Option<Loc<String>>,
-    /// `[tenant.replication]`: the replication guard (see `crate::replication`).
+    /// `[tenant.replication]`: the replication guard (see the top-level `replication` module).
     pub replication: Option<RawReplication>,
     pub io: Option<RawIo>,
     pub cpu: Option<RawCpu>,

@@ -364,10 +364,7 @@ fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
 
     let mut storage = Vec::new();
     for s in t.storage.iter().flatten() {
-        let asm = s
-            .value
-            .strip_prefix("asm:")
-            .map(crate::inventory::asm::AsmSpec::parse);
+        let asm = s.value.strip_prefix("asm:").map(super::asm::AsmSpec::parse);
         if let Some(Err(e)) = asm {
             ctx.error(s, format!("tenant `{name}`: storage `{}`: {e}", s.value));
         } else if asm.is_none() && !s.value.starts_with('/') {
@@ -445,7 +442,7 @@ fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
     };
 
     let replication = t.replication.as_ref().and_then(|r| {
-        crate::replication::validate(&name, r)
+        super::replication::validate(&name, r)
             .map_err(|problems| {
                 for p in problems {
                     ctx.error(&p, p.value.clone());

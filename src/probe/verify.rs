@@ -211,7 +211,7 @@ pub fn verify_command(config: &Path, args: &VerifyArgs, out: &mut impl Write) ->
     if args.parallelism == 0 || args.parallelism > 256 {
         return Err(BadInput(format!("--parallelism {}: give 1 to 256", args.parallelism)).into());
     }
-    let ctx = crate::cli::prepare(config)?;
+    let ctx = crate::engine::prepare(config)?;
     let policy = &ctx.loaded.policy;
     let Some(ti) = policy.tenants.iter().position(|t| t.name == args.tenant) else {
         return Err(BadInput(format!(
@@ -221,7 +221,7 @@ pub fn verify_command(config: &Path, args: &VerifyArgs, out: &mut impl Write) ->
         ))
         .into());
     };
-    let plan = crate::cli::make_plan(&ctx)?;
+    let plan = crate::engine::plan(&ctx, &crate::engine::Adjustments::default())?;
     let io: BTreeMap<DevNum, crate::policy::IoLimits> = plan
         .tenants
         .iter()

@@ -114,7 +114,7 @@ pub fn expand(t: &RawTenant, key: &Loc<String>) -> Result<Expansion, Vec<Loc<Str
     match (&t.asm_diskgroup, &t.asm_diskstring) {
         (Some(g), Some(s)) => {
             let spec = format!("{}:{}", g.value, s.value);
-            match crate::inventory::asm::AsmSpec::parse(&spec) {
+            match crate::policy::asm::AsmSpec::parse(&spec) {
                 Ok(_) => e.storage.push(format!("asm:{spec}")),
                 Err(m) => problems.push(g.here(format!("tenant `{name}`: {m}"))),
             }
