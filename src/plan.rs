@@ -1,6 +1,7 @@
 //! Policy + inventory + what the kernel has now → the steps that make the kernel match the policy.
 //!
-//! Pure: no file system, no clock; everything arrives as values. `dbcage plan` prints the very
+//! Pure: no file system, no clock, no globals; everything arrives as values (what the host has,
+//! swap accounting and stale tenant groups included, is in the `Snapshot`). `dbcage plan` prints the very
 //! `Plan` that `dbcage apply` executes. Only differences become steps, so a second apply with
 //! nothing changed has no steps. Ordering rules that keep the kernel consistent mid-change:
 //! groups are created parents first; per-device IO limits are lowered before any is raised, so the
@@ -278,7 +279,9 @@ pub fn build_with(
         .hierarchy_of(Controller::Memory)
         .is_some_and(|h| {
             layout.setup.hierarchies[h].version == Version::V1
-                && layout.parents[h].join(v1::MEMSW_LIMIT).exists()
+                && snap
+                    .file(&layout.parents[h].join(v1::MEMSW_LIMIT))
+                    .is_some()
         });
 
     // Each driver writes the specs of the controllers on its version (a hybrid host mixes them).
@@ -414,7 +417,7 @@ pub fn build_with(
             c.v1_name()
         ));
     }
-    for stale in layout.existing_tenants() {
+    for stale in snap.tenant_groups(layout) {
         if !policy.tenants.iter().any(|t| t.name == stale) {
             plan.warnings.push(format!(
                 "cgroup of tenant `{stale}` exists under `{}` but the policy no longer names it; `dbcage release {stale}` moves its processes out and removes it",

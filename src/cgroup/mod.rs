@@ -404,6 +404,13 @@ impl Snapshot {
                 }
                 snap.dirs.insert(dir);
             }
+            if hier.controllers.contains(&Controller::Memory) && hier.version == Version::V1 {
+                // Swap accounting: the parent has memsw files only when it is on.
+                let memsw = layout.parents[h].join(v1::MEMSW_LIMIT);
+                if let Ok(v) = std::fs::read_to_string(&memsw) {
+                    snap.files.insert(memsw, v);
+                }
+            }
             if hier.controllers.contains(&Controller::Cpuset) && hier.version == Version::V1 {
                 let parent = &layout.parents[h];
                 let read = |f: &str| {
@@ -454,6 +461,18 @@ impl Snapshot {
 
     pub fn file(&self, path: &Path) -> Option<&str> {
         self.files.get(path).map(String::as_str)
+    }
+
+    /// Tenant names that have groups under dbcage's root in any hierarchy.
+    pub fn tenant_groups(&self, layout: &Layout) -> BTreeSet<String> {
+        let roots: Vec<PathBuf> = (0..layout.setup.hierarchies.len())
+            .map(|h| layout.root_dir(h))
+            .collect();
+        self.dirs
+            .iter()
+            .filter(|d| d.parent().is_some_and(|p| roots.iter().any(|r| r == p)))
+            .filter_map(|d| d.file_name()?.to_str().map(str::to_string))
+            .collect()
     }
 }
 

@@ -1,6 +1,6 @@
 //! The plan on synthetic values: a hand-made layout of v1 hierarchies under a tempdir, a
 //! hand-made inventory and snapshot. Nothing here writes to a cgroup; the tempdir only holds
-//! the few files the planner looks at (memsw presence, stale tenant directories).
+//! the few files the snapshot reader looks at (memsw presence, stale tenant directories).
 
 use std::path::Path;
 
@@ -24,6 +24,8 @@ fn policy(text: &str) -> Policy {
 struct Host {
     tmp: tempfile::TempDir,
     layout: Layout,
+    /// The memory hierarchy has swap accounting (its parent has memsw files).
+    memsw: bool,
 }
 
 const HIERARCHIES: [(Controller, &str); 5] = [
@@ -63,7 +65,7 @@ impl Host {
             missing: Vec::new(),
         };
         let layout = Layout::new(setup, &policy.agent).unwrap();
-        Host { tmp, layout }
+        Host { tmp, layout, memsw }
     }
 
     fn h(&self, c: Controller) -> usize {
@@ -82,9 +84,20 @@ impl Host {
         self.layout.leaf_dir(self.h(c), tenant, leaf).join(file)
     }
 
+    /// A snapshot of a host with no dbcage group yet (only the parent's files).
+    fn empty_snapshot(&self) -> Snapshot {
+        let mut snap = Snapshot::default();
+        if self.memsw {
+            let parent = &self.layout.parents[self.h(Controller::Memory)];
+            snap.files
+                .insert(parent.join(v1::MEMSW_LIMIT), String::new());
+        }
+        snap
+    }
+
     /// A snapshot with every group of `policy` present and every process at the hierarchy root.
     fn snapshot_with_groups(&self, policy: &Policy, pids: &[u32]) -> Snapshot {
-        let mut snap = Snapshot::default();
+        let mut snap = self.empty_snapshot();
         for h in 0..self.layout.setup.hierarchies.len() {
             snap.dirs.insert(self.layout.root_dir(h));
             for t in &policy.tenants {
@@ -379,7 +392,7 @@ fn empty_snapshot_creates_groups_then_writes_then_moves() {
     let p = policy(FULL);
     let host = Host::with(&p, true);
     let inv = full_inventory(&p);
-    let mut snap = Snapshot::default();
+    let mut snap = host.empty_snapshot();
     host.at_root(&mut snap, &[100, 101, 102, 103]);
     let plan = build(&p, &inv, &host.layout, &snap).unwrap();
     let steps = &plan.steps;
@@ -519,7 +532,7 @@ fn a_snapshot_that_holds_the_plan_gives_an_empty_plan() {
     let p = policy(FULL);
     let host = Host::with(&p, true);
     let inv = full_inventory(&p);
-    let mut snap = Snapshot::default();
+    let mut snap = host.empty_snapshot();
     host.at_root(&mut snap, &[100, 101, 102, 103]);
     let first = build(&p, &inv, &host.layout, &snap).unwrap();
     assert!(!first.is_empty());
@@ -812,7 +825,9 @@ fn a_stale_tenant_directory_is_a_warning() {
     std::fs::create_dir_all(root.join("bx0")).unwrap();
     std::fs::create_dir_all(root.join("bx1")).unwrap();
     std::fs::write(root.join("cpu.shares"), "1024").unwrap(); // a file, not a group
-    let plan = build(&p, &full_inventory(&p), &host.layout, &Snapshot::default()).unwrap();
+                                                              // The plan reads no file: the snapshot reader finds the groups.
+    let snap = Snapshot::read(&crate::hostfs::HostFs::default(), &host.layout, &[]);
+    let plan = build(&p, &full_inventory(&p), &host.layout, &snap).unwrap();
     let stale: Vec<&String> = plan
         .warnings
         .iter()
