@@ -45,12 +45,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cgroup::{self, Controller, Layout, Version};
-use crate::classify::Leaf;
+use crate::cgroup;
+use crate::cgroup::stats::IoCounters;
 use crate::kernel::DevNum;
 use crate::plan::{Plan, Step};
 use crate::policy::{IoLimits, Policy, Split, Tenant};
-use crate::stats::{self, IoCounters};
 
 /// A device using this share of its limit or more is held back by it.
 pub const PINNED: f64 = 0.85;
@@ -316,38 +315,6 @@ fn demand_tenants(policy: &Policy) -> impl Iterator<Item = &Tenant> {
         .filter(|t| t.io_split.split == Split::Demand && !t.io.is_empty())
 }
 
-/// The per-device limits and counters of a tenant's `limited` leaf.
-fn read_leaf(
-    layout: &Layout,
-    tenant: &str,
-) -> Option<(BTreeMap<DevNum, IoLimits>, BTreeMap<DevNum, IoCounters>)> {
-    let h = layout.setup.hierarchy_of(Controller::Io)?;
-    let dir = layout.leaf_dir(h, tenant, Leaf::Limited);
-    if layout.setup.hierarchies[h].version == Version::V1 {
-        let mut limits: BTreeMap<DevNum, IoLimits> = BTreeMap::new();
-        for (k, file) in [
-            cgroup::v1::READ_BPS,
-            cgroup::v1::WRITE_BPS,
-            cgroup::v1::READ_IOPS,
-            cgroup::v1::WRITE_IOPS,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let text = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
-            for (d, v) in cgroup::v1::parse_device_lines(&text) {
-                key_set(limits.entry(d).or_default(), k, Some(v));
-            }
-        }
-        Some((limits, stats::v1_io(&dir)))
-    } else {
-        let limits = std::fs::read_to_string(dir.join(cgroup::v2::IO_MAX))
-            .map(|s| cgroup::v2::parse_io_max(&s))
-            .unwrap_or_default();
-        Some((limits, stats::v2_io(&dir)))
-    }
-}
-
 impl Balancer {
     /// When the next tenant is due (`None`: no tenant uses `split = "demand"`).
     pub fn next_due(&self, policy: &Policy) -> Option<Instant> {
@@ -418,7 +385,11 @@ impl Balancer {
                 .as_ref()
                 .map(|(_, g)| g.clone())
                 .unwrap_or_default();
-            let Some((limits, counters)) = read_leaf(&host.layout, &t.name) else {
+            let Some(crate::cgroup::read::IoState {
+                limits,
+                usage: counters,
+            }) = host.layout.limited_io(&t.name)
+            else {
                 continue;
             };
             let prev = st.last.replace((now, counters.clone()));

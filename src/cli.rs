@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use serde::Serialize;
 
-use crate::cgroup::{self, apply, Controller, Version};
+use crate::cgroup::{self, apply};
 use crate::classify::{claims, Leaf};
 use crate::engine::{self, Adjustments};
 use crate::hostfs::HostFs;
@@ -770,11 +770,8 @@ fn show_status(
         sample = status::collect(&fs, &layout, policy, &args.only, procs.as_deref());
         status::with_rates(&first, &mut sample);
     }
-    let io_v1 = layout
-        .setup
-        .hierarchy_of(Controller::Io)
-        .is_some_and(|h| layout.setup.hierarchies[h].version == Version::V1);
-    let write_note = io_v1 && policy.tenants.iter().any(|t| t.sets_write_limits());
+    let write_note = layout.setup.write_limits_pass_buffered_writes()
+        && policy.tenants.iter().any(|t| t.sets_write_limits());
     let (daemon, overrides) = ask_daemon(config, args.socket.as_deref());
     let overrides: Vec<_> = overrides
         .into_iter()
@@ -1125,7 +1122,7 @@ fn exec_in(config: &Path, tenant: &str, exempt: bool, command: &[String]) -> Res
     let leaf = if exempt { Leaf::Exempt } else { Leaf::Limited };
     let me = std::process::id().to_string();
     for h in 0..ctx.layout.setup.hierarchies.len() {
-        let procs = ctx.layout.leaf_dir(h, tenant, leaf).join("cgroup.procs");
+        let procs = ctx.layout.leaf_procs(h, tenant, leaf);
         apply::write_file(&procs, &me).with_context(|| format!("joining tenant `{tenant}`"))?;
     }
     let err = std::process::Command::new(&command[0])

@@ -20,7 +20,6 @@ pub mod policy;
 pub mod probe;
 pub mod replication;
 pub mod rundir;
-pub mod stats;
 pub mod status;
 pub mod top;
 pub mod units;

@@ -13,13 +13,14 @@
 //! that lowers one key and raises another is split into a lowering and a raising write. Each
 //! spec is written by the driver of its controller's version (v1 and v2 mix on hybrid hosts).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::cgroup::model::{parse_memory, Desired, FileSpec, TenantSettings};
-use crate::cgroup::{v1, v2, Controller, GroupRef, Layout, Snapshot, Version};
+use crate::cgroup::driver::SpecInput;
+use crate::cgroup::model::{FileSpec, TenantSettings};
+use crate::cgroup::{Controller, GroupRef, Layout, Snapshot};
 use crate::classify::{classify, Leaf, Placement};
 use crate::inventory::Inventory;
 use crate::kernel::{CpuSet, DevNum};
@@ -274,63 +275,11 @@ pub fn build_with(
         .clone()
         .unwrap_or_else(|| inv.numa.node_set());
     let placements = classify(&policy.tenants, &inv.procs);
-    let has_memsw = layout
-        .setup
-        .hierarchy_of(Controller::Memory)
-        .is_some_and(|h| {
-            layout.setup.hierarchies[h].version == Version::V1
-                && snap
-                    .file(&layout.parents[h].join(v1::MEMSW_LIMIT))
-                    .is_some()
-        });
-
-    // Each driver writes the specs of the controllers on its version (a hybrid host mixes them).
-    let version_of = |c: Controller| {
-        layout
-            .setup
-            .hierarchy_of(c)
-            .map(|h| layout.setup.hierarchies[h].version)
-    };
-    let v2_hier = layout
-        .setup
-        .hierarchies
-        .iter()
-        .position(|h| h.version == Version::V2);
-    let mut v1_specs: Vec<FileSpec> = v1::root_files(&allowed_cpus, &allowed_mems);
-    let mut v2_specs: Vec<FileSpec> = Vec::new();
-    if let Some(hv) = v2_hier {
-        let hier = &layout.setup.hierarchies[hv];
-        let offers = snap
-            .file(&layout.parents[hv].join(v2::CONTROLLERS_FILE))
-            .map(str::to_string)
-            .unwrap_or_else(|| {
-                hier.controllers
-                    .iter()
-                    .filter_map(|c| c.v2_name())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            });
-        let enable = v2::controllers_to_enable(&hier.controllers, &offers);
-        // The no-internal-process rule: a parent (other than the hierarchy root) that holds
-        // processes cannot enable controllers for its children.
-        let parent = &layout.parents[hv];
-        let busy = snap
-            .file(&parent.join(v2::PROCS))
-            .map_or(0, |t| t.lines().filter(|l| !l.trim().is_empty()).count());
-        let needs_enable = v2::enable_line(
-            &enable,
-            snap.file(&parent.join(v2::SUBTREE_CONTROL)).unwrap_or(""),
-        )
-        .is_some();
-        if busy > 0 && needs_enable && parent != &hier.mount_point {
-            plan.warnings.push(format!(
-                "the parent cgroup {} holds {busy} processes of its own, so cgroup v2 will refuse to enable controllers for its children (the no-internal-process rule) and apply will fail; run dbcage under a delegated, empty parent (e.g. a systemd unit with Delegate=yes, dbcage itself in a child group) or set agent.parent to an empty cgroup",
-                parent.display()
-            ));
-        }
-        let names: Vec<&str> = policy.tenants.iter().map(|t| t.name.as_str()).collect();
-        v2_specs.extend(v2::root_files(&enable, &names));
+    let drivers = layout.setup.drivers();
+    for d in &drivers {
+        plan.warnings.extend(d.parent_warnings(layout, snap));
     }
+    let memory_driver = layout.setup.driver_of(Controller::Memory).map(|(_, d)| d);
     for (ti, t) in policy.tenants.iter().enumerate() {
         let td = &inv.tenants[ti];
         let devnums: Vec<DevNum> = td.devices.iter().map(|d| d.devnum).collect();
@@ -369,14 +318,9 @@ pub fn build_with(
             memory_low: t.memory.low,
             memory_swap_max: t.memory.swap_max,
         };
-        v1_specs.extend(v1::tenant_files(&t.name, &settings, has_memsw));
-        if let Some(hv) = v2_hier {
-            let has_swap = snap
-                .file(&layout.tenant_dir(hv, &t.name).join(v2::MEM_SWAP_MAX))
-                .is_some();
-            v2_specs.extend(v2::tenant_files(&t.name, &settings, has_swap));
+        if let Some(d) = memory_driver {
+            plan.warnings.extend(d.memory_warnings(t, layout, snap));
         }
-        warn_tenant(&mut plan.warnings, t, layout, has_memsw);
         plan.tenants.push(TenantSummary {
             name: t.name.clone(),
             settings,
@@ -386,26 +330,37 @@ pub fn build_with(
     if !problems.is_empty() {
         return Err(PolicyErrors(problems));
     }
-    let specs: Vec<FileSpec> = v1_specs
-        .into_iter()
-        .filter(|s| version_of(s.controller) == Some(Version::V1))
-        .chain(
-            v2_specs
-                .into_iter()
-                .filter(|s| version_of(s.controller) == Some(Version::V2)),
-        )
+    // Each driver writes the specs of the controllers in its hierarchies (a hybrid host mixes
+    // them).
+    let input = SpecInput {
+        layout,
+        snap,
+        allowed_cpus: &allowed_cpus,
+        allowed_mems: &allowed_mems,
+        tenants: plan
+            .tenants
+            .iter()
+            .map(|t| (t.name.as_str(), &t.settings))
+            .collect(),
+    };
+    let specs: Vec<FileSpec> = drivers
+        .iter()
+        .flat_map(|d| {
+            d.specs(&input).into_iter().filter(|s| {
+                layout
+                    .setup
+                    .driver_of(s.controller)
+                    .is_some_and(|(_, x)| x.name() == d.name())
+            })
+        })
         .collect();
-    let io_v1 = layout
-        .setup
-        .hierarchy_of(Controller::Io)
-        .is_some_and(|h| layout.setup.hierarchies[h].version == Version::V1);
     let writers: Vec<&str> = policy
         .tenants
         .iter()
         .filter(|t| t.sets_write_limits())
         .map(|t| t.name.as_str())
         .collect();
-    if io_v1 && !writers.is_empty() {
+    if layout.setup.write_limits_pass_buffered_writes() && !writers.is_empty() {
         plan.warnings.push(format!(
             "tenants with write limits ({}): on cgroup v1 write limits bind only direct (O_DIRECT) and fsync'd writes; buffered writes without fsync are written back by the kernel, not charged to the writer, and pass the limit (measured here: about 1000 times past an 8 MiB/s limit). Databases that use O_DIRECT or fsync are limited; use cgroup v2 to limit buffered writes too",
             writers.join(", ")
@@ -431,38 +386,6 @@ pub fn build_with(
     plan.steps
         .extend(moves(policy, &inv.procs, layout, snap, &placements));
     Ok(plan)
-}
-
-fn warn_tenant(warnings: &mut Vec<String>, t: &Tenant, layout: &Layout, has_memsw: bool) {
-    let version_of = |c| {
-        layout
-            .setup
-            .hierarchy_of(c)
-            .map(|h| layout.setup.hierarchies[h].version)
-    };
-    if version_of(Controller::Memory) == Some(Version::V1) {
-        if t.memory.low.is_some() {
-            warnings.push(format!("tenant `{}`: memory.low has no cgroup v1 equivalent and is not applied on this host", t.name));
-        }
-        if t.memory.high.is_some() {
-            warnings.push(format!(
-                "tenant `{}`: on cgroup v1 memory.high becomes memory.soft_limit_in_bytes, which only guides reclaim under host-wide memory pressure",
-                t.name
-            ));
-        }
-        if t.memory.swap_max.is_some() && !has_memsw {
-            warnings.push(format!(
-                "tenant `{}`: memory.swap_max needs swap accounting (memory.memsw.*, boot with swapaccount=1); not applied",
-                t.name
-            ));
-        }
-        if t.memory.swap_max.is_some() && t.memory.max.is_none() {
-            warnings.push(format!(
-                "tenant `{}`: on cgroup v1 memory.swap_max applies only together with memory.max",
-                t.name
-            ));
-        }
-    }
 }
 
 /// Groups to create, parents before children, in every hierarchy.
@@ -495,15 +418,6 @@ fn mkdirs(policy: &Policy, layout: &Layout, snap: &Snapshot) -> Vec<Step> {
     out
 }
 
-fn depth(g: &GroupRef) -> i64 {
-    match g {
-        GroupRef::Parent => -1,
-        GroupRef::Root => 0,
-        GroupRef::Tenant(_) => 1,
-        GroupRef::Leaf(..) => 2,
-    }
-}
-
 fn reason_of(spec: &FileSpec) -> String {
     match &spec.group {
         GroupRef::Parent => "dbcage's parent cgroup".to_string(),
@@ -520,109 +434,23 @@ fn writes(specs: &[FileSpec], layout: &Layout, snap: &Snapshot) -> Vec<Step> {
     // (phase, order within phase, step): phases run in order.
     let mut staged: Vec<(u8, i64, Step)> = Vec::new();
     for spec in specs {
-        let Some(h) = layout.setup.hierarchy_of(spec.controller) else {
+        let Some((h, driver)) = layout.setup.driver_of(spec.controller) else {
             continue;
         };
         let path = layout.dir(h, &spec.group).join(spec.file);
         let current = snap.file(&path).map(|s| s.trim().to_string());
         let reason = reason_of(spec);
-        let version = layout.setup.hierarchies[h].version;
-        let step = |value: String| Step::Write {
-            path: path.clone(),
-            value,
-            current: current.clone(),
-            reason: reason.clone(),
-        };
-        match &spec.value {
-            Desired::Text(v) => {
-                if current.as_deref() != Some(v.as_str()) {
-                    staged.push((1, 0, step(v.clone())));
-                }
-            }
-            Desired::List(want) => {
-                let have: CpuSet = current
-                    .as_deref()
-                    .and_then(|c| c.parse().ok())
-                    .unwrap_or_default();
-                if &have == want {
-                    continue;
-                }
-                // Widen top-down (phase 0), narrow bottom-up (phase 2).
-                let d = depth(&spec.group);
-                if !want.is_subset(&have) {
-                    let wide = have.union(want);
-                    staged.push((0, d, step(wide.to_string())));
-                    if &wide != want {
-                        staged.push((2, -d, step(want.to_string())));
-                    }
-                } else {
-                    staged.push((2, -d, step(want.to_string())));
-                }
-            }
-            Desired::Memory(want) => {
-                let have = current.as_deref().and_then(parse_memory).flatten();
-                let want_rounded = want.map(|w| w / page * page);
-                if have == want_rounded && current.is_some() {
-                    continue;
-                }
-                let unlimited = match version {
-                    Version::V1 => v1::MEMORY_UNLIMITED,
-                    Version::V2 => v2::UNLIMITED,
-                };
-                let value = want_rounded
-                    .map(|v| v.to_string())
-                    .unwrap_or_else(|| unlimited.to_string());
-                // memsw must stay >= limit: when the limit rises, memsw goes first.
-                let raising = want_rounded.unwrap_or(u64::MAX) > have.unwrap_or(u64::MAX);
-                let order = match (spec.file == v1::MEMSW_LIMIT, raising) {
-                    (true, true) | (false, false) => 0,
-                    _ => 1,
-                };
-                staged.push((1, order, step(value)));
-            }
-            Desired::Devices(want) => {
-                let have = current
-                    .as_deref()
-                    .map(v1::parse_device_lines)
-                    .unwrap_or_default();
-                let devs: BTreeSet<DevNum> = want.keys().chain(have.keys()).copied().collect();
-                for d in devs {
-                    let (w, c) = (want.get(&d).copied(), have.get(&d).copied());
-                    if w == c {
-                        continue;
-                    }
-                    // Lowering (including a new limit on an unlimited device) before raising
-                    // (including clearing a limit).
-                    let lowering = w.unwrap_or(u64::MAX) < c.unwrap_or(u64::MAX);
-                    staged.push((if lowering { 1 } else { 3 }, 0, step(v1::device_line(d, w))));
-                }
-            }
-            Desired::IoMax(want) => {
-                let have = current.as_deref().map(v2::parse_io_max).unwrap_or_default();
-                let devs: BTreeSet<DevNum> = want.keys().chain(have.keys()).copied().collect();
-                for d in devs {
-                    let none = IoLimits::default();
-                    let (w, c) = (want.get(&d).unwrap_or(&none), have.get(&d).unwrap_or(&none));
-                    if w == c {
-                        continue;
-                    }
-                    // Each key lowered first (phase 1), then raised (phase 3): a line sets all
-                    // four keys, so a change that lowers one key and raises another is split.
-                    let low = v2::io_min(w, c);
-                    if &low != c {
-                        staged.push((1, 0, step(v2::io_max_line(d, &low))));
-                    }
-                    if &low != w {
-                        staged.push((3, 0, step(v2::io_max_line(d, w))));
-                    }
-                }
-            }
-            Desired::Controllers(want) => {
-                // Before every limit, parents first (phase 0, ahead of the cpuset widening).
-                if let Some(line) = v2::enable_line(want, current.as_deref().unwrap_or("")) {
-                    staged.push((0, depth(&spec.group) - 10, step(line)));
-                }
-            }
+        for s in driver.stage(spec, current.as_deref(), page) {
+            staged.push((
+                s.phase,
+                s.order,
+                Step::Write {
+                    path: path.clone(),
+                    value: s.value,
+                    current: current.clone(),
+                    reason: reason.clone(),
+                },
+            ));
         }
     }
     staged.sort_by_key(|(phase, order, _)| (*phase, *order));
@@ -650,7 +478,7 @@ pub fn moves(
             .filter_map(|h| {
                 let want = layout.leaf_dir(h, &t.name, p.leaf);
                 (now.get(h).and_then(|d| d.as_ref()) != Some(&want))
-                    .then(|| want.join("cgroup.procs"))
+                    .then(|| crate::cgroup::procs_file(&want))
             })
             .collect();
         if targets.is_empty() {

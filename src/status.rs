@@ -10,13 +10,13 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::cgroup::{self, Controller, Layout, Version};
+use crate::cgroup::stats;
+use crate::cgroup::{self, Controller, Layout};
 use crate::classify::{classify, Leaf};
 use crate::hostfs::HostFs;
 use crate::inventory::ProcInfo;
 use crate::kernel::DevNum;
 use crate::policy::{IoLimits, Policy};
-use crate::stats;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Member {
@@ -130,38 +130,10 @@ pub fn device_name(fs: &HostFs, dev: DevNum) -> String {
 
 /// Device limits in force on a tenant's `limited` leaf and its per-device counters.
 fn io_of(fs: &HostFs, layout: &Layout, tenant: &str) -> Vec<DeviceStatus> {
-    let Some(h) = layout.setup.hierarchy_of(Controller::Io) else {
+    let Some(io) = layout.tenant_io(tenant) else {
         return Vec::new();
     };
-    let limited = layout.leaf_dir(h, tenant, Leaf::Limited);
-    let (limits, usage): (BTreeMap<DevNum, IoLimits>, _) =
-        if layout.setup.hierarchies[h].version == Version::V1 {
-            let read = |f: &str| {
-                std::fs::read_to_string(limited.join(f))
-                    .map(|s| cgroup::v1::parse_device_lines(&s))
-                    .unwrap_or_default()
-            };
-            let mut limits: BTreeMap<DevNum, IoLimits> = BTreeMap::new();
-            for (file, set) in [
-                (
-                    cgroup::v1::READ_BPS,
-                    (|l: &mut IoLimits, v| l.read_bps = Some(v)) as fn(&mut IoLimits, u64),
-                ),
-                (cgroup::v1::WRITE_BPS, |l, v| l.write_bps = Some(v)),
-                (cgroup::v1::READ_IOPS, |l, v| l.read_iops = Some(v)),
-                (cgroup::v1::WRITE_IOPS, |l, v| l.write_iops = Some(v)),
-            ] {
-                for (d, v) in read(file) {
-                    set(limits.entry(d).or_default(), v);
-                }
-            }
-            (limits, stats::v1_io(&layout.tenant_dir(h, tenant)))
-        } else {
-            let limits = std::fs::read_to_string(limited.join(cgroup::v2::IO_MAX))
-                .map(|s| cgroup::v2::parse_io_max(&s))
-                .unwrap_or_default();
-            (limits, stats::v2_io(&layout.tenant_dir(h, tenant)))
-        };
+    let (limits, usage) = (io.limits, io.usage);
     let mut devs: Vec<DevNum> = limits.keys().chain(usage.keys()).copied().collect();
     devs.sort();
     devs.dedup();
@@ -206,7 +178,6 @@ pub fn collect(
         .map(|x| (x.pid, x))
         .collect();
     let h_of = |c| layout.setup.hierarchy_of(c);
-    let version = |h: usize| layout.setup.hierarchies[h].version;
     let selected: Vec<(usize, &crate::policy::Tenant)> = policy
         .tenants
         .iter()
@@ -273,52 +244,9 @@ pub fn collect(
             ..IoTotals::default()
         };
 
-        let cpu_h = h_of(Controller::Cpu);
-        let cpu_v2 = cpu_h.is_some_and(|h| version(h) == Version::V2);
-        let cpu_dir = cpu_h.map(|h| layout.tenant_dir(h, &t.name));
-        let acct_dir = h_of(Controller::Cpuacct).map(|h| layout.tenant_dir(h, &t.name));
-        let cpu = match (&cpu_dir, cpu_v2) {
-            (Some(d), true) => stats::v2_cpu(d),
-            _ => stats::v1_cpu(cpu_dir.as_deref(), acct_dir.as_deref()),
-        };
-        let cpu_quota_cores = cpu_dir.as_ref().and_then(|d| {
-            if cpu_v2 {
-                return cgroup::v2::parse_cpu_max(
-                    &std::fs::read_to_string(d.join(cgroup::v2::CPU_MAX)).ok()?,
-                );
-            }
-            let q: i64 = std::fs::read_to_string(d.join(cgroup::v1::CFS_QUOTA))
-                .ok()?
-                .trim()
-                .parse()
-                .ok()?;
-            let p = stats::read_u64(&d.join(cgroup::v1::CFS_PERIOD))?;
-            (q > 0).then(|| q as f64 / p as f64)
-        });
-        let mem_h = h_of(Controller::Memory);
-        let mem_v2 = mem_h.is_some_and(|h| version(h) == Version::V2);
-        let mem_dir = mem_h.map(|h| layout.tenant_dir(h, &t.name));
-        let (memory, limit_file) = if mem_v2 {
-            (
-                mem_dir.as_deref().map(stats::v2_memory).unwrap_or_default(),
-                cgroup::v2::MEM_MAX,
-            )
-        } else {
-            (
-                mem_dir.as_deref().map(stats::v1_memory).unwrap_or_default(),
-                cgroup::v1::MEM_LIMIT,
-            )
-        };
-        let memory_limit_bytes = mem_dir.as_ref().and_then(|d| {
-            cgroup::model::parse_memory(&std::fs::read_to_string(d.join(limit_file)).ok()?)
-                .flatten()
-        });
-        let pressure = layout
-            .setup
-            .hierarchies
-            .iter()
-            .position(|h| h.version == Version::V2)
-            .map(|h| stats::read_pressure(&layout.tenant_dir(h, &t.name)));
+        let (cpu, cpu_quota_cores) = layout.tenant_cpu(&t.name);
+        let (memory, memory_limit_bytes) = layout.tenant_memory(&t.name);
+        let pressure = layout.tenant_pressure(&t.name);
         let mut status = TenantStatus {
             name: t.name.clone(),
             processes: count,

@@ -2,12 +2,17 @@
 //! live, and what the kernel has there now.
 //!
 //! Detection is per controller (hybrid hosts exist: these machines mount v1 controllers beside
-//! an empty cgroup2). The drivers (`v1`, `v2`) are the only code that knows control-file names;
-//! `apply` is the only code that writes under /sys/fs/cgroup.
+//! an empty cgroup2), and each hierarchy has its driver (`driver::Driver`: `v1::V1`, `v2::V2`).
+//! The drivers are the only code that knows control-file names and versions; `read` gives the
+//! rest of the program a tenant's limits and usage through them; `apply::write_file` is the
+//! only code that writes under /sys/fs/cgroup.
 //! Kernel references: Documentation/admin-guide/cgroup-v1/*.rst, cgroup-v2.rst.
 
 pub mod apply;
+pub mod driver;
 pub mod model;
+pub mod read;
+pub mod stats;
 pub mod v1;
 pub mod v2;
 
@@ -143,6 +148,14 @@ pub fn parse_proc_cgroup(text: &str) -> Vec<(Vec<String>, String)> {
 }
 
 impl Hierarchy {
+    /// The driver that expresses limits in this hierarchy.
+    pub fn driver(&self) -> &'static dyn driver::Driver {
+        match self.version {
+            Version::V1 => &v1::V1,
+            Version::V2 => &v2::V2,
+        }
+    }
+
     /// The line of /proc/PID/cgroup that belongs to this hierarchy.
     fn pick<'a>(&self, lines: &'a [(Vec<String>, String)]) -> Option<&'a str> {
         lines
@@ -256,15 +269,37 @@ impl Setup {
             .position(|h| h.controllers.contains(&c))
     }
 
+    /// The hierarchy of a controller and its driver.
+    pub fn driver_of(&self, c: Controller) -> Option<(usize, &'static dyn driver::Driver)> {
+        self.hierarchy_of(c)
+            .map(|h| (h, self.hierarchies[h].driver()))
+    }
+
+    /// The drivers in use, each once, in hierarchy order.
+    pub fn drivers(&self) -> Vec<&'static dyn driver::Driver> {
+        let mut out: Vec<&'static dyn driver::Driver> = Vec::new();
+        for h in &self.hierarchies {
+            let d = h.driver();
+            if !out.iter().any(|x| x.name() == d.name()) {
+                out.push(d);
+            }
+        }
+        out
+    }
+
+    /// Whether IO write limits here pass buffered writes (they bind only O_DIRECT and fsync'd
+    /// writes: v1).
+    pub fn write_limits_pass_buffered_writes(&self) -> bool {
+        self.driver_of(Controller::Io)
+            .is_some_and(|(_, d)| !d.limits_buffered_writes())
+    }
+
     /// `io=v1 cpu=v1 ...` for status output.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
         for c in CONTROLLERS {
             let v = match self.hierarchy_of(c) {
-                Some(i) => match self.hierarchies[i].version {
-                    Version::V1 => "v1",
-                    Version::V2 => "v2",
-                },
+                Some(i) => self.hierarchies[i].driver().name(),
                 None if self.missing.contains(&c) => "missing",
                 None => continue,
             };
@@ -317,6 +352,10 @@ impl Layout {
     }
     pub fn leaf_dir(&self, h: usize, tenant: &str, leaf: Leaf) -> PathBuf {
         self.tenant_dir(h, tenant).join(leaf.dir())
+    }
+    /// The file a process is moved into a leaf with.
+    pub fn leaf_procs(&self, h: usize, tenant: &str, leaf: Leaf) -> PathBuf {
+        procs_file(&self.leaf_dir(h, tenant, leaf))
     }
     pub fn dir(&self, h: usize, group: &GroupRef) -> PathBuf {
         match group {
@@ -374,14 +413,8 @@ impl Snapshot {
     pub fn read(fs: &HostFs, layout: &Layout, pids: &[u32]) -> Snapshot {
         let mut snap = Snapshot::default();
         for (h, hier) in layout.setup.hierarchies.iter().enumerate() {
-            let files = match hier.version {
-                Version::V1 => v1::managed_files(&hier.controllers),
-                Version::V2 => {
-                    let mut f = v2::managed_files(&hier.controllers);
-                    f.push(v2::SUBTREE_CONTROL);
-                    f
-                }
-            };
+            let driver = hier.driver();
+            let files = driver.managed_files(&hier.controllers);
             let root = layout.root_dir(h);
             let mut stack = vec![(root, 0)];
             while let Some((dir, depth)) = stack.pop() {
@@ -404,41 +437,7 @@ impl Snapshot {
                 }
                 snap.dirs.insert(dir);
             }
-            if hier.controllers.contains(&Controller::Memory) && hier.version == Version::V1 {
-                // Swap accounting: the parent has memsw files only when it is on.
-                let memsw = layout.parents[h].join(v1::MEMSW_LIMIT);
-                if let Ok(v) = std::fs::read_to_string(&memsw) {
-                    snap.files.insert(memsw, v);
-                }
-            }
-            if hier.controllers.contains(&Controller::Cpuset) && hier.version == Version::V1 {
-                let parent = &layout.parents[h];
-                let read = |f: &str| {
-                    std::fs::read_to_string(parent.join(f))
-                        .ok()
-                        .and_then(|t| t.trim().parse().ok())
-                };
-                snap.parent_cpus = read("cpuset.effective_cpus").or_else(|| read("cpuset.cpus"));
-                snap.parent_mems = read("cpuset.effective_mems").or_else(|| read("cpuset.mems"));
-            }
-            if hier.version == Version::V2 {
-                // What the parent offers and already enables for its children.
-                let parent = &layout.parents[h];
-                for f in [v2::CONTROLLERS_FILE, v2::SUBTREE_CONTROL, v2::PROCS] {
-                    if let Ok(v) = std::fs::read_to_string(parent.join(f)) {
-                        snap.files.insert(parent.join(f), v);
-                    }
-                }
-                if hier.controllers.contains(&Controller::Cpuset) {
-                    let read = |f: &str| {
-                        std::fs::read_to_string(parent.join(f))
-                            .ok()
-                            .and_then(|t| t.trim().parse().ok())
-                    };
-                    snap.parent_cpus = read(v2::CPUS_EFFECTIVE);
-                    snap.parent_mems = read(v2::MEMS_EFFECTIVE);
-                }
-            }
+            driver.read_parent(&layout.parents[h], &hier.controllers, &mut snap);
         }
         for &pid in pids {
             let Some(dirs) = proc_group_dirs(fs, layout, pid) else {
@@ -493,6 +492,11 @@ pub fn proc_group_dirs(fs: &HostFs, layout: &Layout, pid: u32) -> Option<Vec<Opt
             .map(|h| h.pick(&lines).and_then(|p| h.dir_of(p)))
             .collect(),
     )
+}
+
+/// The file a process is moved into a group with (`cgroup.procs`: the same in v1 and v2).
+pub fn procs_file(group: &Path) -> PathBuf {
+    group.join("cgroup.procs")
 }
 
 /// Whether a write to this file enables controllers for a group's children (v2

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::driver::Staged;
 use super::{Controller, GroupRef};
 use crate::kernel::{CpuSet, DevNum};
 use crate::policy::IoLimits;
@@ -65,4 +66,80 @@ pub struct FileSpec {
     pub group: GroupRef,
     pub file: &'static str,
     pub value: Desired,
+}
+
+impl GroupRef {
+    /// How deep the group is under dbcage's parent (the parent is -1).
+    pub fn depth(&self) -> i64 {
+        match self {
+            GroupRef::Parent => -1,
+            GroupRef::Root => 0,
+            GroupRef::Tenant(_) => 1,
+            GroupRef::Leaf(..) => 2,
+        }
+    }
+}
+
+fn staged(phase: u8, order: i64, value: String) -> Staged {
+    Staged {
+        phase,
+        order,
+        value,
+    }
+}
+
+/// The writes for the kinds of value every driver stages alike: text (set in phase 1 when it
+/// differs) and cpu/node lists (widened top-down in phase 0, narrowed bottom-up in phase 2: v1
+/// requires a child's set within its parent's). `None` for the other kinds.
+pub fn stage_common(spec: &FileSpec, current: Option<&str>) -> Option<Vec<Staged>> {
+    let mut out = Vec::new();
+    match &spec.value {
+        Desired::Text(v) => {
+            if current != Some(v.as_str()) {
+                out.push(staged(1, 0, v.clone()));
+            }
+        }
+        Desired::List(want) => {
+            let have: CpuSet = current.and_then(|c| c.parse().ok()).unwrap_or_default();
+            if &have == want {
+                return Some(out);
+            }
+            let d = spec.group.depth();
+            if !want.is_subset(&have) {
+                let wide = have.union(want);
+                out.push(staged(0, d, wide.to_string()));
+                if &wide != want {
+                    out.push(staged(2, -d, want.to_string()));
+                }
+            } else {
+                out.push(staged(2, -d, want.to_string()));
+            }
+        }
+        _ => return None,
+    }
+    Some(out)
+}
+
+/// The write for a memory limit (phase 1), rounded to pages as the kernel does; `unlimited` is
+/// the driver's text for no limit. With `memsw` (v1's memory + swap, which must stay at or
+/// above the limit) the file goes first when the limit rises; any other goes first when it
+/// falls.
+pub fn stage_memory(
+    want: Option<u64>,
+    current: Option<&str>,
+    unlimited: &str,
+    memsw: bool,
+    page: u64,
+) -> Vec<Staged> {
+    let have = current.and_then(parse_memory).flatten();
+    let want_rounded = want.map(|w| w / page * page);
+    if have == want_rounded && current.is_some() {
+        return Vec::new();
+    }
+    let value = want_rounded
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| unlimited.to_string());
+    let raising = want_rounded.unwrap_or(u64::MAX) > have.unwrap_or(u64::MAX);
+    let order = if memsw == raising { 0 } else { 1 };
+    vec![staged(1, order, value)]
 }

@@ -8,12 +8,18 @@
 //! Files: Documentation/admin-guide/cgroup-v1/{blkio-controller,cpusets,memory}.rst and
 //! scheduler/sched-bwc.rst.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 
-use super::model::{Desired, FileSpec, TenantSettings, CPU_PERIOD_US};
-use super::{Controller, GroupRef};
+use super::driver::{Driver, SpecInput, Staged};
+use super::model::{
+    parse_memory, stage_common, stage_memory, Desired, FileSpec, TenantSettings, CPU_PERIOD_US,
+};
+use super::stats::{parse_flat_keyed, read_u64, CpuUsage, IoCounters, MemoryUsage, PressureSet};
+use super::{Controller, GroupRef, Layout, Snapshot, Version};
 use crate::classify::Leaf;
 use crate::kernel::{CpuSet, DevNum};
+use crate::policy::{IoLimits, Tenant};
 
 pub const READ_BPS: &str = "blkio.throttle.read_bps_device";
 pub const WRITE_BPS: &str = "blkio.throttle.write_bps_device";
@@ -174,6 +180,260 @@ pub fn device_line(dev: DevNum, value: Option<u64>) -> String {
 
 /// The text to write for an unlimited memory value.
 pub const MEMORY_UNLIMITED: &str = "-1";
+
+// ---- read back: usage counters
+
+/// Parses v1 `blkio.throttle.io_service_bytes[_recursive]` / `io_serviced[_recursive]`:
+/// `MAJ:MIN Read N`, `MAJ:MIN Write N`, ... and a closing `Total N`.
+pub fn parse_v1_blkio(text: &str) -> BTreeMap<DevNum, (u64, u64)> {
+    let mut out: BTreeMap<DevNum, (u64, u64)> = BTreeMap::new();
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(dev), Some(op), Some(v)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        let (Ok(dev), Ok(v)) = (dev.parse::<DevNum>(), v.parse::<u64>()) else {
+            continue;
+        };
+        let e = out.entry(dev).or_default();
+        match op {
+            "Read" => e.0 = v,
+            "Write" => e.1 = v,
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Per-device IO of a v1 blkio group, its children included.
+pub fn v1_io(dir: &Path) -> BTreeMap<DevNum, IoCounters> {
+    let read = |f: &str| {
+        std::fs::read_to_string(dir.join(f))
+            .map(|t| parse_v1_blkio(&t))
+            .unwrap_or_default()
+    };
+    let bytes = read("blkio.throttle.io_service_bytes_recursive");
+    let ios = read("blkio.throttle.io_serviced_recursive");
+    let mut out: BTreeMap<DevNum, IoCounters> = BTreeMap::new();
+    for (d, (r, w)) in bytes {
+        let e = out.entry(d).or_default();
+        e.read_bytes = r;
+        e.write_bytes = w;
+    }
+    for (d, (r, w)) in ios {
+        let e = out.entry(d).or_default();
+        e.read_ios = r;
+        e.write_ios = w;
+    }
+    out.retain(|_, c| *c != IoCounters::default());
+    out
+}
+
+pub fn v1_cpu(cpu_dir: Option<&Path>, cpuacct_dir: Option<&Path>) -> CpuUsage {
+    let stat = cpu_dir
+        .and_then(|d| std::fs::read_to_string(d.join("cpu.stat")).ok())
+        .map(|t| parse_flat_keyed(&t))
+        .unwrap_or_default();
+    CpuUsage {
+        usage_seconds: cpuacct_dir
+            .and_then(|d| read_u64(&d.join("cpuacct.usage")))
+            .map(|ns| ns as f64 / 1e9),
+        nr_periods: stat.get("nr_periods").copied(),
+        nr_throttled: stat.get("nr_throttled").copied(),
+        throttled_seconds: stat.get("throttled_time").map(|ns| *ns as f64 / 1e9),
+    }
+}
+
+/// Memory usage of a v1 group. `oom_kill` in memory.oom_control counts only the kills of tasks in
+/// that very group (measured on 6.18: a kill in `a/limited` under a limit set on `a` shows in
+/// `a/limited` alone), and a tenant's processes live in its leaves, so the group's count and its
+/// child groups' counts are added up.
+pub fn v1_memory(dir: &Path) -> MemoryUsage {
+    let oom_kill = |d: &Path| {
+        std::fs::read_to_string(d.join("memory.oom_control"))
+            .ok()
+            .and_then(|t| parse_flat_keyed(&t).get("oom_kill").copied())
+    };
+    let children = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path());
+    let oom_kills = std::iter::once(dir.to_path_buf())
+        .chain(children)
+        .filter_map(|d| oom_kill(&d))
+        .reduce(|a, b| a + b);
+    MemoryUsage {
+        current_bytes: read_u64(&dir.join("memory.usage_in_bytes")),
+        peak_bytes: read_u64(&dir.join("memory.max_usage_in_bytes")),
+        limit_hits: read_u64(&dir.join("memory.failcnt")),
+        oom_kills,
+        ..Default::default()
+    }
+}
+
+// ---- the driver
+
+/// The cgroup v1 driver (see the module comment).
+pub struct V1;
+
+/// Whether the v1 memory hierarchy has swap accounting (its parent has memsw files).
+fn has_memsw(layout: &Layout, snap: &Snapshot) -> bool {
+    layout
+        .setup
+        .hierarchy_of(Controller::Memory)
+        .is_some_and(|h| {
+            layout.setup.hierarchies[h].version == Version::V1
+                && snap.file(&layout.parents[h].join(MEMSW_LIMIT)).is_some()
+        })
+}
+
+impl Driver for V1 {
+    fn name(&self) -> &'static str {
+        "v1"
+    }
+
+    fn managed_files(&self, controllers: &[Controller]) -> Vec<&'static str> {
+        managed_files(controllers)
+    }
+
+    fn read_parent(&self, parent: &Path, controllers: &[Controller], snap: &mut Snapshot) {
+        if controllers.contains(&Controller::Memory) {
+            // Swap accounting: the parent has memsw files only when it is on.
+            let memsw = parent.join(MEMSW_LIMIT);
+            if let Ok(v) = std::fs::read_to_string(&memsw) {
+                snap.files.insert(memsw, v);
+            }
+        }
+        if controllers.contains(&Controller::Cpuset) {
+            let read = |f: &str| {
+                std::fs::read_to_string(parent.join(f))
+                    .ok()
+                    .and_then(|t| t.trim().parse().ok())
+            };
+            snap.parent_cpus = read("cpuset.effective_cpus").or_else(|| read(CPUS));
+            snap.parent_mems = read("cpuset.effective_mems").or_else(|| read(MEMS));
+        }
+    }
+
+    fn memory_warnings(&self, t: &Tenant, layout: &Layout, snap: &Snapshot) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if t.memory.low.is_some() {
+            warnings.push(format!("tenant `{}`: memory.low has no cgroup v1 equivalent and is not applied on this host", t.name));
+        }
+        if t.memory.high.is_some() {
+            warnings.push(format!(
+                "tenant `{}`: on cgroup v1 memory.high becomes memory.soft_limit_in_bytes, which only guides reclaim under host-wide memory pressure",
+                t.name
+            ));
+        }
+        if t.memory.swap_max.is_some() && !has_memsw(layout, snap) {
+            warnings.push(format!(
+                "tenant `{}`: memory.swap_max needs swap accounting (memory.memsw.*, boot with swapaccount=1); not applied",
+                t.name
+            ));
+        }
+        if t.memory.swap_max.is_some() && t.memory.max.is_none() {
+            warnings.push(format!(
+                "tenant `{}`: on cgroup v1 memory.swap_max applies only together with memory.max",
+                t.name
+            ));
+        }
+        warnings
+    }
+
+    fn specs(&self, input: &SpecInput) -> Vec<FileSpec> {
+        let mut out = root_files(input.allowed_cpus, input.allowed_mems);
+        let memsw = has_memsw(input.layout, input.snap);
+        for (name, settings) in &input.tenants {
+            out.extend(tenant_files(name, settings, memsw));
+        }
+        out
+    }
+
+    fn stage(&self, spec: &FileSpec, current: Option<&str>, page: u64) -> Vec<Staged> {
+        if let Some(s) = stage_common(spec, current) {
+            return s;
+        }
+        match &spec.value {
+            Desired::Memory(want) => stage_memory(
+                *want,
+                current,
+                MEMORY_UNLIMITED,
+                spec.file == MEMSW_LIMIT,
+                page,
+            ),
+            Desired::Devices(want) => {
+                let have = current.map(parse_device_lines).unwrap_or_default();
+                let devs: BTreeSet<DevNum> = want.keys().chain(have.keys()).copied().collect();
+                let mut out = Vec::new();
+                for d in devs {
+                    let (w, c) = (want.get(&d).copied(), have.get(&d).copied());
+                    if w == c {
+                        continue;
+                    }
+                    // Lowering (including a new limit on an unlimited device) before raising
+                    // (including clearing a limit).
+                    let lowering = w.unwrap_or(u64::MAX) < c.unwrap_or(u64::MAX);
+                    out.push(Staged {
+                        phase: if lowering { 1 } else { 3 },
+                        order: 0,
+                        value: device_line(d, w),
+                    });
+                }
+                out
+            }
+            // v2 kinds never come from this driver's specs.
+            _ => Vec::new(),
+        }
+    }
+
+    fn limits_buffered_writes(&self) -> bool {
+        false
+    }
+
+    fn io_limits(&self, group: &Path) -> BTreeMap<DevNum, IoLimits> {
+        let mut limits: BTreeMap<DevNum, IoLimits> = BTreeMap::new();
+        for (k, file) in IO_LIMIT_FILES.into_iter().enumerate() {
+            let text = std::fs::read_to_string(group.join(file)).unwrap_or_default();
+            for (d, v) in parse_device_lines(&text) {
+                limits.entry(d).or_default().set_key(k, Some(v));
+            }
+        }
+        limits
+    }
+
+    fn io_usage(&self, group: &Path) -> BTreeMap<DevNum, IoCounters> {
+        v1_io(group)
+    }
+
+    fn cpu_usage(&self, cpu: Option<&Path>, cpuacct: Option<&Path>) -> CpuUsage {
+        v1_cpu(cpu, cpuacct)
+    }
+
+    fn cpu_quota(&self, group: &Path) -> Option<f64> {
+        let q: i64 = std::fs::read_to_string(group.join(CFS_QUOTA))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        let p = read_u64(&group.join(CFS_PERIOD))?;
+        (q > 0).then(|| q as f64 / p as f64)
+    }
+
+    fn memory_usage(&self, group: &Path) -> MemoryUsage {
+        v1_memory(group)
+    }
+
+    fn memory_limit(&self, group: &Path) -> Option<u64> {
+        parse_memory(&std::fs::read_to_string(group.join(MEM_LIMIT)).ok()?).flatten()
+    }
+
+    fn pressure(&self, _group: &Path) -> Option<PressureSet> {
+        None // v1 keeps pressure per host only
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -15,10 +15,17 @@
 //! Limits: `io.max` on the `limited` leaf (the exempt leaf keeps an empty io.max); `cpu.max`,
 //! `cpu.weight`, the cpuset and the memory files on the tenant, which bind both leaves.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 
-use super::model::{Desired, FileSpec, TenantSettings, CPU_PERIOD_US};
-use super::{Controller, GroupRef};
+use super::driver::{Driver, SpecInput, Staged};
+use super::model::{
+    parse_memory, stage_common, stage_memory, Desired, FileSpec, TenantSettings, CPU_PERIOD_US,
+};
+use super::stats::{
+    parse_flat_keyed, read_pressure, read_u64, CpuUsage, IoCounters, MemoryUsage, PressureSet,
+};
+use super::{Controller, GroupRef, Layout, Snapshot, Version};
 use crate::classify::Leaf;
 use crate::kernel::DevNum;
 use crate::policy::IoLimits;
@@ -272,6 +279,276 @@ pub fn enable_line(want: &[&str], have: &str) -> Option<String> {
         .map(|w| format!("+{w}"))
         .collect();
     (!missing.is_empty()).then(|| missing.join(" "))
+}
+
+// ---- read back: usage counters
+
+/// Parses v2 `io.stat`: `MAJ:MIN rbytes=N wbytes=N rios=N wios=N dbytes=N dios=N` per device.
+pub fn parse_v2_io_stat(text: &str) -> BTreeMap<DevNum, IoCounters> {
+    let mut out = BTreeMap::new();
+    for (dev, pairs) in device_lines(text) {
+        let mut c = IoCounters::default();
+        for (k, v) in pairs {
+            let Ok(v) = v.parse::<u64>() else { continue };
+            match k {
+                "rbytes" => c.read_bytes = v,
+                "wbytes" => c.write_bytes = v,
+                "rios" => c.read_ios = v,
+                "wios" => c.write_ios = v,
+                _ => {}
+            }
+        }
+        out.insert(dev, c);
+    }
+    out
+}
+
+/// Per-device IO of a v2 group; io.stat counts the group's descendants too.
+pub fn v2_io(dir: &Path) -> BTreeMap<DevNum, IoCounters> {
+    let mut out = std::fs::read_to_string(dir.join("io.stat"))
+        .map(|t| parse_v2_io_stat(&t))
+        .unwrap_or_default();
+    out.retain(|_, c| *c != IoCounters::default());
+    out
+}
+
+/// CPU usage from a v2 `cpu.stat` text (`usage_usec`, `nr_periods`, `nr_throttled`,
+/// `throttled_usec`; the last three only with the cpu controller enabled).
+pub fn parse_v2_cpu_stat(text: &str) -> CpuUsage {
+    let stat = parse_flat_keyed(text);
+    CpuUsage {
+        usage_seconds: stat.get("usage_usec").map(|us| *us as f64 / 1e6),
+        nr_periods: stat.get("nr_periods").copied(),
+        nr_throttled: stat.get("nr_throttled").copied(),
+        throttled_seconds: stat.get("throttled_usec").map(|us| *us as f64 / 1e6),
+    }
+}
+
+/// CPU usage of a v2 group, its descendants included.
+pub fn v2_cpu(dir: &Path) -> CpuUsage {
+    std::fs::read_to_string(dir.join("cpu.stat"))
+        .map(|t| parse_v2_cpu_stat(&t))
+        .unwrap_or_default()
+}
+
+/// Memory usage of a v2 group: memory.current, memory.peak (6.1 has it on non-root groups) and
+/// memory.events, which counts the group's descendants too (unless the hierarchy is mounted with
+/// memory_localevents).
+pub fn v2_memory(dir: &Path) -> MemoryUsage {
+    let events = std::fs::read_to_string(dir.join("memory.events"))
+        .map(|t| parse_flat_keyed(&t))
+        .unwrap_or_default();
+    v2_memory_from(
+        read_u64(&dir.join("memory.current")),
+        read_u64(&dir.join("memory.peak")),
+        &events,
+    )
+}
+
+pub(crate) fn v2_memory_from(
+    current: Option<u64>,
+    peak: Option<u64>,
+    events: &BTreeMap<String, u64>,
+) -> MemoryUsage {
+    MemoryUsage {
+        current_bytes: current,
+        peak_bytes: peak,
+        limit_hits: events.get("max").copied(),
+        oom_kills: events.get("oom_kill").copied(),
+        ooms: events.get("oom").copied(),
+        high_events: events.get("high").copied(),
+    }
+}
+
+// ---- the driver
+
+/// The cgroup v2 driver (see the module comment).
+pub struct V2;
+
+/// The unified hierarchy's index in the layout.
+fn hierarchy(layout: &Layout) -> Option<usize> {
+    layout
+        .setup
+        .hierarchies
+        .iter()
+        .position(|h| h.version == Version::V2)
+}
+
+/// The controllers dbcage enables for its groups' children: those the parent offers (as the
+/// snapshot read it, else as the hierarchy lists them).
+fn to_enable(layout: &Layout, hv: usize, snap: &Snapshot) -> Vec<&'static str> {
+    let hier = &layout.setup.hierarchies[hv];
+    let offers = snap
+        .file(&layout.parents[hv].join(CONTROLLERS_FILE))
+        .map(str::to_string)
+        .unwrap_or_else(|| {
+            hier.controllers
+                .iter()
+                .filter_map(|c| c.v2_name())
+                .collect::<Vec<_>>()
+                .join(" ")
+        });
+    controllers_to_enable(&hier.controllers, &offers)
+}
+
+impl Driver for V2 {
+    fn name(&self) -> &'static str {
+        "v2"
+    }
+
+    fn managed_files(&self, controllers: &[Controller]) -> Vec<&'static str> {
+        let mut f = managed_files(controllers);
+        f.push(SUBTREE_CONTROL);
+        f
+    }
+
+    fn read_parent(&self, parent: &Path, controllers: &[Controller], snap: &mut Snapshot) {
+        // What the parent offers and already enables for its children.
+        for f in [CONTROLLERS_FILE, SUBTREE_CONTROL, PROCS] {
+            if let Ok(v) = std::fs::read_to_string(parent.join(f)) {
+                snap.files.insert(parent.join(f), v);
+            }
+        }
+        if controllers.contains(&Controller::Cpuset) {
+            let read = |f: &str| {
+                std::fs::read_to_string(parent.join(f))
+                    .ok()
+                    .and_then(|t| t.trim().parse().ok())
+            };
+            snap.parent_cpus = read(CPUS_EFFECTIVE);
+            snap.parent_mems = read(MEMS_EFFECTIVE);
+        }
+    }
+
+    fn parent_warnings(&self, layout: &Layout, snap: &Snapshot) -> Vec<String> {
+        let Some(hv) = hierarchy(layout) else {
+            return Vec::new();
+        };
+        let hier = &layout.setup.hierarchies[hv];
+        let enable = to_enable(layout, hv, snap);
+        // The no-internal-process rule: a parent (other than the hierarchy root) that holds
+        // processes cannot enable controllers for its children.
+        let parent = &layout.parents[hv];
+        let busy = snap
+            .file(&parent.join(PROCS))
+            .map_or(0, |t| t.lines().filter(|l| !l.trim().is_empty()).count());
+        let needs_enable = enable_line(
+            &enable,
+            snap.file(&parent.join(SUBTREE_CONTROL)).unwrap_or(""),
+        )
+        .is_some();
+        if busy > 0 && needs_enable && parent != &hier.mount_point {
+            return vec![format!(
+                "the parent cgroup {} holds {busy} processes of its own, so cgroup v2 will refuse to enable controllers for its children (the no-internal-process rule) and apply will fail; run dbcage under a delegated, empty parent (e.g. a systemd unit with Delegate=yes, dbcage itself in a child group) or set agent.parent to an empty cgroup",
+                parent.display()
+            )];
+        }
+        Vec::new()
+    }
+
+    fn specs(&self, input: &SpecInput) -> Vec<FileSpec> {
+        let Some(hv) = hierarchy(input.layout) else {
+            return Vec::new();
+        };
+        let enable = to_enable(input.layout, hv, input.snap);
+        let names: Vec<&str> = input.tenants.iter().map(|(n, _)| *n).collect();
+        let mut out = root_files(&enable, &names);
+        for (name, settings) in &input.tenants {
+            let has_swap = input
+                .snap
+                .file(&input.layout.tenant_dir(hv, name).join(MEM_SWAP_MAX))
+                .is_some();
+            out.extend(tenant_files(name, settings, has_swap));
+        }
+        out
+    }
+
+    fn stage(&self, spec: &FileSpec, current: Option<&str>, page: u64) -> Vec<Staged> {
+        if let Some(s) = stage_common(spec, current) {
+            return s;
+        }
+        let mut out = Vec::new();
+        match &spec.value {
+            Desired::Memory(want) => {
+                return stage_memory(*want, current, UNLIMITED, false, page);
+            }
+            Desired::IoMax(want) => {
+                let have = current.map(parse_io_max).unwrap_or_default();
+                let devs: BTreeSet<DevNum> = want.keys().chain(have.keys()).copied().collect();
+                for d in devs {
+                    let none = IoLimits::default();
+                    let (w, c) = (want.get(&d).unwrap_or(&none), have.get(&d).unwrap_or(&none));
+                    if w == c {
+                        continue;
+                    }
+                    // Each key lowered first (phase 1), then raised (phase 3): a line sets all
+                    // four keys, so a change that lowers one key and raises another is split.
+                    let low = io_min(w, c);
+                    if &low != c {
+                        out.push(Staged {
+                            phase: 1,
+                            order: 0,
+                            value: io_max_line(d, &low),
+                        });
+                    }
+                    if &low != w {
+                        out.push(Staged {
+                            phase: 3,
+                            order: 0,
+                            value: io_max_line(d, w),
+                        });
+                    }
+                }
+            }
+            Desired::Controllers(want) => {
+                // Before every limit, parents first (phase 0, ahead of the cpuset widening).
+                if let Some(line) = enable_line(want, current.unwrap_or("")) {
+                    out.push(Staged {
+                        phase: 0,
+                        order: spec.group.depth() - 10,
+                        value: line,
+                    });
+                }
+            }
+            // v1 kinds never come from this driver's specs.
+            _ => {}
+        }
+        out
+    }
+
+    fn limits_buffered_writes(&self) -> bool {
+        true
+    }
+
+    fn io_limits(&self, group: &Path) -> BTreeMap<DevNum, IoLimits> {
+        std::fs::read_to_string(group.join(IO_MAX))
+            .map(|s| parse_io_max(&s))
+            .unwrap_or_default()
+    }
+
+    fn io_usage(&self, group: &Path) -> BTreeMap<DevNum, IoCounters> {
+        v2_io(group)
+    }
+
+    fn cpu_usage(&self, cpu: Option<&Path>, _cpuacct: Option<&Path>) -> CpuUsage {
+        cpu.map(v2_cpu).unwrap_or_default()
+    }
+
+    fn cpu_quota(&self, group: &Path) -> Option<f64> {
+        parse_cpu_max(&std::fs::read_to_string(group.join(CPU_MAX)).ok()?)
+    }
+
+    fn memory_usage(&self, group: &Path) -> MemoryUsage {
+        v2_memory(group)
+    }
+
+    fn memory_limit(&self, group: &Path) -> Option<u64> {
+        parse_memory(&std::fs::read_to_string(group.join(MEM_MAX)).ok()?).flatten()
+    }
+
+    fn pressure(&self, group: &Path) -> Option<PressureSet> {
+        Some(read_pressure(group))
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::path::Path;
 use proptest::prelude::*;
 
 use super::*;
-use crate::cgroup::{Hierarchy, Setup};
+use crate::cgroup::{v1, Hierarchy, Setup, Version};
 use crate::inventory::{BlockDevice, NumaTopology, ProcInfo, TenantDevices};
 use crate::policy::FakeAccounts;
 

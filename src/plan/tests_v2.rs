@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::*;
-use crate::cgroup::{Hierarchy, Setup};
+use crate::cgroup::{v2, Hierarchy, Setup, Version};
 use crate::inventory::{BlockDevice, NumaTopology, ProcInfo, TenantDevices};
 use crate::policy::Accounts;
 

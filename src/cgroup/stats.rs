@@ -1,12 +1,12 @@
-//! Readers of cgroup usage counters for `status`. They only read; a missing file is `None`,
-//! never an error (a group may be half-created, or a controller absent).
+//! What the drivers read back as usage: the counter types every driver fills (`IoCounters`,
+//! `CpuUsage`, `MemoryUsage`, `PressureSet`) and the parsers of the text formats v1 and v2
+//! share. Reading only; a missing file is `None`, never an error (a group may be half-created,
+//! or a controller absent). The per-version readers are in the drivers (`v1.rs`, `v2.rs`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
-
-use crate::kernel::DevNum;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct IoCounters {
@@ -14,52 +14,6 @@ pub struct IoCounters {
     pub write_bytes: u64,
     pub read_ios: u64,
     pub write_ios: u64,
-}
-
-/// Parses v1 `blkio.throttle.io_service_bytes[_recursive]` / `io_serviced[_recursive]`:
-/// `MAJ:MIN Read N`, `MAJ:MIN Write N`, ... and a closing `Total N`.
-pub fn parse_v1_blkio(text: &str) -> BTreeMap<DevNum, (u64, u64)> {
-    let mut out: BTreeMap<DevNum, (u64, u64)> = BTreeMap::new();
-    for line in text.lines() {
-        let mut f = line.split_whitespace();
-        let (Some(dev), Some(op), Some(v)) = (f.next(), f.next(), f.next()) else {
-            continue;
-        };
-        let (Ok(dev), Ok(v)) = (dev.parse::<DevNum>(), v.parse::<u64>()) else {
-            continue;
-        };
-        let e = out.entry(dev).or_default();
-        match op {
-            "Read" => e.0 = v,
-            "Write" => e.1 = v,
-            _ => {}
-        }
-    }
-    out
-}
-
-/// Per-device IO of a v1 blkio group, its children included.
-pub fn v1_io(dir: &Path) -> BTreeMap<DevNum, IoCounters> {
-    let read = |f: &str| {
-        std::fs::read_to_string(dir.join(f))
-            .map(|t| parse_v1_blkio(&t))
-            .unwrap_or_default()
-    };
-    let bytes = read("blkio.throttle.io_service_bytes_recursive");
-    let ios = read("blkio.throttle.io_serviced_recursive");
-    let mut out: BTreeMap<DevNum, IoCounters> = BTreeMap::new();
-    for (d, (r, w)) in bytes {
-        let e = out.entry(d).or_default();
-        e.read_bytes = r;
-        e.write_bytes = w;
-    }
-    for (d, (r, w)) in ios {
-        let e = out.entry(d).or_default();
-        e.read_ios = r;
-        e.write_ios = w;
-    }
-    out.retain(|_, c| *c != IoCounters::default());
-    out
 }
 
 /// `key value` lines (cpu.stat, memory.stat, memory.oom_control) into a map.
@@ -84,21 +38,6 @@ pub struct CpuUsage {
     pub throttled_seconds: Option<f64>,
 }
 
-pub fn v1_cpu(cpu_dir: Option<&Path>, cpuacct_dir: Option<&Path>) -> CpuUsage {
-    let stat = cpu_dir
-        .and_then(|d| std::fs::read_to_string(d.join("cpu.stat")).ok())
-        .map(|t| parse_flat_keyed(&t))
-        .unwrap_or_default();
-    CpuUsage {
-        usage_seconds: cpuacct_dir
-            .and_then(|d| read_u64(&d.join("cpuacct.usage")))
-            .map(|ns| ns as f64 / 1e9),
-        nr_periods: stat.get("nr_periods").copied(),
-        nr_throttled: stat.get("nr_throttled").copied(),
-        throttled_seconds: stat.get("throttled_time").map(|ns| *ns as f64 / 1e9),
-    }
-}
-
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct MemoryUsage {
     pub current_bytes: Option<u64>,
@@ -112,112 +51,6 @@ pub struct MemoryUsage {
     /// v2 only: the `high` event (times usage passed memory.high and was throttled).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub high_events: Option<u64>,
-}
-
-/// Memory usage of a v1 group. `oom_kill` in memory.oom_control counts only the kills of tasks in
-/// that very group (measured on 6.18: a kill in `a/limited` under a limit set on `a` shows in
-/// `a/limited` alone), and a tenant's processes live in its leaves, so the group's count and its
-/// child groups' counts are added up.
-pub fn v1_memory(dir: &Path) -> MemoryUsage {
-    let oom_kill = |d: &Path| {
-        std::fs::read_to_string(d.join("memory.oom_control"))
-            .ok()
-            .and_then(|t| parse_flat_keyed(&t).get("oom_kill").copied())
-    };
-    let children = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.path());
-    let oom_kills = std::iter::once(dir.to_path_buf())
-        .chain(children)
-        .filter_map(|d| oom_kill(&d))
-        .reduce(|a, b| a + b);
-    MemoryUsage {
-        current_bytes: read_u64(&dir.join("memory.usage_in_bytes")),
-        peak_bytes: read_u64(&dir.join("memory.max_usage_in_bytes")),
-        limit_hits: read_u64(&dir.join("memory.failcnt")),
-        oom_kills,
-        ..Default::default()
-    }
-}
-
-/// Parses v2 `io.stat`: `MAJ:MIN rbytes=N wbytes=N rios=N wios=N dbytes=N dios=N` per device.
-pub fn parse_v2_io_stat(text: &str) -> BTreeMap<DevNum, IoCounters> {
-    let mut out = BTreeMap::new();
-    for (dev, pairs) in crate::cgroup::v2::device_lines(text) {
-        let mut c = IoCounters::default();
-        for (k, v) in pairs {
-            let Ok(v) = v.parse::<u64>() else { continue };
-            match k {
-                "rbytes" => c.read_bytes = v,
-                "wbytes" => c.write_bytes = v,
-                "rios" => c.read_ios = v,
-                "wios" => c.write_ios = v,
-                _ => {}
-            }
-        }
-        out.insert(dev, c);
-    }
-    out
-}
-
-/// Per-device IO of a v2 group; io.stat counts the group's descendants too.
-pub fn v2_io(dir: &Path) -> BTreeMap<DevNum, IoCounters> {
-    let mut out = std::fs::read_to_string(dir.join("io.stat"))
-        .map(|t| parse_v2_io_stat(&t))
-        .unwrap_or_default();
-    out.retain(|_, c| *c != IoCounters::default());
-    out
-}
-
-/// CPU usage from a v2 `cpu.stat` text (`usage_usec`, `nr_periods`, `nr_throttled`,
-/// `throttled_usec`; the last three only with the cpu controller enabled).
-pub fn parse_v2_cpu_stat(text: &str) -> CpuUsage {
-    let stat = parse_flat_keyed(text);
-    CpuUsage {
-        usage_seconds: stat.get("usage_usec").map(|us| *us as f64 / 1e6),
-        nr_periods: stat.get("nr_periods").copied(),
-        nr_throttled: stat.get("nr_throttled").copied(),
-        throttled_seconds: stat.get("throttled_usec").map(|us| *us as f64 / 1e6),
-    }
-}
-
-/// CPU usage of a v2 group, its descendants included.
-pub fn v2_cpu(dir: &Path) -> CpuUsage {
-    std::fs::read_to_string(dir.join("cpu.stat"))
-        .map(|t| parse_v2_cpu_stat(&t))
-        .unwrap_or_default()
-}
-
-/// Memory usage of a v2 group: memory.current, memory.peak (6.1 has it on non-root groups) and
-/// memory.events, which counts the group's descendants too (unless the hierarchy is mounted with
-/// memory_localevents).
-pub fn v2_memory(dir: &Path) -> MemoryUsage {
-    let events = std::fs::read_to_string(dir.join("memory.events"))
-        .map(|t| parse_flat_keyed(&t))
-        .unwrap_or_default();
-    v2_memory_from(
-        read_u64(&dir.join("memory.current")),
-        read_u64(&dir.join("memory.peak")),
-        &events,
-    )
-}
-
-fn v2_memory_from(
-    current: Option<u64>,
-    peak: Option<u64>,
-    events: &BTreeMap<String, u64>,
-) -> MemoryUsage {
-    MemoryUsage {
-        current_bytes: current,
-        peak_bytes: peak,
-        limit_hits: events.get("max").copied(),
-        oom_kills: events.get("oom_kill").copied(),
-        ooms: events.get("oom").copied(),
-        high_events: events.get("high").copied(),
-    }
 }
 
 /// Pressure stall information of one resource: the share of time some (or all) of the group's
@@ -279,6 +112,9 @@ pub fn read_pressure(dir: &Path) -> PressureSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cgroup::v1::{parse_v1_blkio, v1_cpu, v1_io, v1_memory};
+    use crate::cgroup::v2::{parse_v2_cpu_stat, parse_v2_io_stat, v2_cpu, v2_io, v2_memory_from};
+    use crate::kernel::DevNum;
 
     #[test]
     fn v1_blkio_lines() {

@@ -1,0 +1,90 @@
+//! The interface every cgroup driver implements: one per way of expressing dbcage's abstract
+//! limits (`TenantSettings`) in the kernel. Today `v1::V1` (one hierarchy per controller) and
+//! `v2::V2` (the unified hierarchy); a hybrid host mixes them per controller, so the driver is
+//! chosen per hierarchy (`Hierarchy::driver`). A driver owns both directions of what it writes:
+//! the values for a limit (`specs`, `stage`) and the readers that turn what the kernel holds
+//! back into limits and usage (`io_limits`, `cpu_quota`, `memory_usage`, ...). Nothing outside
+//! `cgroup/` names a control file or a version; callers go through `Layout`'s tenant readers
+//! (`read.rs`) and the plan through this trait.
+//!
+//! A driver that sets unit properties instead of files (systemd) fits the same shape: its specs
+//! name properties, `stage` turns a desired value and the current one into the values to set,
+//! and its readers read the unit's properties (or the files of the unit's cgroup) back.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::model::{FileSpec, TenantSettings};
+use super::stats::{CpuUsage, IoCounters, MemoryUsage, PressureSet};
+use super::{Controller, Layout, Snapshot};
+use crate::kernel::{CpuSet, DevNum};
+use crate::policy::{IoLimits, Tenant};
+
+/// One write the plan stages for a spec: `phase` orders writes across the whole plan (0 widen
+/// and enable, 1 set and lower, 2 narrow, 3 raise), `order` within a phase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Staged {
+    pub phase: u8,
+    pub order: i64,
+    pub value: String,
+}
+
+/// What a driver plans from: the layout and snapshot, the cpus and memory nodes the parent
+/// allows, and each tenant's settings (in policy order).
+pub struct SpecInput<'a> {
+    pub layout: &'a Layout,
+    pub snap: &'a Snapshot,
+    pub allowed_cpus: &'a CpuSet,
+    pub allowed_mems: &'a CpuSet,
+    pub tenants: Vec<(&'a str, &'a TenantSettings)>,
+}
+
+pub trait Driver: Sync {
+    /// `v1`, `v2`: how `cgroup controllers:` lines name it.
+    fn name(&self) -> &'static str;
+
+    // ---- what the kernel holds, for the snapshot
+
+    /// The files the driver manages in each of dbcage's groups of a hierarchy with these
+    /// controllers.
+    fn managed_files(&self, controllers: &[Controller]) -> Vec<&'static str>;
+    /// Reads what the plan needs of dbcage's parent group (the cpus and memory nodes it allows,
+    /// swap accounting, the controllers it offers) into the snapshot.
+    fn read_parent(&self, parent: &Path, controllers: &[Controller], snap: &mut Snapshot);
+
+    // ---- plan
+
+    /// Warnings about the parent group that planning reveals (before any tenant's).
+    fn parent_warnings(&self, _layout: &Layout, _snap: &Snapshot) -> Vec<String> {
+        Vec::new()
+    }
+    /// Warnings about a tenant's memory settings this driver cannot express in full.
+    fn memory_warnings(&self, _t: &Tenant, _layout: &Layout, _snap: &Snapshot) -> Vec<String> {
+        Vec::new()
+    }
+    /// Every spec (a file or property of a group, and its desired value) for the root group and
+    /// the tenants; the plan keeps those of controllers this driver has on this host.
+    fn specs(&self, input: &SpecInput) -> Vec<FileSpec>;
+    /// The writes that take a spec's current value (`None`: absent) to the desired one, in
+    /// the plan's phases; nothing when it holds already.
+    fn stage(&self, spec: &FileSpec, current: Option<&str>, page: u64) -> Vec<Staged>;
+    /// Whether IO write limits bind buffered writes (v1: only O_DIRECT and fsync'd writes).
+    fn limits_buffered_writes(&self) -> bool;
+
+    // ---- read back, for status, top, the metrics and the balancer
+
+    /// The per-device limits in force on a group.
+    fn io_limits(&self, group: &Path) -> BTreeMap<DevNum, IoLimits>;
+    /// Per-device IO counters of a group (its children included); devices with no IO left out.
+    fn io_usage(&self, group: &Path) -> BTreeMap<DevNum, IoCounters>;
+    /// CPU usage of a group: `cpu` is its group in the cpu hierarchy, `cpuacct` in cpuacct's
+    /// (v1 keeps usage apart from throttling).
+    fn cpu_usage(&self, cpu: Option<&Path>, cpuacct: Option<&Path>) -> CpuUsage;
+    /// The cpu quota in force, in cores (`None`: unlimited or unreadable).
+    fn cpu_quota(&self, group: &Path) -> Option<f64>;
+    fn memory_usage(&self, group: &Path) -> MemoryUsage;
+    /// The memory limit in force (`None`: unlimited or unreadable).
+    fn memory_limit(&self, group: &Path) -> Option<u64>;
+    /// Pressure stall information, where the kernel keeps it per cgroup.
+    fn pressure(&self, group: &Path) -> Option<PressureSet>;
+}

@@ -1,0 +1,76 @@
+//! A tenant's limits and usage as the kernel holds them, read through the driver of each
+//! controller's hierarchy: what `status`, `top`, the metrics and the balancer read. Reading
+//! only; a missing group or file reads as unknown, never as an error.
+
+use std::collections::BTreeMap;
+
+use super::stats::{CpuUsage, IoCounters, MemoryUsage, PressureSet};
+use super::{Controller, Layout};
+use crate::classify::Leaf;
+use crate::kernel::DevNum;
+use crate::policy::IoLimits;
+
+/// Per-device IO limits and counters.
+#[derive(Debug, Clone, Default)]
+pub struct IoState {
+    pub limits: BTreeMap<DevNum, IoLimits>,
+    pub usage: BTreeMap<DevNum, IoCounters>,
+}
+
+impl Layout {
+    /// The IO limits in force on a tenant's `limited` leaf and the tenant's counters (both
+    /// leaves), for `status`. `None` without an io controller.
+    pub fn tenant_io(&self, tenant: &str) -> Option<IoState> {
+        let (h, d) = self.setup.driver_of(Controller::Io)?;
+        Some(IoState {
+            limits: d.io_limits(&self.leaf_dir(h, tenant, Leaf::Limited)),
+            usage: d.io_usage(&self.tenant_dir(h, tenant)),
+        })
+    }
+
+    /// The IO limits and counters of a tenant's `limited` leaf alone, for the balancer (the
+    /// exempt leaf's IO is not under the budget it divides).
+    pub fn limited_io(&self, tenant: &str) -> Option<IoState> {
+        let (h, d) = self.setup.driver_of(Controller::Io)?;
+        let dir = self.leaf_dir(h, tenant, Leaf::Limited);
+        Some(IoState {
+            limits: d.io_limits(&dir),
+            usage: d.io_usage(&dir),
+        })
+    }
+
+    /// A tenant's CPU usage and its quota in cores.
+    pub fn tenant_cpu(&self, tenant: &str) -> (CpuUsage, Option<f64>) {
+        let cpu = self.setup.driver_of(Controller::Cpu);
+        let acct = self.setup.driver_of(Controller::Cpuacct);
+        let cpu_dir = cpu.map(|(h, _)| self.tenant_dir(h, tenant));
+        let acct_dir = acct.map(|(h, _)| self.tenant_dir(h, tenant));
+        let usage = match cpu.or(acct) {
+            Some((_, d)) => d.cpu_usage(cpu_dir.as_deref(), acct_dir.as_deref()),
+            None => CpuUsage::default(),
+        };
+        let quota = cpu.and_then(|(h, d)| d.cpu_quota(&self.tenant_dir(h, tenant)));
+        (usage, quota)
+    }
+
+    /// A tenant's memory usage and its limit (`memory.max`) in bytes.
+    pub fn tenant_memory(&self, tenant: &str) -> (MemoryUsage, Option<u64>) {
+        match self.setup.driver_of(Controller::Memory) {
+            Some((h, d)) => {
+                let dir = self.tenant_dir(h, tenant);
+                (d.memory_usage(&dir), d.memory_limit(&dir))
+            }
+            None => (MemoryUsage::default(), None),
+        }
+    }
+
+    /// A tenant's pressure stall information, from the first hierarchy that keeps it per
+    /// cgroup.
+    pub fn tenant_pressure(&self, tenant: &str) -> Option<PressureSet> {
+        self.setup
+            .hierarchies
+            .iter()
+            .enumerate()
+            .find_map(|(h, hier)| hier.driver().pressure(&self.tenant_dir(h, tenant)))
+    }
+}
