@@ -23,3 +23,4 @@ pub mod rundir;
 pub mod status;
 pub mod top;
 pub mod units;
+pub mod usage;

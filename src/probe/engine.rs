@@ -17,7 +17,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::report::Buckets;
-use super::{BadInput, Rw};
+use super::{Invalid, Rw};
 use crate::kernel::DevNum;
 use crate::units::HumanBytes;
 
@@ -152,13 +152,13 @@ pub fn check_target(
     rw: Rw,
     block_sizes: &[u64],
     destructive: bool,
-) -> Result<Target, BadInput> {
+) -> Result<Target, Invalid> {
     let sys = Path::new("/sys");
     let shown = path.display();
     let (kind, size, dev, missing) = match std::fs::metadata(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let Some(size) = size else {
-                return Err(BadInput(format!(
+                return Err(Invalid(format!(
                     "{shown} does not exist; name a block device or an existing file, or give --size (e.g. --size 1GiB) to create a file of that size there"
                 )));
             };
@@ -167,13 +167,13 @@ pub fn check_target(
                 _ => PathBuf::from("."),
             };
             let pm = std::fs::metadata(&parent).map_err(|e| {
-                BadInput(format!(
+                Invalid(format!(
                     "cannot create {shown}: its directory {} is not usable ({e})",
                     parent.display()
                 ))
             })?;
             if !pm.is_dir() {
-                return Err(BadInput(format!(
+                return Err(Invalid(format!(
                     "cannot create {shown}: {} is not a directory",
                     parent.display()
                 )));
@@ -183,7 +183,7 @@ pub fn check_target(
             }
             (Kind::File, size, DevNum::from_dev_t(pm.dev()), true)
         }
-        Err(e) => return Err(BadInput(format!("cannot read {shown}: {e}"))),
+        Err(e) => return Err(Invalid(format!("cannot read {shown}: {e}"))),
         Ok(m) if m.file_type().is_block_device() => {
             let dev = DevNum::from_dev_t(m.rdev());
             let bytes = std::fs::read_to_string(sys.join(format!("dev/block/{dev}/size")))
@@ -199,7 +199,7 @@ pub fn check_target(
                 .unwrap_or(0);
             let size = match size {
                 Some(s) if s > bytes => {
-                    return Err(BadInput(format!(
+                    return Err(Invalid(format!(
                         "--size {} is larger than the device {shown} ({})",
                         HumanBytes(s),
                         HumanBytes(bytes)
@@ -216,7 +216,7 @@ pub fn check_target(
             }
             let size = match size {
                 Some(s) if s > m.len() => {
-                    return Err(BadInput(format!(
+                    return Err(Invalid(format!(
                         "{shown} exists and holds {}, less than --size {}; give a --size up to its length, or remove the file to have it created at that size",
                         HumanBytes(m.len()),
                         HumanBytes(s)
@@ -239,21 +239,21 @@ pub fn check_target(
             } else {
                 "not a regular file"
             };
-            return Err(BadInput(format!(
+            return Err(Invalid(format!(
                 "{shown} is {what}; probe a block device (/dev/sdX, /dev/loopN) or a regular file"
             )));
         }
     };
     if rw.writes() && kind == Kind::BlockDevice {
         if !destructive {
-            return Err(BadInput(format!(
+            return Err(Invalid(format!(
                 "--rw {rw} would overwrite the block device {shown}; probe a file on it instead, or add --destructive if its contents may be destroyed"
             )));
         }
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
         if let Some(why) = device_in_use(sys, &mountinfo, &swaps, dev) {
-            return Err(BadInput(format!(
+            return Err(Invalid(format!(
                 "refusing to write {shown} with --destructive: {why}; unmount it (and every partition of it) first"
             )));
         }
@@ -261,13 +261,13 @@ pub fn check_target(
     let lbs = logical_block_size(sys, dev).unwrap_or(512);
     for &bs in block_sizes {
         if bs == 0 || bs % lbs != 0 {
-            return Err(BadInput(format!(
+            return Err(Invalid(format!(
                 "--bs {}: {bs} bytes is not a multiple of the logical block size of {shown} ({lbs} bytes); use multiples of {lbs} such as 4k, 64k, 1m",
                 HumanBytes(bs)
             )));
         }
         if bs > size {
-            return Err(BadInput(format!(
+            return Err(Invalid(format!(
                 "--bs {} is larger than the {} of {shown} the probe may use; give a larger --size or a smaller --bs",
                 HumanBytes(bs),
                 HumanBytes(size)
@@ -285,7 +285,7 @@ pub fn check_target(
                 if e.raw_os_error() == Some(nix::libc::EINVAL) {
                     no_direct_io(path, "this file system")
                 } else {
-                    BadInput(format!("cannot open {shown} with O_DIRECT: {e}"))
+                    Invalid(format!("cannot open {shown} with O_DIRECT: {e}"))
                 }
             })?;
     }
@@ -298,8 +298,8 @@ pub fn check_target(
     })
 }
 
-fn no_direct_io(path: &Path, fs: &str) -> BadInput {
-    BadInput(format!(
+fn no_direct_io(path: &Path, fs: &str) -> Invalid {
+    Invalid(format!(
         "{} is on {fs}, which has no real direct IO (O_DIRECT would measure the page cache, not a disk); probe a block device or a file on a disk-backed file system",
         path.display()
     ))

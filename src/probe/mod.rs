@@ -38,11 +38,7 @@ use serde::Serialize;
 use engine::{Kind, StepSpec, Target};
 use report::{Latency, StepResult};
 
-/// Wrong input: the message says which path or value and what to do; nothing was written.
-/// The command line maps it to exit code 2.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct BadInput(pub String);
+pub use crate::usage::Invalid;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -120,20 +116,20 @@ pub struct ProbeArgs {
 }
 
 /// Parses a block-size list: `4k,64k,1m` (binary units, as fio reads them).
-pub fn parse_bs_list(text: &str) -> Result<Vec<u64>, BadInput> {
+pub fn parse_bs_list(text: &str) -> Result<Vec<u64>, Invalid> {
     let mut out = Vec::new();
     for part in text.split(',').map(str::trim) {
         let v = crate::units::parse_bytes(part)
-            .map_err(|e| BadInput(format!("--bs: {e}")))
+            .map_err(|e| Invalid(format!("--bs: {e}")))
             .and_then(|v| {
                 if v == 0 {
-                    Err(BadInput("--bs: a block size of 0 bytes".into()))
+                    Err(Invalid("--bs: a block size of 0 bytes".into()))
                 } else {
                     Ok(v)
                 }
             })?;
         if v > 64 << 20 {
-            return Err(BadInput(format!(
+            return Err(Invalid(format!(
                 "--bs {part}: larger than 64MiB; use at most 64m"
             )));
         }
@@ -145,9 +141,9 @@ pub fn parse_bs_list(text: &str) -> Result<Vec<u64>, BadInput> {
 }
 
 /// Parallelism steps: powers of two up to `max`, then `max` itself if it is not one.
-pub fn depth_steps(max: usize) -> Result<Vec<usize>, BadInput> {
+pub fn depth_steps(max: usize) -> Result<Vec<usize>, Invalid> {
     if max == 0 || max > 1024 {
-        return Err(BadInput(format!(
+        return Err(Invalid(format!(
             "--depth-max {max}: give a parallelism from 1 to 1024"
         )));
     }
@@ -164,13 +160,13 @@ pub fn depth_steps(max: usize) -> Result<Vec<usize>, BadInput> {
 }
 
 /// An explicit list of parallelism steps: `1,3,8`.
-pub fn parse_depths(text: &str) -> Result<Vec<usize>, BadInput> {
+pub fn parse_depths(text: &str) -> Result<Vec<usize>, Invalid> {
     let mut out = Vec::new();
     for part in text.split(',').map(str::trim) {
         match part.parse::<usize>() {
             Ok(d) if (1..=1024).contains(&d) => out.push(d),
             _ => {
-                return Err(BadInput(format!(
+                return Err(Invalid(format!(
                     "--depths: `{part}` is not a parallelism from 1 to 1024 (example: 1,2,4,8)"
                 )))
             }
@@ -182,10 +178,10 @@ pub fn parse_depths(text: &str) -> Result<Vec<usize>, BadInput> {
 }
 
 /// A tolerance as `10%` or `0.1`.
-pub fn parse_tolerance(text: &str) -> Result<f64, BadInput> {
+pub fn parse_tolerance(text: &str) -> Result<f64, Invalid> {
     let t = text.trim();
     let bad = || {
-        BadInput(format!(
+        Invalid(format!(
             "--tolerance `{text}`: give a percentage from 0% to 100% such as 10% (or a fraction such as 0.1)"
         ))
     };
@@ -249,7 +245,7 @@ pub fn measure(args: &ProbeArgs, show_progress: bool) -> Result<ProbeReport> {
         None => depth_steps(args.depth_max)?,
     };
     if args.step_time < Duration::from_millis(100) {
-        return Err(BadInput(format!(
+        return Err(Invalid(format!(
             "--step-time {}: give at least 100ms (2s or more for stable figures)",
             humantime::format_duration(args.step_time)
         ))
@@ -258,14 +254,14 @@ pub fn measure(args: &ProbeArgs, show_progress: bool) -> Result<ProbeReport> {
     let size = args
         .size
         .as_deref()
-        .map(|s| crate::units::parse_bytes(s).map_err(|e| BadInput(format!("--size: {e}"))))
+        .map(|s| crate::units::parse_bytes(s).map_err(|e| Invalid(format!("--size: {e}"))))
         .transpose()?;
     if size == Some(0) {
-        return Err(BadInput("--size 0: give a size such as 1GiB".into()).into());
+        return Err(Invalid("--size 0: give a size such as 1GiB".into()).into());
     }
     if let Some(p) = &args.plot {
         if p.extension().is_none_or(|e| e != "svg") {
-            return Err(BadInput(format!(
+            return Err(Invalid(format!(
                 "--plot {}: the plot is SVG; give a file name ending in .svg",
                 p.display()
             ))

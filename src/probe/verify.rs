@@ -19,7 +19,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use super::{parse_tolerance, report, BadInput, Rw};
+use super::{parse_tolerance, report, Invalid, Rw};
 use crate::kernel::DevNum;
 use crate::units::HumanBytes;
 
@@ -209,12 +209,12 @@ struct Report<'a> {
 pub fn verify_command(config: &Path, args: &VerifyArgs, out: &mut impl Write) -> Result<()> {
     let tolerance = parse_tolerance(&args.tolerance)?;
     if args.parallelism == 0 || args.parallelism > 256 {
-        return Err(BadInput(format!("--parallelism {}: give 1 to 256", args.parallelism)).into());
+        return Err(Invalid(format!("--parallelism {}: give 1 to 256", args.parallelism)).into());
     }
     let ctx = crate::engine::prepare(config)?;
     let policy = &ctx.loaded.policy;
     let Some(ti) = policy.tenants.iter().position(|t| t.name == args.tenant) else {
-        return Err(BadInput(format!(
+        return Err(Invalid(format!(
             "no tenant named `{}` in {}",
             args.tenant,
             config.display()
@@ -230,7 +230,7 @@ pub fn verify_command(config: &Path, args: &VerifyArgs, out: &mut impl Write) ->
         .unwrap_or_default();
     let io: BTreeMap<_, _> = io.into_iter().filter(|(_, l)| !l.is_empty()).collect();
     if io.is_empty() {
-        return Err(BadInput(format!(
+        return Err(Invalid(format!(
             "tenant `{}` has no IO limits on any device; nothing to verify",
             args.tenant
         ))
@@ -246,12 +246,12 @@ pub fn verify_command(config: &Path, args: &VerifyArgs, out: &mut impl Write) ->
     let mut write_dev = None;
     if let Some(f) = &args.write {
         let size = crate::units::parse_bytes(&args.write_size)
-            .map_err(|e| BadInput(format!("--write-size: {e}")))?;
+            .map_err(|e| Invalid(format!("--write-size: {e}")))?;
         // An existing file is used at its length; a missing one is created at --write-size.
         let size = (!f.exists()).then_some(size);
         let t = super::engine::check_target(f, size, Rw::Write, &[4096], false)?;
         if t.kind != super::engine::Kind::File {
-            return Err(BadInput(format!(
+            return Err(Invalid(format!(
                 "--write {}: give a file on the tenant's storage, not a device",
                 f.display()
             ))
@@ -267,7 +267,7 @@ pub fn verify_command(config: &Path, args: &VerifyArgs, out: &mut impl Write) ->
             crate::inventory::devices::devices_for(&ctx.fs, dev, policy.tenants[ti].storage_level)
                 .unwrap_or_default();
         let Some(d) = whole.iter().find(|d| io.contains_key(&d.devnum)) else {
-            return Err(BadInput(format!(
+            return Err(Invalid(format!(
                 "--write {} is on device {dev}, which is not among tenant `{}`'s limited devices ({})",
                 f.display(),
                 args.tenant,

@@ -1,0 +1,244 @@
+//! The command line's definition: subcommands, options, help text (clap), and the man pages and
+//! completions generated from it.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+
+use crate::policy;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "dbcage",
+    version,
+    about = "Resource governor for database instances sharing one Linux host"
+)]
+pub struct Cli {
+    /// Policy file; drop-ins are read from conf.d/ beside it.
+    #[arg(short, long, global = true, default_value = policy::DEFAULT_POLICY, env = "DBCAGE_CONFIG")]
+    pub config: PathBuf,
+    /// Read policy files that are not root's or that group or others may write (development
+    /// only: whoever can write the policy controls what a root daemon does).
+    #[arg(long, global = true)]
+    pub allow_insecure_policy: bool,
+    /// The daemon's control socket [default: /run/dbcage/<agent.root>.sock].
+    #[arg(long, global = true, env = "DBCAGE_SOCKET")]
+    pub socket: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Validate the policy against this host and show warnings; changes nothing.
+    Check,
+    /// Show what `apply` would do: groups, control-file writes, process moves, with reasons.
+    Plan {
+        /// Print the plan as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make the kernel match the policy: create groups, write limits, move processes.
+    Apply {
+        /// Print the plan and the outcome as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what each tenant uses: IO rates against its limits, CPU against its quota, memory
+    /// against its limits, OOM events and pressure, measured over a short interval.
+    Status {
+        /// Only these tenants.
+        tenants: Vec<String>,
+        /// List processes with the rule that placed them.
+        #[arg(short, long)]
+        verbose: bool,
+        /// Break IO down per device.
+        #[arg(long)]
+        devices: bool,
+        /// Interval over which rates are measured; 0 prints counters only.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        interval: std::time::Duration,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A full-screen view of every tenant's usage against its limits, refreshed every second.
+    Top {
+        /// Refresh interval.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        interval: std::time::Duration,
+    },
+    /// Run the daemon: apply, then place every process the moment it appears (kernel process
+    /// events), with a periodic rescan as safety net. SIGHUP reloads; SIGTERM stops and leaves
+    /// every limit in place.
+    Run {
+        /// Period of the full rescan (the safety net).
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        rescan_interval: std::time::Duration,
+        /// Rescan period when process events are unavailable (no CAP_NET_ADMIN, no connector).
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        fallback_interval: std::time::Duration,
+        /// Write the run's statistics (events, overruns, move latency) as JSON here on exit.
+        #[arg(long)]
+        stats_out: Option<PathBuf>,
+        /// Receive buffer of the process-event socket, in bytes (tests shrink it to force
+        /// overruns).
+        #[arg(long, hide = true, default_value_t = 8 << 20)]
+        event_buffer: usize,
+        /// Serve Prometheus metrics here (IP:PORT), or `off`; overrides `agent.metrics`.
+        #[arg(long, value_parser = parse_metrics_addr)]
+        metrics: Option<MetricsAddr>,
+    },
+    /// Change a tenant's limits live: the running daemon validates the values as it validates
+    /// the policy and applies them at once. They last until `reload` or a restart, or, with
+    /// `--persist`, are written to conf.d/90-set-TENANT.toml.
+    #[command(
+        after_help = "Keys: io.read_bps io.write_bps io.read_iops io.write_iops cpu.cores cpu.weight cpu.cpus cpu.numa_nodes memory.max memory.high memory.low memory.swap_max\n\nExamples:\n  dbcage set DEMO io.read_bps=200MiB cpu.cores=8\n  dbcage set DEMO cpu.cpus=0-31 --persist\n  dbcage set DEMO --reset io.read_bps\n  dbcage set DEMO --reset"
+    )]
+    Set {
+        tenant: String,
+        /// KEY=VALUE pairs, e.g. io.read_bps=200MiB cpu.cpus=0-31 memory.high=30GiB (with
+        /// --reset: the keys to drop).
+        #[arg(required_unless_present = "reset")]
+        values: Vec<String>,
+        /// Until the next reload or restart (the default).
+        #[arg(long, conflicts_with = "persist")]
+        runtime: bool,
+        /// Also write the values to conf.d/90-set-TENANT.toml, so they survive a restart; with
+        /// --reset, remove that file.
+        #[arg(long)]
+        persist: bool,
+        /// Drop the tenant's runtime overrides (with --persist also the persisted ones); given
+        /// keys (`--reset io.read_bps`), only those.
+        #[arg(long)]
+        reset: bool,
+        /// No daemon: apply once from this process (a later `dbcage run` or `apply` starts from
+        /// the files again unless --persist is given).
+        #[arg(long)]
+        direct: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make the running daemon re-read the policy (as SIGHUP does) and report the outcome: on
+    /// any error the running policy stays and the errors are printed (file:line:col).
+    Reload,
+    /// Start a command already inside a tenant's group (as cgexec does), so no window is left.
+    Exec {
+        tenant: String,
+        /// Start it in the tenant's exempt leaf (no IO limits).
+        #[arg(long)]
+        exempt: bool,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Measure a disk or file with direct IO as parallelism grows: IOPS, MiB/s, latency
+    /// percentiles, and the knee where p99 crosses the latency target.
+    Probe(crate::probe::ProbeArgs),
+    /// Check a tenant's IO limits by probing its devices from inside its limited group.
+    Verify(crate::probe::verify::VerifyArgs),
+    /// Write the man pages (dbcage(8), one per subcommand) into DIR; used when packaging.
+    #[command(hide = true)]
+    GenerateMan { dir: PathBuf },
+    /// Write bash, zsh and fish completions into DIR; used when packaging.
+    #[command(hide = true)]
+    GenerateCompletions { dir: PathBuf },
+    /// Convert a libcgroup setup (cgconfig.conf groups, cgrules.conf rules) into a dbcage policy,
+    /// printed on stdout; what has no equivalent becomes a comment that says why. Lines that
+    /// cannot be read are reported as FILE:LINE, and then nothing is printed unless --force.
+    /// Without options, reads /etc/cgconfig.conf and /etc/cgrules.conf (those that exist).
+    ImportLibcgroup {
+        /// cgconfig.conf to read.
+        #[arg(long, value_name = "FILE")]
+        cgconfig: Option<PathBuf>,
+        /// cgrules.conf to read.
+        #[arg(long, value_name = "FILE")]
+        cgrules: Option<PathBuf>,
+        /// Print the policy even when some lines could not be read.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Move a tenant's processes back to the parent cgroup and remove its groups.
+    Release {
+        /// Tenants to release.
+        tenants: Vec<String>,
+        /// Release every tenant and remove dbcage's root group.
+        #[arg(long, conflicts_with = "tenants")]
+        all: bool,
+    },
+}
+
+/// `--metrics`: an address, or `off` (`None`).
+#[derive(Debug, Clone, Copy)]
+pub struct MetricsAddr(pub Option<std::net::SocketAddr>);
+
+fn parse_metrics_addr(s: &str) -> Result<MetricsAddr, String> {
+    if s == "off" {
+        return Ok(MetricsAddr(None));
+    }
+    s.parse()
+        .map(|a| MetricsAddr(Some(a)))
+        .map_err(|_| format!("`{s}` is not an address; use IP:PORT such as 127.0.0.1:9477, or off"))
+}
+
+/// Writes dbcage.8 and one dbcage-SUBCOMMAND.8 per visible subcommand into `dir`, generated
+/// from the clap definition (clap_mangen). Returns the files written.
+pub fn generate_man(dir: &Path) -> Result<Vec<PathBuf>> {
+    use clap::CommandFactory;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    let mut written = Vec::new();
+    let mut render = |cmd: clap::Command, see_also: &str| -> Result<()> {
+        let man = clap_mangen::Man::new(cmd)
+            .section("8")
+            .manual("System Administration")
+            .source(format!("dbcage {}", env!("CARGO_PKG_VERSION")));
+        let path = dir.join(man.get_filename());
+        let mut buf = Vec::new();
+        man.render(&mut buf)?;
+        buf.extend_from_slice(format!(".SH \"SEE ALSO\"\n{see_also}\n").as_bytes());
+        std::fs::write(&path, buf).with_context(|| format!("cannot write {}", path.display()))?;
+        written.push(path);
+        Ok(())
+    };
+    let subs: Vec<clap::Command> = cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .cloned()
+        .collect();
+    let mut refs: Vec<String> = subs
+        .iter()
+        .map(|s| format!("\\fBdbcage\\-{}\\fR(8)", s.get_name()))
+        .collect();
+    refs.push("\\fBdbcage.toml\\fR(5)".into());
+    refs.push("\\fBsystemctl\\fR(1)".into());
+    render(cmd.clone(), &refs.join(",\n"))?;
+    for sub in subs {
+        render(sub, "\\fBdbcage\\fR(8), \\fBdbcage.toml\\fR(5)")?;
+    }
+    Ok(written)
+}
+
+/// Writes the bash (`dbcage.bash`), zsh (`_dbcage`) and fish (`dbcage.fish`) completions into
+/// `dir`, generated from the clap definition (clap_complete). Returns the files written.
+pub fn generate_completions(dir: &Path) -> Result<Vec<PathBuf>> {
+    use clap::CommandFactory;
+    use clap_complete::Shell;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    // The same command without the hidden packaging subcommands.
+    let full = Cli::command();
+    let mut cmd = clap::Command::new("dbcage")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about(full.get_about().cloned().unwrap_or_default())
+        .args(full.get_arguments().cloned())
+        .subcommands(full.get_subcommands().filter(|s| !s.is_hide_set()).cloned())
+        .subcommand_required(true);
+    [Shell::Bash, Shell::Zsh, Shell::Fish]
+        .into_iter()
+        .map(|shell| {
+            clap_complete::generate_to(shell, &mut cmd, "dbcage", dir)
+                .with_context(|| format!("cannot write {shell} completions to {}", dir.display()))
+        })
+        .collect()
+}

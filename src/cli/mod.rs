@@ -1,0 +1,631 @@
+//! The command line: parse, run, print the error chain once, exit with a documented code.
+//!
+//! Exit codes: 0 success; 1 a runtime failure (a kernel write failed, a file could not be read);
+//! 2 the policy or the command line is invalid (nothing was changed).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use serde::Serialize;
+
+pub mod args;
+mod view;
+
+use crate::usage::Invalid;
+pub use args::{generate_completions, generate_man, Cli, Command};
+use view::daemon::DaemonState;
+use view::plan::{print_apply, print_plan};
+use view::status::{print_status, StatusText, V1_WRITE_NOTE};
+
+use crate::cgroup::{self, apply};
+use crate::classify::{claims, Leaf};
+use crate::engine::{self, Adjustments};
+use crate::hostfs::HostFs;
+use crate::inventory;
+use crate::plan::{Plan, Step};
+use crate::policy::{self, PolicyErrors};
+use crate::status;
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    policy::allow_insecure_files(cli.allow_insecure_policy);
+    // The daemon logs its decisions (moves, lost events, reloads); commands only warnings.
+    let default_level = if matches!(cli.command, Command::Run { .. }) {
+        "info"
+    } else {
+        "warn"
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DBCAGE_LOG")
+                .unwrap_or_else(|_| default_level.into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            // A closed pipe (`dbcage status | head`) is not an error.
+            let broken_pipe = e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+                    || c.downcast_ref::<serde_json::Error>()
+                        .is_some_and(|j| j.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
+            });
+            if broken_pipe {
+                return ExitCode::SUCCESS;
+            }
+            if e.downcast_ref::<PolicyErrors>().is_some() || e.downcast_ref::<Invalid>().is_some() {
+                eprintln!("dbcage: {}", error_chain(&e).trim_end());
+                return ExitCode::from(2);
+            }
+            eprintln!("dbcage: {}", error_chain(&e));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The error and its causes, each once: our error types already print their kernel error, so a
+/// cause whose text is already in the message is not repeated.
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+    }
+    msg
+}
+
+fn import_libcgroup(
+    cgconfig: Option<PathBuf>,
+    cgrules: Option<PathBuf>,
+    force: bool,
+    out: &mut impl std::io::Write,
+) -> Result<ExitCode> {
+    // Explicit files must exist; the defaults are read when they do.
+    let defaults = cgconfig.is_none() && cgrules.is_none();
+    let pick = |given: Option<PathBuf>, default: &str| -> Result<Option<(PathBuf, String)>> {
+        let path = match given {
+            Some(p) => p,
+            None if defaults && Path::new(default).exists() => PathBuf::from(default),
+            None => return Ok(None),
+        };
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        Ok(Some((path, text)))
+    };
+    let cfg = pick(cgconfig, "/etc/cgconfig.conf")?;
+    let rules = pick(cgrules, "/etc/cgrules.conf")?;
+    if cfg.is_none() && rules.is_none() {
+        anyhow::bail!("neither /etc/cgconfig.conf nor /etc/cgrules.conf exists; name the files with --cgconfig and --cgrules");
+    }
+    fn input(f: &Option<(PathBuf, String)>) -> Option<crate::import::Input<'_>> {
+        f.as_ref().map(|(path, text)| crate::import::Input {
+            path: path.as_path(),
+            text: text.as_str(),
+        })
+    }
+    let imported = crate::import::convert(input(&cfg), input(&rules), &HostFs::default());
+    for e in &imported.errors {
+        eprintln!("{e}");
+    }
+    if !imported.errors.is_empty() && !force {
+        eprintln!(
+            "dbcage: {} line{} could not be read; nothing was printed (--force prints the policy without them)",
+            imported.errors.len(),
+            if imported.errors.len() == 1 { "" } else { "s" }
+        );
+        return Ok(ExitCode::from(1));
+    }
+    out.write_all(imported.policy.as_bytes())?;
+    Ok(if imported.errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    match cli.command {
+        Command::Check => check(&cli.config, &mut out),
+        Command::Plan { json } => {
+            let ctx = engine::prepare(&cli.config)?;
+            let plan = engine::plan(&ctx, &Adjustments::default())?;
+            if json {
+                serde_json::to_writer_pretty(&mut out, &plan)?;
+                writeln!(out)?;
+            } else {
+                print_plan(&mut out, &ctx, &plan)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Apply { json } => {
+            let ctx = engine::prepare(&cli.config)?;
+            let plan = engine::plan(&ctx, &Adjustments::default())?;
+            let outcome = engine::execute(&plan);
+            if json {
+                #[derive(Serialize)]
+                struct Report<'a> {
+                    plan: &'a Plan,
+                    outcome: &'a engine::Outcome,
+                }
+                serde_json::to_writer_pretty(
+                    &mut out,
+                    &Report {
+                        plan: &plan,
+                        outcome: &outcome,
+                    },
+                )?;
+                writeln!(out)?;
+            } else {
+                print_apply(&mut out, &plan, &outcome)?;
+            }
+            if outcome.errors.is_empty() {
+                Ok(ExitCode::SUCCESS)
+            } else {
+                out.flush()?;
+                bail!(
+                    "{} of the plan's steps failed (listed above)",
+                    outcome.errors.len()
+                )
+            }
+        }
+        Command::Status {
+            tenants,
+            verbose,
+            devices,
+            interval,
+            json,
+        } => show_status(
+            &cli.config,
+            &StatusArgs {
+                socket: cli.socket.clone(),
+                only: tenants,
+                verbose,
+                devices,
+                interval,
+                json,
+            },
+            &mut out,
+        ),
+        Command::Top { interval } => {
+            let (loaded, layout, fs) = engine::layout_for(&cli.config)?;
+            crate::top::run(&fs, &layout, &loaded.policy, interval)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Release { tenants, all } => release(&cli.config, &tenants, all, &mut out),
+        Command::ImportLibcgroup {
+            cgconfig,
+            cgrules,
+            force,
+        } => import_libcgroup(cgconfig, cgrules, force, &mut out),
+        Command::GenerateMan { dir } => {
+            for path in generate_man(&dir)? {
+                writeln!(out, "{}", path.display())?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::GenerateCompletions { dir } => {
+            for path in generate_completions(&dir)? {
+                writeln!(out, "{}", path.display())?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run {
+            rescan_interval,
+            fallback_interval,
+            stats_out,
+            event_buffer,
+            metrics,
+        } => {
+            crate::agent::run(crate::agent::AgentOptions {
+                config: cli.config.clone(),
+                rescan: rescan_interval,
+                fallback_rescan: fallback_interval,
+                stats_out,
+                event_buffer,
+                metrics: metrics.map(|m| m.0),
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Set {
+            tenant,
+            values,
+            runtime: _,
+            persist,
+            reset,
+            direct,
+            json,
+        } => {
+            let op = if reset {
+                if let Some(w) = values.iter().find(|w| w.contains('=')) {
+                    return Err(Invalid(format!(
+                        "`{w}`: with --reset, name the keys to drop (e.g. io.read_bps), not KEY=VALUE"
+                    ))
+                    .into());
+                }
+                crate::control::Op::Reset {
+                    tenant,
+                    persist,
+                    keys: values,
+                }
+            } else {
+                crate::control::Op::Set {
+                    tenant,
+                    values: crate::control::parse_assignments(&values).map_err(Invalid)?,
+                    persist,
+                }
+            };
+            control_request(
+                &cli.config,
+                cli.socket.as_deref(),
+                op,
+                direct,
+                json,
+                &mut out,
+            )
+        }
+        Command::Reload => control_request(
+            &cli.config,
+            cli.socket.as_deref(),
+            crate::control::Op::Reload {},
+            false,
+            false,
+            &mut out,
+        ),
+        Command::Exec {
+            tenant,
+            exempt,
+            command,
+        } => exec_in(&cli.config, &tenant, exempt, &command),
+        Command::Probe(args) => {
+            crate::probe::probe_command(&args, &mut out).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Verify(args) => crate::probe::verify::verify_command(&cli.config, &args, &mut out)
+            .map(|()| ExitCode::SUCCESS),
+    }
+}
+
+/// The control socket for this policy: `--socket`, or the one of its `agent.root`. A caller who
+/// may not read the policy (a member of the control group) gets the default root's.
+fn socket_for(config: &Path, socket: Option<&Path>) -> PathBuf {
+    if let Some(s) = socket {
+        return s.to_path_buf();
+    }
+    // Only `agent.root` is needed, and `reload` is for policies that may be broken now: read
+    // that one key from each file that parses, the last one wins as in a merge.
+    let mut files = vec![config.to_path_buf()];
+    files.extend(policy::dropin_files(config).unwrap_or_default());
+    let mut root = policy::DEFAULT_ROOT.to_string();
+    for f in files {
+        let table = std::fs::read_to_string(&f)
+            .ok()
+            .and_then(|t| t.parse::<toml::Table>().ok());
+        if let Some(r) = table
+            .as_ref()
+            .and_then(|t| t.get("agent")?.get("root")?.as_str())
+            .filter(|r| policy::check_group_name(r).is_ok())
+        {
+            root = r.to_string();
+        }
+    }
+    crate::control::socket_path(&root)
+}
+
+/// `set` and `reload`: send the request to the daemon (or, with `--direct`, apply it here).
+fn control_request(
+    config: &Path,
+    socket: Option<&Path>,
+    op: crate::control::Op,
+    direct: bool,
+    json: bool,
+    out: &mut impl std::io::Write,
+) -> Result<ExitCode> {
+    use crate::control::{client, Request, Response};
+    let reply: Response = if direct {
+        let (live, loaded) = crate::control::Live::load(config)?;
+        let prepared = engine::read_host(loaded, engine::Scan::Full)?;
+        let mut g = crate::control::Direct { live, prepared };
+        crate::control::handle(&mut g, &op, std::time::Instant::now())
+    } else {
+        let path = socket_for(config, socket);
+        match client::send(&path, &Request::new(op)) {
+            Ok(r) => r,
+            Err(e @ client::ClientError::NoDaemon { .. }) => bail!("{e}"),
+            Err(e) => return Err(e.into()),
+        }
+    };
+    if json {
+        serde_json::to_writer_pretty(&mut *out, &reply)?;
+        writeln!(out)?;
+    } else if reply.ok {
+        write!(out, "{}", reply.message)?;
+        match reply.applied_us {
+            Some(us) => writeln!(out, " (applied in {:.1} ms)", us as f64 / 1000.0)?,
+            None => writeln!(out)?,
+        }
+    }
+    if reply.ok {
+        return Ok(ExitCode::SUCCESS);
+    }
+    out.flush()?;
+    let mut msg = reply.message.clone();
+    for e in &reply.errors {
+        msg.push_str(&format!("\n  {e}"));
+    }
+    if reply.errors.is_empty() {
+        Err(Invalid(msg).into())
+    } else {
+        bail!("{msg}")
+    }
+}
+
+fn check(config: &Path, out: &mut impl std::io::Write) -> Result<ExitCode> {
+    let ctx = engine::prepare(config)?;
+    let plan = engine::plan(&ctx, &Adjustments::default())?;
+    let policy = &ctx.loaded.policy;
+    writeln!(
+        out,
+        "policy OK: {} ({} tenants)",
+        policy
+            .files
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        policy.tenants.len()
+    )?;
+    writeln!(out, "cgroup controllers: {}", ctx.layout.setup.describe())?;
+    for t in &plan.tenants {
+        let devices = &ctx.inventory.tenants[policy
+            .tenants
+            .iter()
+            .position(|x| x.name == t.name)
+            .unwrap()]
+        .devices;
+        writeln!(
+            out,
+            "tenant {}: {} processes match now; devices: {}",
+            t.name,
+            t.processes,
+            if devices.is_empty() {
+                "none".to_string()
+            } else {
+                devices
+                    .iter()
+                    .map(|d| format!("{} ({})", d.name, d.devnum))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        )?;
+    }
+    let mut warnings: Vec<String> = ctx.loaded.warnings.iter().map(|w| w.to_string()).collect();
+    warnings.extend(plan.warnings.iter().cloned());
+    // Overlaps seen on live processes: rules of two tenants that both match one process now.
+    let mut seen = std::collections::BTreeMap::new();
+    for p in &ctx.inventory.procs {
+        let c = claims(&policy.tenants, p);
+        if c.len() > 1 {
+            seen.entry(c.clone())
+                .or_insert_with(Vec::new)
+                .push(format!("{} ({})", p.pid, p.comm));
+        }
+    }
+    for (tenants, procs) in seen {
+        let names: Vec<&str> = tenants
+            .iter()
+            .map(|i| policy.tenants[*i].name.as_str())
+            .collect();
+        warnings.push(format!(
+            "rules of tenants {} overlap on {} running process(es), e.g. {}; they go to `{}`, the first in file order",
+            names.join(", "),
+            procs.len(),
+            procs.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+            names[0]
+        ));
+    }
+    for w in &warnings {
+        writeln!(out, "warning: {w}")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+struct StatusArgs {
+    socket: Option<PathBuf>,
+    only: Vec<String>,
+    verbose: bool,
+    devices: bool,
+    interval: std::time::Duration,
+    json: bool,
+}
+
+fn show_status(
+    config: &Path,
+    args: &StatusArgs,
+    out: &mut impl std::io::Write,
+) -> Result<ExitCode> {
+    let (loaded, layout, fs) = engine::layout_for(config)?;
+    let policy = &loaded.policy;
+    for name in &args.only {
+        if !policy.tenants.iter().any(|t| &t.name == name) {
+            return Err(
+                Invalid(format!("no tenant named `{name}` in {}", config.display())).into(),
+            );
+        }
+    }
+    let procs = if args.verbose {
+        policy.refresh_pid_files(&fs);
+        Some(inventory::procs::scan(&fs)?)
+    } else {
+        None
+    };
+    let mut sample = status::collect(&fs, &layout, policy, &args.only, procs.as_deref());
+    if !args.interval.is_zero() {
+        std::thread::sleep(args.interval);
+        let first = sample;
+        sample = status::collect(&fs, &layout, policy, &args.only, procs.as_deref());
+        status::with_rates(&first, &mut sample);
+    }
+    let write_note = layout.setup.write_limits_pass_buffered_writes()
+        && policy.tenants.iter().any(|t| t.sets_write_limits());
+    let (daemon, overrides) = ask_daemon(config, args.socket.as_deref());
+    let overrides: Vec<_> = overrides
+        .into_iter()
+        .filter(|o| args.only.is_empty() || args.only.contains(&o.tenant))
+        .collect();
+    if args.json {
+        #[derive(Serialize)]
+        struct Report<'a> {
+            controllers: String,
+            interval_seconds: f64,
+            tenants: &'a [status::TenantStatus],
+            notes: Vec<&'static str>,
+            /// Values in force that come from `set`, a persisted `set` or a schedule window.
+            overrides: &'a [crate::control::OverrideInfo],
+            daemon: &'a DaemonState,
+        }
+        let notes = if write_note {
+            vec![V1_WRITE_NOTE]
+        } else {
+            vec![]
+        };
+        serde_json::to_writer_pretty(
+            &mut *out,
+            &Report {
+                controllers: layout.setup.describe(),
+                interval_seconds: args.interval.as_secs_f64(),
+                tenants: &sample.tenants,
+                notes,
+                overrides: &overrides,
+                daemon: &daemon,
+            },
+        )?;
+        writeln!(out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_status(
+        out,
+        &StatusText {
+            controllers: &layout.setup.describe(),
+            daemon: &daemon,
+            tenants: &sample.tenants,
+            devices: args.devices,
+            overrides: &overrides,
+            write_note,
+        },
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One request to the daemon for `status`: its health and the overrides it has in force.
+/// Without an answer, the overrides are those the files and the clock give (persisted `set`
+/// values, schedule windows open now).
+fn ask_daemon(
+    config: &Path,
+    socket: Option<&Path>,
+) -> (DaemonState, Vec<crate::control::OverrideInfo>) {
+    use crate::control::{client, Op, Request};
+    let path = socket_for(config, socket);
+    let state = match client::send(&path, &Request::new(Op::Health {})) {
+        Ok(r) => match r.daemon {
+            Some(h) if r.ok => return (DaemonState::Running(h), r.overrides),
+            // A daemon from before `health` refuses it as unknown.
+            _ => DaemonState::Unknown {
+                reason: format!(
+                    "the daemon on {} did not report its health: {}",
+                    path.display(),
+                    r.message
+                ),
+            },
+        },
+        Err(client::ClientError::NoDaemon { .. }) => DaemonState::NotRunning {
+            socket: path.display().to_string(),
+        },
+        Err(e) => DaemonState::Unknown {
+            reason: e.to_string(),
+        },
+    };
+    let overrides = match crate::control::Live::load(config) {
+        Ok((live, loaded)) => live.overrides(&loaded.policy),
+        Err(_) => Vec::new(),
+    };
+    (state, overrides)
+}
+
+/// Creates the tenant's groups and limits if needed (without moving anyone else), puts this
+/// process in the leaf in every hierarchy, then replaces it with the command.
+fn exec_in(config: &Path, tenant: &str, exempt: bool, command: &[String]) -> Result<ExitCode> {
+    use std::os::unix::process::CommandExt;
+    policy::check_group_name(tenant).map_err(|e| Invalid(format!("tenant name: {e}")))?;
+    let ctx = engine::prepare(config)?;
+    if !ctx.loaded.policy.tenants.iter().any(|t| t.name == tenant) {
+        return Err(Invalid(format!(
+            "no tenant named `{tenant}` in {}",
+            config.display()
+        ))
+        .into());
+    }
+    let mut plan = engine::plan(&ctx, &Adjustments::default())?;
+    plan.steps.retain(|s| !matches!(s, Step::Move { .. }));
+    let outcome = engine::execute(&plan);
+    if let Some(e) = outcome.errors.into_iter().next() {
+        return Err(e).context(format!("preparing the groups of tenant `{tenant}`"));
+    }
+    let leaf = if exempt { Leaf::Exempt } else { Leaf::Limited };
+    let me = std::process::id().to_string();
+    for h in 0..ctx.layout.setup.hierarchies.len() {
+        let procs = ctx.layout.leaf_procs(h, tenant, leaf);
+        apply::write_file(&procs, &me).with_context(|| format!("joining tenant `{tenant}`"))?;
+    }
+    let err = std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .exec();
+    Err(anyhow::Error::new(err).context(format!("starting `{}`", command[0])))
+}
+
+fn release(
+    config: &Path,
+    only: &[String],
+    all: bool,
+    out: &mut impl std::io::Write,
+) -> Result<ExitCode> {
+    if only.is_empty() && !all {
+        return Err(Invalid("name the tenants to release, or give --all".into()).into());
+    }
+    let (_loaded, layout, _fs) = engine::layout_for(config)?;
+    let existing = layout.existing_tenants();
+    let names: Vec<String> = if all {
+        existing.iter().cloned().collect()
+    } else {
+        only.to_vec()
+    };
+    for n in &names {
+        policy::check_group_name(n).map_err(|e| Invalid(format!("tenant name: {e}")))?;
+        if !existing.contains(n) {
+            return Err(Invalid(format!(
+                "tenant `{n}` has no groups under `{}`; nothing to release",
+                layout.root_name
+            ))
+            .into());
+        }
+    }
+    let mut moved = 0;
+    for n in &names {
+        moved += cgroup::release_tenant(&layout, n)
+            .with_context(|| format!("releasing tenant `{n}`"))?;
+        writeln!(out, "released {n}")?;
+    }
+    if all {
+        cgroup::remove_root(&layout)?;
+    }
+    writeln!(out, "{moved} processes moved back to the parent cgroup")?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,212 @@
+//! `dbcage status` as a table.
+
+use anyhow::Result;
+
+use super::daemon::DaemonState;
+use crate::control::OverrideInfo;
+use crate::status;
+use crate::units::HumanBytes;
+
+fn mib(bytes_per_s: f64) -> String {
+    format!("{:.1}", bytes_per_s / 1048576.0)
+}
+
+/// `rate/limit (share%)`, or the rate alone without a limit.
+fn against(rate: Option<f64>, limit: Option<f64>, fmt: fn(f64) -> String) -> String {
+    match (rate, limit) {
+        (Some(r), Some(l)) if l > 0.0 => format!("{}/{} ({:.0}%)", fmt(r), fmt(l), 100.0 * r / l),
+        (Some(r), _) => fmt(r),
+        (None, Some(l)) => format!("-/{}", fmt(l)),
+        (None, None) => "-".into(),
+    }
+}
+
+pub fn print_status_table(
+    out: &mut impl std::io::Write,
+    rows: &[status::TenantStatus],
+    devices: bool,
+) -> Result<()> {
+    writeln!(
+        out,
+        "{:<12} {:>5}  {:<20} {:<20} {:<14} {:<14} {:<16} {:<20} NOTES",
+        "TENANT",
+        "PROCS",
+        "READ MiB/s",
+        "WRITE MiB/s",
+        "READ IOPS",
+        "WRITE IOPS",
+        "CPU cores",
+        "MEMORY MiB",
+    )?;
+    let f0 = |v: f64| format!("{v:.0}");
+    let f2 = |v: f64| format!("{v:.2}");
+    for r in rows {
+        let rates = r.io.rates;
+        let lim = |v: Option<u64>| v.map(|v| v as f64);
+        let mut notes = Vec::new();
+        if !r.at_limit.is_empty() {
+            notes.push(format!("AT LIMIT {}", r.at_limit.join(",")));
+        }
+        if let Some(t) = r.cpu_throttled_share.filter(|t| *t > 0.0) {
+            notes.push(format!("cpu throttled {:.0}%", t * 100.0));
+        }
+        if let Some(k) = r.memory.oom_kills.filter(|k| *k > 0) {
+            notes.push(format!("{k} OOM kills"));
+        }
+        if let Some(p) = &r.pressure {
+            let psi: Vec<String> = [("io", p.io), ("cpu", p.cpu), ("mem", p.memory)]
+                .iter()
+                .filter_map(|(n, v)| {
+                    v.filter(|v| v.some_avg10 > 0.0)
+                        .map(|v| format!("{n} {:.0}%", v.some_avg10))
+                })
+                .collect();
+            if !psi.is_empty() {
+                notes.push(format!("psi {}", psi.join(" ")));
+            }
+        }
+        if let Some(g) = &r.replication {
+            notes.push(replication_note(g));
+        }
+        writeln!(
+            out,
+            "{:<12} {:>5}  {:<20} {:<20} {:<14} {:<14} {:<16} {:<20} {}",
+            r.name,
+            r.processes,
+            against(
+                rates.map(|x| x.read_bytes_per_second),
+                lim(r.io.limits.read_bps),
+                mib
+            ),
+            against(
+                rates.map(|x| x.write_bytes_per_second),
+                lim(r.io.limits.write_bps),
+                mib
+            ),
+            against(rates.map(|x| x.read_iops), lim(r.io.limits.read_iops), f0),
+            against(rates.map(|x| x.write_iops), lim(r.io.limits.write_iops), f0),
+            against(r.cpu_cores_used, r.cpu_quota_cores, f2),
+            against(
+                r.memory.current_bytes.map(|b| b as f64),
+                r.memory_limit_bytes.map(|b| b as f64),
+                |b| format!("{:.0}", b / 1048576.0)
+            ),
+            notes.join("; ")
+        )?;
+        if devices {
+            for d in &r.devices {
+                let dr = d.rates;
+                writeln!(
+                    out,
+                    "  {:<10} {:>5}  {:<20} {:<20} {:<14} {:<14} total read {} ({} IOs), write {} ({} IOs)",
+                    d.name,
+                    d.device,
+                    against(dr.map(|x| x.read_bytes_per_second), lim(d.read_bps_limit), mib),
+                    against(dr.map(|x| x.write_bytes_per_second), lim(d.write_bps_limit), mib),
+                    against(dr.map(|x| x.read_iops), lim(d.read_iops_limit), f0),
+                    against(dr.map(|x| x.write_iops), lim(d.write_iops_limit), f0),
+                    HumanBytes(d.usage.read_bytes),
+                    d.usage.read_ios,
+                    HumanBytes(d.usage.write_bytes),
+                    d.usage.write_ios,
+                )?;
+                if let Some(b) = &d.balance {
+                    let parts: Vec<String> = b
+                        .iter()
+                        .map(|(k, v)| {
+                            format!(
+                                "{k} {:.1}% ({})",
+                                v.share * 100.0,
+                                match v.reason {
+                                    crate::balance::Reason::Demand => "demand",
+                                    crate::balance::Reason::Floor => "floor",
+                                }
+                            )
+                        })
+                        .collect();
+                    writeln!(out, "  {:<10} share of the total: {}", "", parts.join(", "))?;
+                }
+            }
+        }
+        for m in &r.members {
+            writeln!(
+                out,
+                "  {} {:>7} {:<16} {}    # {}",
+                m.leaf.dir(),
+                m.pid,
+                m.comm,
+                m.cmdline,
+                m.rule
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The replication guard's state in one `status` note: `replication lag 12.0 MiB 1.5 s` plus
+/// `BEHIND` past the threshold and the raised write limits while they hold.
+pub fn replication_note(g: &crate::replication::GuardStatus) -> String {
+    let mut s = format!(
+        "replication lag {:.1} MiB {:.1} s",
+        g.lag_bytes as f64 / 1048576.0,
+        g.lag_seconds
+    );
+    if g.behind {
+        s.push_str(" BEHIND");
+    }
+    if let Some(b) = g.raised_write_bps {
+        s.push_str(&format!(
+            ", write_bps raised to {:.0} MiB/s",
+            b as f64 / 1048576.0
+        ));
+    }
+    if let Some(i) = g.raised_write_iops {
+        s.push_str(&format!(", write_iops raised to {i}"));
+    }
+    s
+}
+
+pub const V1_WRITE_NOTE: &str = "cgroup v1 write limits bind only O_DIRECT and fsync'd writes; buffered writes without fsync are not charged to the writer and pass the limit";
+
+/// Everything `status` prints as text.
+pub struct StatusText<'a> {
+    pub controllers: &'a str,
+    pub daemon: &'a DaemonState,
+    pub tenants: &'a [status::TenantStatus],
+    /// Break IO down per device.
+    pub devices: bool,
+    pub overrides: &'a [OverrideInfo],
+    /// Tell that v1 write limits pass buffered writes.
+    pub write_note: bool,
+}
+
+pub fn print_status(out: &mut impl std::io::Write, s: &StatusText) -> Result<()> {
+    writeln!(out, "cgroup controllers: {}", s.controllers)?;
+    writeln!(out, "daemon: {}", s.daemon)?;
+    print_status_table(out, s.tenants, s.devices)?;
+    if !s.overrides.is_empty() {
+        writeln!(
+            out,
+            "overrides in force (not from the tenant tables of the policy):"
+        )?;
+        for o in s.overrides {
+            writeln!(
+                out,
+                "  {:<12} {:<16} {:<12} {}{}",
+                o.tenant,
+                o.key,
+                o.value,
+                o.source,
+                if o.detail.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {}", o.detail)
+                }
+            )?;
+        }
+    }
+    if s.write_note {
+        writeln!(out, "note: {V1_WRITE_NOTE}")?;
+    }
+    Ok(())
+}
