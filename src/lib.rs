@@ -1,7 +1,8 @@
 //! dbcage: a resource governor for database instances that share one Linux host.
 //!
-//! Flow (see ARCHITECTURE.md): policy → inventory → plan (pure) → apply (the only writer),
-//! with stats readers for status. `main.rs` is a thin CLI over `cli`.
+//! Flow (see ARCHITECTURE.md, which also gives the layers a module may import from): policy +
+//! inventory + snapshot → plan (pure) → apply, all through `engine`; the cgroup drivers own both
+//! the writes of a limit and the readers of what is in force. `main.rs` is a thin CLI over `cli`.
 
 pub mod agent;
 pub mod balance;
@@ -24,3 +25,6 @@ pub mod status;
 pub mod top;
 pub mod units;
 pub mod usage;
+
+#[cfg(test)]
+mod tests_architecture;
