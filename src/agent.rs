@@ -33,7 +33,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 pub struct AgentOptions {
-    pub config: PathBuf,
+    pub config: crate::policy::PolicyPath,
     /// Full rescan period (the safety net).
     pub rescan: Duration,
     /// Rescan period when the proc connector is unavailable.
@@ -96,7 +96,8 @@ fn percentiles(h: &Histogram<u64>, scale: f64) -> Percentiles {
     }
 }
 
-struct Agent {
+/// The daemon's state (the policy section that configures it is `policy::Agent`).
+struct Daemon {
     opts: AgentOptions,
     ctx: Prepared,
     /// What the balancer and the replication guard lay over the policy: every plan uses it.
@@ -223,7 +224,7 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
 }
 
-impl Agent {
+impl Daemon {
     /// Lets the metrics endpoint see the current policy and layout.
     fn publish(&self) {
         let mut view = self.shared.view.write().unwrap_or_else(|e| e.into_inner());
@@ -541,7 +542,7 @@ impl Agent {
     }
 }
 
-impl crate::control::Governor for Agent {
+impl crate::control::Governor for Daemon {
     type Staged = (Prepared, Plan);
     fn live(&self) -> &crate::control::Live {
         &self.live
@@ -631,7 +632,7 @@ fn watch_dirs(policy: &crate::policy::Policy) -> Option<Inotify> {
 /// The agent, shared by the main loop and the event thread. A panic on one thread leaves the
 /// state as consistent as any single step does (each event is handled on its own), so the
 /// other thread goes on with it rather than stopping the daemon.
-fn lock(agent: &Mutex<Agent>) -> MutexGuard<'_, Agent> {
+fn lock(agent: &Mutex<Daemon>) -> MutexGuard<'_, Daemon> {
     agent.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -686,7 +687,7 @@ impl Waker {
 /// The event thread: waits in recv on the connector socket and handles each datagram as it
 /// comes, with the agent locked. It owns the socket alone, so an event costs one recv and no
 /// poll; signals, timers, re-checks and the control socket stay on the main loop.
-fn event_loop(mut connector: Connector, agent: &Mutex<Agent>, waker: &Waker) {
+fn event_loop(mut connector: Connector, agent: &Mutex<Daemon>, waker: &Waker) {
     let mut events = Vec::with_capacity(64);
     loop {
         events.clear();
@@ -803,7 +804,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         }
     }
     let ctx_fs = ctx.fs.clone();
-    let mut agent = Agent {
+    let mut agent = Daemon {
         shared,
         ctx,
         adjust: Adjustments::default(),
@@ -881,7 +882,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             })
             .context("starting the process-event thread")?;
     }
-    let period = |a: &Agent| {
+    let period = |a: &Daemon| {
         if a.connected {
             a.opts.rescan
         } else {

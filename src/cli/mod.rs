@@ -26,12 +26,11 @@ use crate::engine::{self, Adjustments};
 use crate::hostfs::HostFs;
 use crate::inventory;
 use crate::plan::{Plan, Step};
-use crate::policy::{self, PolicyErrors};
+use crate::policy::{self, FileTrust, PolicyErrors, PolicyPath};
 use crate::status;
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    policy::allow_insecure_files(cli.allow_insecure_policy);
     // The daemon logs its decisions (moves, lost events, reloads); commands only warnings.
     let default_level = if matches!(cli.command, Command::Run { .. }) {
         "info"
@@ -134,10 +133,16 @@ fn import_libcgroup(
 
 fn run(cli: Cli) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
+    let trust = if cli.allow_insecure_policy {
+        FileTrust::Any
+    } else {
+        FileTrust::RootOnly
+    };
+    let config = PolicyPath::new(cli.config.clone(), trust);
     match cli.command {
-        Command::Check => check(&cli.config, &mut out),
+        Command::Check => check(&config, &mut out),
         Command::Plan { json } => {
-            let ctx = engine::prepare(&cli.config)?;
+            let ctx = engine::prepare(&config)?;
             let plan = engine::plan(&ctx, &Adjustments::default())?;
             if json {
                 serde_json::to_writer_pretty(&mut out, &plan)?;
@@ -148,7 +153,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Apply { json } => {
-            let ctx = engine::prepare(&cli.config)?;
+            let ctx = engine::prepare(&config)?;
             let plan = engine::plan(&ctx, &Adjustments::default())?;
             let outcome = engine::execute(&plan);
             if json {
@@ -185,7 +190,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             interval,
             json,
         } => show_status(
-            &cli.config,
+            &config,
             &StatusArgs {
                 socket: cli.socket.clone(),
                 only: tenants,
@@ -197,11 +202,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             &mut out,
         ),
         Command::Top { interval } => {
-            let (loaded, layout, fs) = engine::layout_for(&cli.config)?;
+            let (loaded, layout, fs) = engine::layout_for(&config)?;
             crate::top::run(&fs, &layout, &loaded.policy, interval)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Release { tenants, all } => release(&cli.config, &tenants, all, &mut out),
+        Command::Release { tenants, all } => release(&config, &tenants, all, &mut out),
         Command::ImportLibcgroup {
             cgconfig,
             cgrules,
@@ -227,7 +232,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             metrics,
         } => {
             crate::agent::run(crate::agent::AgentOptions {
-                config: cli.config.clone(),
+                config: config.clone(),
                 rescan: rescan_interval,
                 fallback_rescan: fallback_interval,
                 stats_out,
@@ -264,17 +269,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     persist,
                 }
             };
-            control_request(
-                &cli.config,
-                cli.socket.as_deref(),
-                op,
-                direct,
-                json,
-                &mut out,
-            )
+            control_request(&config, cli.socket.as_deref(), op, direct, json, &mut out)
         }
         Command::Reload => control_request(
-            &cli.config,
+            &config,
             cli.socket.as_deref(),
             crate::control::Op::Reload {},
             false,
@@ -285,11 +283,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             tenant,
             exempt,
             command,
-        } => exec_in(&cli.config, &tenant, exempt, &command),
+        } => exec_in(&config, &tenant, exempt, &command),
         Command::Probe(args) => {
             crate::probe::probe_command(&args, &mut out).map(|()| ExitCode::SUCCESS)
         }
-        Command::Verify(args) => crate::probe::verify::verify_command(&cli.config, &args, &mut out)
+        Command::Verify(args) => crate::probe::verify::verify_command(&config, &args, &mut out)
             .map(|()| ExitCode::SUCCESS),
     }
 }
@@ -322,7 +320,7 @@ fn socket_for(config: &Path, socket: Option<&Path>) -> PathBuf {
 
 /// `set` and `reload`: send the request to the daemon (or, with `--direct`, apply it here).
 fn control_request(
-    config: &Path,
+    config: &PolicyPath,
     socket: Option<&Path>,
     op: crate::control::Op,
     direct: bool,
@@ -368,7 +366,7 @@ fn control_request(
     }
 }
 
-fn check(config: &Path, out: &mut impl std::io::Write) -> Result<ExitCode> {
+fn check(config: &PolicyPath, out: &mut impl std::io::Write) -> Result<ExitCode> {
     let ctx = engine::prepare(config)?;
     let plan = engine::plan(&ctx, &Adjustments::default())?;
     let policy = &ctx.loaded.policy;
@@ -448,7 +446,7 @@ struct StatusArgs {
 }
 
 fn show_status(
-    config: &Path,
+    config: &PolicyPath,
     args: &StatusArgs,
     out: &mut impl std::io::Write,
 ) -> Result<ExitCode> {
@@ -529,7 +527,7 @@ fn show_status(
 /// Without an answer, the overrides are those the files and the clock give (persisted `set`
 /// values, schedule windows open now).
 fn ask_daemon(
-    config: &Path,
+    config: &PolicyPath,
     socket: Option<&Path>,
 ) -> (DaemonState, Vec<crate::control::OverrideInfo>) {
     use crate::control::{client, Op, Request};
@@ -562,7 +560,12 @@ fn ask_daemon(
 
 /// Creates the tenant's groups and limits if needed (without moving anyone else), puts this
 /// process in the leaf in every hierarchy, then replaces it with the command.
-fn exec_in(config: &Path, tenant: &str, exempt: bool, command: &[String]) -> Result<ExitCode> {
+fn exec_in(
+    config: &PolicyPath,
+    tenant: &str,
+    exempt: bool,
+    command: &[String],
+) -> Result<ExitCode> {
     use std::os::unix::process::CommandExt;
     policy::check_group_name(tenant).map_err(|e| Invalid(format!("tenant name: {e}")))?;
     let ctx = engine::prepare(config)?;
@@ -592,7 +595,7 @@ fn exec_in(config: &Path, tenant: &str, exempt: bool, command: &[String]) -> Res
 }
 
 fn release(
-    config: &Path,
+    config: &PolicyPath,
     only: &[String],
     all: bool,
     out: &mut impl std::io::Write,

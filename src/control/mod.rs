@@ -266,9 +266,10 @@ fn plan_change(live: &Live, current: &Policy, op: &Op) -> Result<Option<Change>,
             }))
         }
         Op::Reload {} => {
-            let sources = policy::read_sources(&live.config).map_err(errors_text)?;
+            let sources = policy::read_sources(&live.config, live.trust).map_err(errors_text)?;
             let fresh = Live {
                 config: live.config.clone(),
+                trust: live.trust,
                 sources,
                 runtime: BTreeMap::new(),
                 windows: Vec::new(),

@@ -31,6 +31,7 @@ cpu.cores = 4
 fn live() -> Live {
     Live {
         config: PathBuf::from("/nonexistent/dbcage.toml"),
+        trust: crate::policy::FileTrust::RootOnly,
         sources: vec![(PathBuf::from("/nonexistent/dbcage.toml"), POLICY.into())],
         runtime: BTreeMap::new(),
         windows: Vec::new(),

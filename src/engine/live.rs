@@ -14,7 +14,9 @@ use anyhow::Result;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::policy::{self, schedule, Loaded, Overlay, Policy, SystemAccounts, Tenant};
+use crate::policy::{
+    self, schedule, FileTrust, Loaded, Overlay, Policy, PolicyPath, SystemAccounts, Tenant,
+};
 
 /// The drop-in `set --persist` writes for a tenant.
 pub fn persist_path(config: &Path, tenant: &str) -> PathBuf {
@@ -194,6 +196,8 @@ pub fn value_in_force(t: &Tenant, key: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct Live {
     pub config: PathBuf,
+    /// Whether the files must be root's (see `policy::FileTrust`); a reload reads them so too.
+    pub trust: FileTrust,
     pub sources: Vec<(PathBuf, String)>,
     /// tenant → key → value, as given to `set` (validated with the policy).
     pub runtime: BTreeMap<String, BTreeMap<String, String>>,
@@ -210,10 +214,11 @@ pub fn now_local() -> DateTime<chrono::Local> {
 
 impl Live {
     /// Reads the policy files and lays the windows open now over them.
-    pub fn load(config: &Path) -> Result<(Live, Loaded)> {
-        let sources = policy::read_sources(config)?;
+    pub fn load(config: &PolicyPath) -> Result<(Live, Loaded)> {
+        let sources = policy::read_sources(config, config.trust)?;
         let live = Live {
-            config: config.to_path_buf(),
+            config: config.path.clone(),
+            trust: config.trust,
             sources,
             runtime: BTreeMap::new(),
             windows: Vec::new(),

@@ -11,7 +11,6 @@ pub mod live;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use anyhow::{Context, Result};
 
@@ -20,7 +19,7 @@ use crate::classify::classify;
 use crate::hostfs::HostFs;
 use crate::inventory::{self, Inventory};
 use crate::plan::{self, Plan, Shares};
-use crate::policy::{IoLimits, Loaded, Policy, PolicyErrors};
+use crate::policy::{IoLimits, Loaded, Policy, PolicyErrors, PolicyPath};
 
 pub use apply::{execute, Outcome};
 
@@ -71,13 +70,13 @@ pub enum Scan {
 
 /// The policy files with the schedule windows open now laid over them (what the daemon starts
 /// from; its runtime `set` values are the daemon's alone).
-pub fn load_policy(config: &Path) -> Result<Loaded> {
+pub fn load_policy(config: &PolicyPath) -> Result<Loaded> {
     Ok(live::Live::load(config)?.1)
 }
 
 /// Loads the policy, reads the host and finds the cgroup layout. Device problems are policy
 /// errors (exit 2): a policy that names a missing disk applies nothing.
-pub fn prepare(config: &Path) -> Result<Prepared> {
+pub fn prepare(config: &PolicyPath) -> Result<Prepared> {
     read_host(load_policy(config)?, Scan::Full)
 }
 
@@ -100,7 +99,7 @@ pub fn read_host(loaded: Loaded, scan: Scan) -> Result<Prepared> {
 
 /// The policy and the cgroup layout, without the host scan `prepare` does (for commands that
 /// only read the cgroups: `status`, `top`, `release`).
-pub fn layout_for(config: &Path) -> Result<(Loaded, Layout, HostFs)> {
+pub fn layout_for(config: &PolicyPath) -> Result<(Loaded, Layout, HostFs)> {
     let fs = HostFs::default();
     let loaded = load_policy(config)?;
     let mounts = inventory::MountTable::read(&fs).context("reading /proc/self/mountinfo")?;

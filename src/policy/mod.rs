@@ -378,23 +378,50 @@ pub fn dropin_dir(policy_file: &Path) -> PathBuf {
 
 /// Reads the policy file and its drop-ins (`conf.d/*.toml`, in name order) and validates them.
 pub fn load(path: &Path, accounts: &dyn Accounts) -> Result<Loaded, PolicyErrors> {
-    validate::from_sources(&read_sources(path)?, accounts)
+    validate::from_sources(&read_sources(path, FileTrust::RootOnly)?, accounts)
 }
 
-static INSECURE_ALLOWED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Whether the policy files must be trusted: root's, and writable by no one else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FileTrust {
+    /// Refuse files that are not root's or that group or others may write (the default).
+    #[default]
+    RootOnly,
+    /// `--allow-insecure-policy`: read them whatever their owner and mode (development).
+    Any,
+}
 
-/// `--allow-insecure-policy`: read policy files whatever their owner and mode (development).
-pub fn allow_insecure_files(allow: bool) {
-    INSECURE_ALLOWED.store(allow, std::sync::atomic::Ordering::Relaxed);
+/// Where the policy is read from (the main file; drop-ins in `conf.d/` beside it) and how far
+/// its files are trusted. Derefs to the path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyPath {
+    pub path: PathBuf,
+    pub trust: FileTrust,
+}
+
+impl PolicyPath {
+    pub fn new(path: impl Into<PathBuf>, trust: FileTrust) -> PolicyPath {
+        PolicyPath {
+            path: path.into(),
+            trust,
+        }
+    }
+}
+
+impl std::ops::Deref for PolicyPath {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
 }
 
 /// A policy file, `conf.d` or the directory that holds them must be owned by root and not
 /// writable by group or others (a directory with the sticky bit, such as /tmp, is fine: others
 /// cannot replace root's files in it): whoever can write them can change every limit and, through
 /// `exe` rules and storage globs, steer a daemon that runs as root.
-pub fn check_trusted(path: &Path) -> Result<(), String> {
+pub fn check_trusted(path: &Path, trust: FileTrust) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
-    if INSECURE_ALLOWED.load(std::sync::atomic::Ordering::Relaxed) {
+    if trust == FileTrust::Any {
         return Ok(());
     }
     let md = std::fs::metadata(path)
@@ -432,23 +459,23 @@ pub struct Overlay {
 }
 
 /// Reads the policy file and its drop-ins as text, in merge order (what `load` validates).
-pub fn read_sources(path: &Path) -> Result<Vec<(PathBuf, String)>, PolicyErrors> {
+pub fn read_sources(path: &Path, trust: FileTrust) -> Result<Vec<(PathBuf, String)>, PolicyErrors> {
     let general = |m: String| PolicyErrors(vec![Problem::general(m)]);
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    check_trusted(parent).map_err(general)?;
-    check_trusted(path).map_err(general)?;
+    check_trusted(parent, trust).map_err(general)?;
+    check_trusted(path, trust).map_err(general)?;
     let main = std::fs::read_to_string(path)
         .map_err(|e| general(format!("cannot read policy {}: {e}", path.display())))?;
     let mut sources = vec![(path.to_path_buf(), main)];
     let dir = dropin_dir(path);
     if dir.is_dir() {
-        check_trusted(&dir).map_err(general)?;
+        check_trusted(&dir, trust).map_err(general)?;
     }
     for p in dropin_files(path).map_err(general)? {
-        check_trusted(&p).map_err(general)?;
+        check_trusted(&p, trust).map_err(general)?;
         let text = std::fs::read_to_string(&p)
             .map_err(|e| general(format!("cannot read drop-in {}: {e}", p.display())))?;
         sources.push((p, text));
