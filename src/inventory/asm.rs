@@ -29,11 +29,63 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 pub use crate::policy::asm::AsmSpec;
 
+/// Why a diskgroup's disks could not be listed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AsmError {
+    /// The entry's text (`AsmSpec::parse`) or a listed disk outside the diskstring.
+    #[error("{0}")]
+    Spec(String),
+    #[error("diskgroup {diskgroup}: asmcmd is not in PATH and /etc/oratab has no +ASM home; list the disks with asm_disks instead")]
+    NoAsmcmd { diskgroup: String },
+    #[error("diskgroup {diskgroup}: {} lsdsk: {reason}", asmcmd.display())]
+    Lsdsk {
+        diskgroup: String,
+        asmcmd: PathBuf,
+        reason: RunError,
+    },
+    #[error("diskgroup {diskgroup}: {reason}")]
+    Listing {
+        diskgroup: String,
+        reason: ListingError,
+    },
+}
+
+/// Why running asmcmd failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    /// Reading asmcmd's metadata, starting it or waiting for it (the kernel's message).
+    #[error("{0}")]
+    Io(String),
+    #[error("no answer within {0}s, stopped")]
+    Timeout(u64),
+    #[error("{status}: {why}")]
+    Failed {
+        status: std::process::ExitStatus,
+        why: String,
+    },
+}
+
+/// What is wrong with asmcmd's listing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ListingError {
+    /// A line that is not one disk (an error asmcmd printed with status 0, or several columns).
+    #[error("asmcmd: {0}")]
+    Line(String),
+    #[error("asmcmd lists no disks")]
+    Empty,
+}
+
+impl From<std::io::Error> for RunError {
+    fn from(e: std::io::Error) -> RunError {
+        RunError::Io(e.to_string())
+    }
+}
+
 /// The disks in `asmcmd lsdsk --suppressheader` output, one per line. asmcmd reports some
 /// failures on stdout with status 0 (`ASMCMD-8001: diskgroup 'X' does not exist or is not
 /// mounted`, `Connected to an idle instance.`): those, and any line with more than one column,
 /// are errors. An empty listing is an error too: a mounted diskgroup has disks.
-pub fn parse_lsdsk(text: &str) -> Result<Vec<String>, String> {
+pub fn parse_lsdsk(text: &str) -> Result<Vec<String>, ListingError> {
     let mut disks = Vec::new();
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
         if line.starts_with("ASMCMD-")
@@ -41,7 +93,7 @@ pub fn parse_lsdsk(text: &str) -> Result<Vec<String>, String> {
             || line.starts_with("Connected to an idle instance")
             || line.split_whitespace().count() != 1
         {
-            return Err(format!("asmcmd: {line}"));
+            return Err(ListingError::Line(line.to_string()));
         }
         if line == "Path" {
             continue; // the header, if --suppressheader was not honoured
@@ -49,7 +101,7 @@ pub fn parse_lsdsk(text: &str) -> Result<Vec<String>, String> {
         disks.push(line.to_string());
     }
     if disks.is_empty() {
-        return Err("asmcmd lists no disks".into());
+        return Err(ListingError::Empty);
     }
     Ok(disks)
 }
@@ -142,7 +194,7 @@ impl AsmSpec {
 /// The device paths of the diskgroup's disks, from asmcmd. A successful answer is reused for
 /// five minutes, or until the set of devices the diskstring matches changes (a new LUN shows
 /// up there before ASM can add it); failures are retried at the next resolution.
-pub fn list_disks(fs: &HostFs, spec: &AsmSpec) -> Result<Vec<String>, String> {
+pub fn list_disks(fs: &HostFs, spec: &AsmSpec) -> Result<Vec<String>, AsmError> {
     let key = (fs.root().to_path_buf(), spec.clone());
     let candidates = spec.candidates(fs);
     let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
@@ -158,27 +210,29 @@ pub fn list_disks(fs: &HostFs, spec: &AsmSpec) -> Result<Vec<String>, String> {
     Ok(disks)
 }
 
-fn list_disks_now(fs: &HostFs, spec: &AsmSpec) -> Result<Vec<String>, String> {
-    let cmd = find_asmcmd(fs).ok_or_else(|| {
-        format!(
-            "diskgroup {}: asmcmd is not in PATH and /etc/oratab has no +ASM home; list the disks with asm_disks instead",
-            spec.diskgroup
-        )
+fn list_disks_now(fs: &HostFs, spec: &AsmSpec) -> Result<Vec<String>, AsmError> {
+    let diskgroup = || spec.diskgroup.clone();
+    let cmd = find_asmcmd(fs).ok_or_else(|| AsmError::NoAsmcmd {
+        diskgroup: diskgroup(),
     })?;
-    let out = run(fs, &cmd, &spec.diskgroup).map_err(|e| {
-        format!(
-            "diskgroup {}: {} lsdsk: {e}",
-            spec.diskgroup,
-            cmd.path.display()
-        )
+    let out = run(fs, &cmd, &spec.diskgroup).map_err(|reason| AsmError::Lsdsk {
+        diskgroup: diskgroup(),
+        asmcmd: cmd.path.clone(),
+        reason,
     })?;
-    let disks = parse_lsdsk(&out).map_err(|e| format!("diskgroup {}: {e}", spec.diskgroup))?;
-    disks.iter().map(|d| spec.disk_path(d)).collect()
+    let disks = parse_lsdsk(&out).map_err(|reason| AsmError::Listing {
+        diskgroup: diskgroup(),
+        reason,
+    })?;
+    disks
+        .iter()
+        .map(|d| spec.disk_path(d).map_err(AsmError::Spec))
+        .collect()
 }
 
-fn run(fs: &HostFs, cmd: &Asmcmd, group: &str) -> Result<String, String> {
+fn run(fs: &HostFs, cmd: &Asmcmd, group: &str) -> Result<String, RunError> {
     let exe = fs.path(&cmd.path);
-    let meta = std::fs::metadata(&exe).map_err(|e| e.to_string())?;
+    let meta = std::fs::metadata(&exe)?;
     let mut c = Command::new(&exe);
     c.args(["lsdsk", "-G", group, "--suppressheader"])
         .stdin(Stdio::null())
@@ -195,7 +249,7 @@ fn run(fs: &HostFs, cmd: &Asmcmd, group: &str) -> Result<String, String> {
     if meta.uid() != 0 && nix::unistd::geteuid().is_root() {
         c.uid(meta.uid()).gid(meta.gid());
     }
-    let mut child = c.spawn().map_err(|e| e.to_string())?;
+    let mut child = c.spawn()?;
     let mut stdout = child.stdout.take().expect("piped");
     let mut stderr = child.stderr.take().expect("piped");
     let reader = std::thread::spawn(move || {
@@ -210,12 +264,12 @@ fn run(fs: &HostFs, cmd: &Asmcmd, group: &str) -> Result<String, String> {
     });
     let start = Instant::now();
     let status = loop {
-        match child.try_wait().map_err(|e| e.to_string())? {
+        match child.try_wait()? {
             Some(s) => break s,
             None if start.elapsed() > TIMEOUT => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("no answer within {}s, stopped", TIMEOUT.as_secs()));
+                return Err(RunError::Timeout(TIMEOUT.as_secs()));
             }
             None => std::thread::sleep(Duration::from_millis(20)),
         }
@@ -228,7 +282,10 @@ fn run(fs: &HostFs, cmd: &Asmcmd, group: &str) -> Result<String, String> {
             .chain(out.lines())
             .find(|l| !l.trim().is_empty())
             .unwrap_or("");
-        return Err(format!("{status}: {why}"));
+        return Err(RunError::Failed {
+            status,
+            why: why.to_string(),
+        });
     }
     Ok(out)
 }

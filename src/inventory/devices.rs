@@ -43,7 +43,10 @@ pub enum DeviceError {
         fs_source: String,
     },
     #[error("storage `{entry}`: {reason}")]
-    Asm { entry: String, reason: String },
+    Asm {
+        entry: String,
+        reason: super::asm::AsmError,
+    },
     #[error("storage path `{path}` is on device {devnum}, which the kernel does not list in /sys/dev/block")]
     UnknownDevice { path: String, devnum: DevNum },
 }
@@ -87,7 +90,8 @@ pub fn resolve_entry(
             entry: path.into(),
             reason,
         };
-        let spec = super::asm::AsmSpec::parse(spec).map_err(asm_err)?;
+        let spec =
+            super::asm::AsmSpec::parse(spec).map_err(|e| asm_err(super::asm::AsmError::Spec(e)))?;
         let disks = super::asm::list_disks(fs, &spec).map_err(asm_err)?;
         let mut out = Vec::new();
         for d in disks {
