@@ -321,6 +321,7 @@ pub fn build_with(
         if let Some(d) = memory_driver {
             plan.warnings.extend(d.memory_warnings(t, layout, snap));
         }
+        host_warnings(&mut plan.warnings, t, inv);
         plan.tenants.push(TenantSummary {
             name: t.name.clone(),
             settings,
@@ -386,6 +387,31 @@ pub fn build_with(
     plan.steps
         .extend(moves(policy, &inv.procs, layout, snap, &placements));
     Ok(plan)
+}
+
+/// Limits the host can never reach: they never bind, which a user should hear before relying
+/// on them.
+fn host_warnings(warnings: &mut Vec<String>, t: &Tenant, inv: &Inventory) {
+    let online = inv.numa.online_cpus.len();
+    if let Some(cores) = t.cpu.cores {
+        if t.cpu.cpus.is_none() && online > 0 && cores > online as f64 {
+            warnings.push(format!(
+                "tenant `{}`: cpu.cores = {cores} is more than this host's {online} online cpus: the quota never binds",
+                t.name
+            ));
+        }
+    }
+    if let (Some(max), Some(total)) = (&t.memory.max, inv.mem_total) {
+        if max.value > total {
+            warnings.push(format!(
+                "{}: tenant `{}`: memory.max {} is more than this host's memory ({}): it never binds; the host runs out first",
+                max.origin,
+                t.name,
+                HumanBytes(max.value),
+                HumanBytes(total)
+            ));
+        }
+    }
 }
 
 /// Groups to create, parents before children, in every hierarchy.

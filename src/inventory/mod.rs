@@ -31,6 +31,16 @@ pub struct Inventory {
     pub numa: NumaTopology,
     pub procs: Vec<ProcInfo>,
     pub mounts: MountTable,
+    /// The host's memory (`MemTotal` of /proc/meminfo), in bytes; `None` when unreadable.
+    pub mem_total: Option<u64>,
+}
+
+/// `MemTotal` of a /proc/meminfo text, in bytes.
+pub fn parse_mem_total(meminfo: &str) -> Option<u64> {
+    meminfo.lines().find_map(|l| {
+        let kib = l.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?;
+        kib.trim().parse::<u64>().ok().map(|k| k * 1024)
+    })
 }
 
 /// Resolves every tenant's storage. Problems carry the policy location of the path at fault.
@@ -93,12 +103,17 @@ pub fn gather(
         ..needed
     };
     let procs = procs::scan_fields(fs, fields).context("scanning /proc")?;
+    let mem_total = fs
+        .read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| parse_mem_total(&t));
     Ok((
         Inventory {
             tenants,
             numa,
             procs,
             mounts,
+            mem_total,
         },
         problems,
     ))

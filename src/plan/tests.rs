@@ -192,6 +192,7 @@ fn inventory(policy: &Policy, devices: &[Vec<DevNum>], procs: Vec<ProcInfo>) -> 
         },
         procs,
         mounts: Default::default(),
+        mem_total: None,
     }
 }
 
@@ -890,6 +891,45 @@ fn v1_write_limit_and_memory_warnings() {
     let w = plan.warnings.join("\n");
     assert!(w.contains("bx1") && w.contains("O_DIRECT"), "{w}");
     assert!(w.contains("memory.soft_limit_in_bytes"), "{w}");
+}
+
+/// memory.max above the host's memory and a quota above its online cpus never bind: warnings.
+#[test]
+fn limits_beyond_the_host_warn() {
+    let text = "[[tenant]]\nname = \"pg\"\n[[tenant.match]]\ncomm = \"^postgres\"\n\
+                [tenant.cpu]\ncores = 7\n[tenant.memory]\nmax = \"1TB\"\n";
+    let p = policy(text);
+    let host = Host::new(&p);
+    let mut inv = inventory(&p, &[vec![]], vec![]);
+    inv.mem_total = Some(23 << 30);
+    let plan = build(&p, &inv, &host.layout, &Snapshot::default()).unwrap();
+    let w = plan.warnings.join("\n");
+    assert!(
+        w.contains("tenant `pg`: memory.max 931.32GiB is more than this host's memory (23GiB)"),
+        "{w}"
+    );
+    assert!(
+        w.starts_with("dbcage.toml:8:7: ") || w.contains("\ndbcage.toml:8:7: "),
+        "{w}"
+    );
+    assert!(
+        w.contains("cpu.cores = 7 is more than this host's 2 online cpus"),
+        "{w}"
+    );
+    inv.mem_total = Some(2 << 40);
+    let plan = build(&p, &inv, &host.layout, &Snapshot::default()).unwrap();
+    assert!(
+        !plan.warnings.join("\n").contains("memory.max"),
+        "{:?}",
+        plan.warnings
+    );
+}
+
+#[test]
+fn parse_mem_total_reads_kib() {
+    let m = "MemTotal:       24557428 kB\nMemFree:         1000 kB\n";
+    assert_eq!(crate::inventory::parse_mem_total(m), Some(24557428 * 1024));
+    assert_eq!(crate::inventory::parse_mem_total("MemFree: 1 kB\n"), None);
 }
 
 #[test]

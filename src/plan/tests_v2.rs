@@ -115,6 +115,7 @@ fn inventory(p: &Policy, devices: &[DevNum]) -> Inventory {
             start_time: 1,
         }],
         mounts: Default::default(),
+        mem_total: None,
     }
 }
 

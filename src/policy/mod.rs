@@ -6,6 +6,7 @@
 //! lists all of them. A policy with any error is never applied.
 
 pub mod asm;
+pub(crate) mod keys;
 mod preset;
 pub mod raw;
 pub mod replication;

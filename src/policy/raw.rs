@@ -1,13 +1,13 @@
 //! The policy exactly as serde reads it: strings where the user wrote strings, every value with
-//! its location, unknown keys rejected. `super::validate` turns this into a `Policy`; nothing past
-//! that line sees a string that should have been a number.
+//! its location. `super::validate` turns this into a `Policy`; nothing past that line sees a
+//! string that should have been a number. Unknown keys are not refused here (serde would stop at
+//! the first): `super::keys` reports every one of them, with suggestions, before this is read.
 
 use serde::Deserialize;
 
 use super::source::Loc;
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawFile {
     pub agent: Option<RawAgent>,
     #[serde(default, rename = "tenant")]
@@ -15,7 +15,6 @@ pub struct RawFile {
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawAgent {
     /// Name of the cgroup under which every tenant lives (default `dbcage`).
     pub root: Option<Loc<String>>,
@@ -28,7 +27,6 @@ pub struct RawAgent {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawTenant {
     pub name: Loc<String>,
     /// A database preset (`"postgres"`, ...) that adds match rules and storage; see `preset`.
@@ -90,7 +88,6 @@ impl OneOrMany {
 /// One time window and the limit keys that hold inside it (`io.read_bps = "400MiB"`, written as
 /// dotted keys, so `io`, `cpu` and `memory` are tables here).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawSchedule {
     /// `"Mon-Fri"`, `"Sat,Sun"`, `"Fri-Mon"`; every day when absent.
     pub days: Option<Loc<String>>,
@@ -104,7 +101,6 @@ pub struct RawSchedule {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawRule {
     pub cmdline: Option<Loc<String>>,
     pub comm: Option<Loc<String>>,
@@ -147,7 +143,6 @@ pub struct RawIoValues {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawIo {
     pub read_bps: Option<Loc<Quantity>>,
     pub write_bps: Option<Loc<Quantity>>,
@@ -167,7 +162,6 @@ pub struct RawIo {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawIoDevice {
     pub path: Loc<String>,
     pub read_bps: Option<Loc<Quantity>>,
@@ -197,7 +191,6 @@ io_values!(RawIoDevice);
 
 /// `[tenant.replication]`, replaced whole by a drop-in.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawReplication {
     /// `"primary"` or `"standby"`.
     pub role: Loc<String>,
@@ -220,7 +213,6 @@ pub struct RawReplication {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawCpu {
     pub cpus: Option<Loc<String>>,
     pub numa_nodes: Option<Loc<Vec<i64>>>,
@@ -229,7 +221,6 @@ pub struct RawCpu {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawMemory {
     pub max: Option<Loc<Quantity>>,
     pub high: Option<Loc<Quantity>>,

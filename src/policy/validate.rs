@@ -139,21 +139,35 @@ pub(super) fn from_sources_with(
     let mut problems = Vec::new();
     let mut files = Vec::new();
     let mut fragments = Vec::new();
+    // Every file is read as far as it can be, so one run lists the syntax errors of each file,
+    // every unknown key, and (when every file could be read) every validation problem.
+    let mut unreadable = false;
     for (i, (path, text)) in sources.iter().chain(&overlay.fragments).enumerate() {
         let idx = map.add(path, text);
+        let toml_problem = |e: toml::de::Error| {
+            let msg = e.message().trim().to_string();
+            match e.span() {
+                Some(span) => Problem::at(&map.origin(idx, &span), msg),
+                None => Problem::general(format!("{}: {msg}", path.display())),
+            }
+        };
+        // A file the key walk cannot read (a syntax error, a TOML date where a string belongs)
+        // gets its error from the typed read below, which words it best.
+        if let Ok(doc) = with_current_file(idx, || toml::from_str::<super::keys::Node>(text)) {
+            for (key, msg) in super::keys::unknown_keys(&doc) {
+                problems.push(Problem::at(&map.origin(idx, &key.span), msg));
+            }
+        }
         match with_current_file(idx, || toml::from_str::<RawFile>(text)) {
             Ok(f) if i < sources.len() => files.push(f),
             Ok(f) => fragments.push(f),
             Err(e) => {
-                let msg = e.message().trim().to_string();
-                problems.push(match e.span() {
-                    Some(span) => Problem::at(&map.origin(idx, &span), msg),
-                    None => Problem::general(format!("{}: {msg}", path.display())),
-                });
+                problems.push(toml_problem(e));
+                unreadable = true;
             }
         }
     }
-    if !problems.is_empty() {
+    if unreadable {
         return Err(PolicyErrors(problems));
     }
 
@@ -214,13 +228,14 @@ pub(super) fn from_sources_with(
         }
     }
     let agent = validate_agent(&mut ctx, agent);
+    let same_instance = check_same_instance(&mut ctx, &tenants);
     let mut out = Vec::new();
     for t in tenants {
         if let Some(t) = validate_tenant(&mut ctx, t) {
             out.push(t);
         }
     }
-    warn_static_overlaps(&mut ctx, &out);
+    check_overlaps(&mut ctx, &out, &same_instance);
     if ctx.problems.is_empty() {
         Ok(Loaded {
             policy: Policy {
@@ -450,6 +465,18 @@ fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
             })
             .ok()
     });
+    if let Some(r) = &t.replication {
+        if conninfo_has_password(&r.conninfo.value) {
+            let o = ctx.origin(&r.conninfo);
+            if let Some(mode) = readable_by_others(&o.file) {
+                ctx.warnings.push(Problem::at(&o, format!(
+                    "tenant `{name}`: replication.conninfo holds a password, and {} (mode {mode:04o}) can be read by other users; `chmod go-r {}`, or move the password to root's ~/.pgpass (or a file named by passfile=) and drop it from conninfo",
+                    o.file.display(),
+                    o.file.display()
+                )));
+            }
+        }
+    }
     let schedules = validate_schedules(ctx, &name, &t, !storage.is_empty());
 
     if ctx.problems.len() > before {
@@ -470,6 +497,31 @@ fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
         memory,
         replication,
     })
+}
+
+/// Whether a libpq connection string carries a password: `password=...` in the key/value form,
+/// or `user:secret@` in a `postgres://` / `postgresql://` URI.
+pub(crate) fn conninfo_has_password(conninfo: &str) -> bool {
+    let c = conninfo.trim();
+    if let Some(rest) = c
+        .strip_prefix("postgresql://")
+        .or_else(|| c.strip_prefix("postgres://"))
+    {
+        let authority = rest.split(['/', '?']).next().unwrap_or("");
+        let userinfo = authority.rsplit_once('@').map(|(u, _)| u).unwrap_or("");
+        return userinfo.contains(':') || rest.contains("password=");
+    }
+    c.split_whitespace().any(|kv| {
+        kv.split_once('=')
+            .is_some_and(|(k, _)| k.trim() == "password")
+    }) || c.contains("password =")
+}
+
+/// The mode of a policy file when group or others may read it (`None` if not, or not on disk).
+fn readable_by_others(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let mode = std::fs::metadata(path).ok()?.mode() & 0o7777;
+    (mode & 0o044 != 0).then_some(mode)
 }
 
 /// `[[tenant.schedule]]`: the window and its limits, each limit checked as it would be in
@@ -822,16 +874,80 @@ fn quantity(ctx: &mut Ctx, tenant: &str, key: &str, q: &Loc<Quantity>, bytes: bo
         }
         .map_err(|e| e.to_string()),
     };
+    let rate = key.ends_with("_bps") || key.ends_with("_iops");
+    let parsed = parsed.and_then(|v| match &q.value {
+        Quantity::Text(s) if !rate && s.trim().ends_with("/s") => Err(format!(
+            "`{s}` is a rate; a memory size has no `/s` (accepted: {BYTE_FORMS})"
+        )),
+        _ => Ok(v),
+    });
     match parsed {
         Ok(0) => {
             ctx.error(q, format!("tenant `{tenant}`: {key} = 0 would stop all IO or memory use; remove the key for no limit"));
             None
         }
-        Ok(v) => Some(v),
+        Ok(v) => {
+            if let Some(w) = implausible(key, v, &q.value) {
+                ctx.warnings.push(Problem::at(
+                    &ctx.origin(q),
+                    format!("tenant `{tenant}`: {w}"),
+                ));
+            }
+            Some(v)
+        }
         Err(e) => {
             ctx.error(q, format!("tenant `{tenant}`: {key}: {e}"));
             None
         }
+    }
+}
+
+/// How byte quantities may be written, for errors and warnings.
+const BYTE_FORMS: &str = "a whole number of bytes such as 4096, or a string with a unit: \"50MiB\", \"1.5GB\", \"8GiB\"; KiB/MiB/GiB/TiB (and K/M/G/T) are powers of 1024, kB/MB/GB/TB powers of 1000";
+const RATE_FORMS: &str = "bytes per second as a whole number (4096) or a string with a unit: \"50MiB\" (or \"50MiB/s\"), \"1.5GB\"; KiB/MiB/GiB are powers of 1024, kB/MB/GB powers of 1000";
+
+/// Below these a limit almost certainly lost its unit: 80 B/s or 5 IO/s stop a database, 512
+/// bytes of memory cannot hold one process. They are allowed (a test rig may want them), with a
+/// warning that says what the number means.
+const LEAST_PLAUSIBLE_BPS: u64 = 1 << 20;
+const LEAST_PLAUSIBLE_IOPS: u64 = 10;
+const LEAST_PLAUSIBLE_MEMORY: u64 = 16 << 20;
+
+/// A warning for a value that parses but is implausibly small, saying what it means and how to
+/// write what was probably meant.
+fn implausible(key: &str, v: u64, raw: &Quantity) -> Option<String> {
+    let bare = matches!(raw, Quantity::Int(_));
+    let shown = match raw {
+        Quantity::Int(i) => i.to_string(),
+        Quantity::Float(f) => f.to_string(),
+        Quantity::Text(s) => format!("{s:?}"),
+    };
+    if key.ends_with("_bps") && v < LEAST_PLAUSIBLE_BPS {
+        let guess = if bare {
+            format!("; a bare number is bytes per second: did you mean \"{v}MiB\"?")
+        } else {
+            String::new()
+        };
+        Some(format!(
+            "{key} = {shown} is {v} bytes/s ({}/s), which all but stops the instance's IO{guess} (accepted: {RATE_FORMS})",
+            crate::units::HumanBytes(v)
+        ))
+    } else if key.ends_with("_iops") && v < LEAST_PLAUSIBLE_IOPS {
+        Some(format!(
+            "{key} = {shown} allows {v} IO/s, which all but stops the instance's IO (accepted: a whole number of IO per second, 2000 or \"2k\")"
+        ))
+    } else if !key.ends_with("_bps") && !key.ends_with("_iops") && v < LEAST_PLAUSIBLE_MEMORY {
+        let guess = if bare {
+            format!("; a bare number is bytes: did you mean \"{v}MiB\" or \"{v}GiB\"?")
+        } else {
+            String::new()
+        };
+        Some(format!(
+            "{key} = {shown} is {}, too little for a database instance{guess} (accepted: {BYTE_FORMS})",
+            crate::units::HumanBytes(v)
+        ))
+    } else {
+        None
     }
 }
 
@@ -925,6 +1041,18 @@ fn validate_cpu(ctx: &mut Ctx, tenant: &str, c: &super::raw::RawCpu) -> CpuPolic
             None
         }
     });
+    if let (Some(quota), Some(set), Some(raw)) = (cores, &cpus, &c.cores) {
+        if quota > set.value.len() as f64 {
+            let o = ctx.origin(raw);
+            ctx.warnings.push(Problem::at(&o, format!(
+                "tenant `{tenant}`: cpu.cores = {quota} is more than the {} cpu{} of cpu.cpus ({}): the tenant can use at most {} cores' worth, so the quota never binds",
+                set.value.len(),
+                if set.value.len() == 1 { "" } else { "s" },
+                set.value,
+                set.value.len()
+            )));
+        }
+    }
     if cpus.is_some() && numa_nodes.is_some() {
         let o = ctx.origin(c.numa_nodes.as_ref().unwrap());
         ctx.warnings.push(Problem::at(&o, format!(
@@ -977,9 +1105,57 @@ fn validate_memory(ctx: &mut Ctx, tenant: &str, m: &super::raw::RawMemory) -> Me
     }
 }
 
-/// Rules that are spelled the same in two tenants always overlap; the first tenant in file order
-/// wins, which is rarely what was meant.
-fn warn_static_overlaps(ctx: &mut Ctx, tenants: &[Tenant]) {
+/// Two tenants that name the same instance through their presets (the same `sid`, `data_dir`
+/// or `datadir`): one error per pair, naming the key, instead of one overlap per rule the
+/// presets produce. Returns the pairs reported, for `check_overlaps` to skip.
+fn check_same_instance(ctx: &mut Ctx, tenants: &[Loc<RawTenant>]) -> Vec<(String, String)> {
+    let identity = |t: &RawTenant| -> Option<(&'static str, Loc<String>)> {
+        let (key, v) = match t.preset.as_ref()?.value.as_str() {
+            "oracle" => ("sid", t.sid.as_ref()?),
+            "postgres" => ("data_dir", t.data_dir.as_ref()?),
+            "mysql" => ("datadir", t.datadir.as_ref().or(t.pid_file.as_ref())?),
+            _ => return None,
+        };
+        let value = match key {
+            "sid" => v.value.clone(),
+            _ => v.value.trim_end_matches('/').to_string(),
+        };
+        Some((key, v.here(value)))
+    };
+    let mut reported = Vec::new();
+    for (i, a) in tenants.iter().enumerate() {
+        let Some((key, va)) = identity(&a.value) else {
+            continue;
+        };
+        for b in &tenants[i + 1..] {
+            let Some((_, vb)) = identity(&b.value) else {
+                continue;
+            };
+            if a.value.preset.as_ref().map(|p| &p.value)
+                != b.value.preset.as_ref().map(|p| &p.value)
+                || va.value != vb.value
+            {
+                continue;
+            }
+            let (na, nb) = (&a.value.name.value, &b.value.name.value);
+            let first = ctx.origin(&va);
+            ctx.error(&vb, format!(
+                "tenant `{nb}`: {key} `{}` is already tenant `{na}`'s ({first}); one instance belongs to one tenant: remove one of them or correct the {key}",
+                vb.value
+            ));
+            reported.push((na.clone(), nb.clone()));
+        }
+    }
+    reported
+}
+
+/// Rules of two tenants that take the same processes. The first tenant in file order wins a
+/// process both match, so a rule of a later tenant that repeats an earlier tenant's rule can never
+/// take anything: an error. One that an earlier tenant's broader rule covers (`user = "postgres"`
+/// before `user = "postgres", comm = "^postgres$"`; `cmdline = '^postgres'` before
+/// `cmdline = '^postgres: walwriter'`) takes nothing either: a warning, since `check` can prove
+/// only the cases below, not every regex's.
+fn check_overlaps(ctx: &mut Ctx, tenants: &[Tenant], reported: &[(String, String)]) {
     let key = |r: &Rule| {
         format!(
             "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
@@ -993,21 +1169,97 @@ fn warn_static_overlaps(ctx: &mut Ctx, tenants: &[Tenant]) {
     };
     for (i, a) in tenants.iter().enumerate() {
         for b in &tenants[i + 1..] {
+            if reported.contains(&(a.name.clone(), b.name.clone())) {
+                continue;
+            }
+            let mut repeated: Vec<(&Rule, &Rule)> = Vec::new();
             for ra in a.rules.iter().chain(&a.exempt) {
                 for rb in b.rules.iter().chain(&b.exempt) {
-                    let same = key(ra) == key(rb);
-                    let user_only = ra.cmdline.is_none() && ra.comm.is_none() && ra.exe.is_none();
-                    let shares_account = (ra.uid.is_some() && ra.uid == rb.uid)
-                        || (ra.gid.is_some() && ra.gid == rb.gid);
-                    if same || (user_only && shares_account) {
+                    // `within_tenant` rules claim nothing: the same one in two tenants is fine.
+                    if ra.within_tenant || rb.within_tenant {
+                        continue;
+                    }
+                    if key(ra) == key(rb) {
+                        repeated.push((ra, rb));
+                    } else if shadows(ra, rb) {
                         ctx.warnings.push(Problem::at(&rb.origin, format!(
-                            "rule `{}` of tenant `{}` overlaps rule `{}` of tenant `{}` ({}); processes matching both go to `{}`, the first in file order",
+                            "rule `{}` of tenant `{}` is covered by rule `{}` of tenant `{}` ({}): every process it matches matches that rule too and goes to `{}`, the first in file order, so this rule takes nothing",
                             rb.label, b.name, ra.label, a.name, ra.origin, a.name
                         )));
                     }
                 }
             }
+            if let Some((ra, rb)) = repeated.first() {
+                let labels: Vec<&str> = repeated.iter().map(|(_, rb)| rb.label.as_str()).collect();
+                let n = repeated.len();
+                ctx.problems.push(Problem::at(&rb.origin, format!(
+                    "tenant `{}` repeats {} of tenant `{}` ({}{}): `{}`; a process matching {} goes to `{}`, the first in file order, so `{}` never gets it; remove {} from one tenant",
+                    b.name,
+                    if n == 1 { "a rule".to_string() } else { format!("{n} rules") },
+                    a.name,
+                    ra.origin,
+                    if n == 1 { "" } else { " and on" },
+                    labels.join("`, `"),
+                    if n == 1 { "it" } else { "them" },
+                    a.name,
+                    b.name,
+                    if n == 1 { "it" } else { "them" },
+                )));
+            }
         }
+    }
+}
+
+/// Whether every process `narrow` matches is matched by `broad` too (a sufficient test: each
+/// field `broad` sets, `narrow` sets to the same value or, for a regex, to one `regex_implies`
+/// proves narrower). Rules that claim nothing by themselves (`within_tenant`) shadow nothing.
+fn shadows(broad: &Rule, narrow: &Rule) -> bool {
+    if broad.within_tenant || narrow.within_tenant {
+        return false;
+    }
+    fn same<T: PartialEq>(b: &Option<T>, n: &Option<T>) -> bool {
+        b.is_none() || (n.is_some() && b == n)
+    }
+    let re = |b: &Option<Regex>, n: &Option<Regex>| match (b, n) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(b), Some(n)) => b.as_str() == n.as_str() || regex_implies(b, n),
+    };
+    same(&broad.exe, &narrow.exe)
+        && same(&broad.uid, &narrow.uid)
+        && same(&broad.gid, &narrow.gid)
+        && same(
+            &broad.pidfile.as_ref().map(|f| &f.path),
+            &narrow.pidfile.as_ref().map(|f| &f.path),
+        )
+        && re(&broad.cmdline, &narrow.cmdline)
+        && re(&broad.comm, &narrow.comm)
+}
+
+/// True when every text `narrow` matches is matched by `broad`, proven this way: `narrow` is
+/// anchored at the start, so every text it matches begins with one of its literal prefixes
+/// (`^postgres: walwriter` → `postgres: walwriter`); `broad` has no end anchor or word boundary,
+/// so a match inside a prefix is a match inside any text that begins with it. False means
+/// "not proven", not "disjoint".
+fn regex_implies(broad: &Regex, narrow: &Regex) -> bool {
+    use regex_syntax::hir::literal::{ExtractKind, Extractor};
+    use regex_syntax::hir::Look;
+    let parse = |r: &Regex| regex_syntax::Parser::new().parse(r.as_str()).ok();
+    let (Some(b), Some(n)) = (parse(broad), parse(narrow)) else {
+        return false;
+    };
+    if !n.properties().look_set_prefix().contains(Look::Start) {
+        return false;
+    }
+    if !b.properties().look_set().remove(Look::Start).is_empty() {
+        return false;
+    }
+    let prefixes = Extractor::new().kind(ExtractKind::Prefix).extract(&n);
+    match prefixes.literals() {
+        Some(lits) if !lits.is_empty() => lits.iter().all(|l| {
+            std::str::from_utf8(l.as_bytes()).is_ok_and(|s| !s.is_empty() && broad.is_match(s))
+        }),
+        _ => false,
     }
 }
 

@@ -88,6 +88,28 @@ const PRESETS: &[(&str, Expander)] = &[
 /// Expands the tenant's preset in place; returns the problems (message as the value, located
 /// where they are). A tenant without `preset` is left as it is.
 pub fn expand(t: &mut RawTenant) -> Vec<Loc<String>> {
+    let known: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
+    // An unknown preset is the one problem to report: the keys that belong to the preset the user
+    // meant (`sid` under `preset = "oracel"`) are not stray, they wait for the typo's fix.
+    let mut expander = None;
+    if let Some(key) = &t.preset {
+        expander = PRESETS
+            .iter()
+            .find(|(name, _)| *name == key.value)
+            .map(|p| p.1);
+        if expander.is_none() {
+            let hint = match crate::policy::keys::nearest(&key.value, known.iter().copied()) {
+                Some(n) => format!("; did you mean `{n}`?"),
+                None => String::new(),
+            };
+            return vec![key.here(format!(
+                "tenant `{}`: unknown preset `{}`{hint} (known presets: {})",
+                t.name.value,
+                key.value,
+                known.join(", ")
+            ))];
+        }
+    }
     let ro: &RawTenant = t;
     let active = ro.preset.as_ref().map(|p| p.value.as_str());
     let mut stray: Vec<Loc<String>> = PRESET_KEYS
@@ -114,18 +136,8 @@ pub fn expand(t: &mut RawTenant) -> Vec<Loc<String>> {
     if !stray.is_empty() {
         return stray;
     }
-    let Some((_, expander)) = PRESETS.iter().find(|(name, _)| *name == key.value) else {
-        let known: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
-        return vec![key.here(format!(
-            "tenant `{}`: unknown preset `{}`; known presets: {}",
-            t.name.value,
-            key.value,
-            if known.is_empty() {
-                "none".to_string()
-            } else {
-                known.join(", ")
-            }
-        ))];
+    let Some(expander) = expander else {
+        return Vec::new();
     };
     match expander(t, &key) {
         Ok(mut e) => {
@@ -169,5 +181,29 @@ mod tests {
         let msg = err.to_string();
         assert!(msg.contains("p.toml:3:10"), "{msg}");
         assert!(msg.contains("unknown preset `db2`"), "{msg}");
+        assert!(
+            msg.contains("known presets: oracle, mysql, postgres"),
+            "{msg}"
+        );
+    }
+
+    /// `preset = "oracel"` with `sid`: one error, naming the bad preset, the nearest known one
+    /// and all of them; `sid` is not called a key of a preset the tenant does not use.
+    #[test]
+    fn a_misspelt_preset_is_named_with_a_suggestion() {
+        let text = "[[tenant]]\nname = \"DEMO\"\npreset = \"oracel\"\nsid = \"DEMO\"\n";
+        let err = crate::policy::from_str("p.toml", text, &FakeAccounts).unwrap_err();
+        assert_eq!(err.0.len(), 1, "{err}");
+        let msg = err.0[0].to_string();
+        assert!(msg.starts_with("p.toml:3:10: "), "{msg}");
+        assert!(
+            msg.contains("unknown preset `oracel`; did you mean `oracle`?"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("known presets: oracle, mysql, postgres"),
+            "{msg}"
+        );
+        assert!(!msg.contains("does not use"), "{msg}");
     }
 }

@@ -93,16 +93,34 @@ fn unknown_top_level_key() {
     // `frobnicate` after [agent] belongs to the agent table; put it before to hit the top level
     let top = "frobnicate = 1\n[agent]\nroot = \"dbcage\"\n";
     let msg = error(top);
-    assert_located(&msg, top, "frobnicate", &["unknown field `frobnicate`"]);
+    assert_located(
+        &msg,
+        top,
+        "frobnicate",
+        &["unknown key `frobnicate` at the top level", "agent, tenant"],
+    );
     let msg = error(text);
-    assert_located(&msg, text, "frobnicate", &["unknown field `frobnicate`"]);
+    assert_located(
+        &msg,
+        text,
+        "frobnicate",
+        &["unknown key `frobnicate` in [agent]", "control_group"],
+    );
 }
 
 #[test]
 fn unknown_key_in_tenant() {
     let text = "[[tenant]]\nname = \"bx1\"\nstorge = [\"/u01\"]\n";
     let msg = error(text);
-    assert_located(&msg, text, "storge", &["unknown field `storge`", "storage"]);
+    assert_located(
+        &msg,
+        text,
+        "storge",
+        &[
+            "unknown key `storge` in [tenant] of tenant `bx1`",
+            "did you mean `storage`?",
+        ],
+    );
 }
 
 #[test]
@@ -110,18 +128,27 @@ fn unknown_key_in_tenant_io() {
     let text = "[[tenant]]\nname = \"bx1\"\nstorage = [\"/u01\"]\n\
                 [tenant.io]\nread_bps = \"50MiB\"\nread_bw = \"10MiB\"\n";
     let msg = error(text);
-    assert_located(&msg, text, "read_bw", &["unknown field `read_bw`"]);
+    assert_located(
+        &msg,
+        text,
+        "read_bw",
+        &[
+            "unknown key `read_bw` in [tenant.io]",
+            "did you mean `read_bps`?",
+        ],
+    );
 }
 
 #[test]
 fn unknown_key_in_rule() {
     let text = "[[tenant]]\nname = \"bx1\"\n[[tenant.match]]\nprocess = \"ora\"\n";
-    let msg = error(text);
+    // The rule is then empty, which is reported too.
+    let msg = errors(text).remove(0);
     assert_located(
         &msg,
         text,
         "process",
-        &["unknown field `process`", "cmdline"],
+        &["unknown key `process` in [tenant.match]", "cmdline"],
     );
 }
 
@@ -810,19 +837,62 @@ fn tenant_without_rules_is_a_warning() {
 
 // ---------------------------------------------------------------- static overlaps
 
+/// The same rule in two tenants: the second can never get a process. An error, located at the
+/// second tenant's rule, naming both.
 #[test]
-fn same_rule_in_two_tenants_warns() {
+fn same_rule_in_two_tenants_is_an_error() {
     let text = "[[tenant]]\nname = \"a\"\n[[tenant.match]]\ncomm = \"^ora_\"\n\
                 [[tenant]]\nname = \"b\"\n[[tenant.match]]\ncomm = \"^pg\"\n\
                 [[tenant.match]]\ncomm = \"^ora_\"\n";
+    let e = error(text);
+    let second = at_nth(NAME, text, "[[tenant.match]]", 2);
+    assert!(e.starts_with(&second), "{e} should start with {second}");
+    assert!(e.contains("tenant `b` repeats a rule of tenant `a`"), "{e}");
+    assert!(e.contains("match[1] comm=~^ora_"), "{e}");
+    assert!(e.contains("goes to `a`"), "{e}");
+}
+
+/// Two oracle tenants with the same SID: one error naming the SID, not one per preset rule.
+#[test]
+fn same_sid_in_two_tenants_is_one_error() {
+    let text = "[[tenant]]\nname = \"A\"\npreset = \"oracle\"\nsid = \"DEMO\"\n\
+                [[tenant]]\nname = \"B\"\npreset = \"oracle\"\nsid = \"DEMO\"\n";
+    let e = error(text);
+    let second = at_nth(NAME, text, "\"DEMO\"", 1);
+    assert!(e.starts_with(&second), "{e} should start with {second}");
+    assert!(e.contains("sid `DEMO` is already tenant `A`'s"), "{e}");
+}
+
+/// A later tenant's narrower rule under an earlier tenant's broader one is found statically.
+#[test]
+fn narrower_rule_shadowed_by_an_earlier_tenant_warns() {
+    let text = "[[tenant]]\nname = \"pg\"\nmatch = [{ cmdline = '^postgres' }]\n\
+                [[tenant]]\nname = \"wal\"\nmatch = [{ cmdline = '^postgres: (walwriter|walsender)', user = \"postgres\" }]\n";
     let l = ok(text);
     assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
     let w = l.warnings[0].to_string();
-    let second = at_nth(NAME, text, "[[tenant.match]]", 2);
-    assert!(w.starts_with(&second), "{w} should start with {second}");
-    assert!(w.contains("tenant `b` overlaps"), "{w}");
-    assert!(w.contains("match[0] comm=~^ora_"), "{w}");
-    assert!(w.contains("go to `a`"), "{w}");
+    assert!(w.starts_with(&at_nth(NAME, text, "{", 1)), "{w}");
+    assert!(
+        w.contains("rule `match[0] cmdline=~^postgres: (walwriter|walsender) user=postgres` of tenant `wal` is covered by rule `match[0] cmdline=~^postgres` of tenant `pg`"),
+        "{w}"
+    );
+}
+
+/// What `regex_implies` may and may not conclude.
+#[test]
+fn regex_implication_is_only_claimed_when_proven() {
+    let r = |s: &str| Regex::new(s).unwrap();
+    assert!(regex_implies(&r("^postgres"), &r("^postgres: walwriter")));
+    assert!(regex_implies(&r("walwriter"), &r("^postgres: walwriter")));
+    assert!(regex_implies(&r("^ora_"), &r("^ora_(pmon|smon)_BX1$")));
+    // an end anchor or word boundary in the broad one: not proven
+    assert!(!regex_implies(&r("^ora_pmon$"), &r("^ora_pmon_BX1")));
+    assert!(!regex_implies(&r("wal\\b"), &r("^postgres: wal")));
+    // an unanchored narrow one can match anywhere
+    assert!(!regex_implies(&r("^postgres"), &r("postgres: walwriter")));
+    // disjoint
+    assert!(!regex_implies(&r("^ora_.*_BX1( |$)"), &r("^ora_pmon_BX10")));
+    assert!(!regex_implies(&r("^mysqld"), &r("^postgres")));
 }
 
 #[test]
@@ -982,7 +1052,9 @@ fn syntax_errors_in_main_and_dropin_are_both_reported() {
     let d_text = "[[tenant]]\nname = \"pg\"\n[tenant.io]\nread_bps = \"1MiB\"\nwhatever = 2\n";
     let d = tree.dropin("10-a.toml", d_text);
     let e = tree.load().unwrap_err();
-    assert_eq!(e.0.len(), 2, "{e}");
+    // Both unknown keys, and the drop-in tenant's missing storage: all in one run.
+    assert_eq!(e.0.len(), 3, "{e}");
+    assert!(e.0[2].to_string().contains("has no `storage`"), "{e}");
     let m0 = e.0[0].to_string();
     let m1 = e.0[1].to_string();
     let l0 = at_nth(&tree.main().display().to_string(), main_text, "surprise", 0);
@@ -1007,14 +1079,14 @@ fn duplicate_in_a_dropin_is_an_error_but_across_files_a_merge() {
 #[test]
 fn warnings_across_dropins() {
     let tree = Tree::new(MAIN);
-    let d_text = "[[tenant]]\nname = \"other\"\n[[tenant.match]]\ncomm = \"^ora_\"\n";
+    let d_text = "[[tenant]]\nname = \"other\"\n[[tenant.match]]\ncomm = \"^ora_pmon\"\n";
     let d = tree.dropin("10-a.toml", d_text);
     let l = tree.load().unwrap();
     assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
     let w = l.warnings[0].to_string();
     let loc = at_nth(&d.display().to_string(), d_text, "[[tenant.match]]", 0);
     assert!(w.starts_with(&loc), "{w} should start with {loc}");
-    assert!(w.contains("overlaps"), "{w}");
+    assert!(w.contains("is covered by"), "{w}");
 }
 
 #[test]
@@ -1199,4 +1271,163 @@ fn overlay_windows_then_fragments_in_that_order() {
             .to_string();
         assert!(e.contains(want), "{frag}: {e}");
     }
+}
+
+// ---------------------------------------------------------------- a DBA's first hour (issue 21)
+
+/// Eight mistakes of different kinds in one file: one run reports all of them (unknown keys with
+/// suggestions, bad values, a bad regex), not one round per kind.
+#[test]
+fn eight_mistakes_are_reported_in_one_run() {
+    let text = r#"[agent]
+root = "dbcage"
+bogus = 1
+[[tenant]]
+name = "DEMO"
+preset = "oracel"
+sid = "DEMO"
+storage = ["/"]
+[tenant.io]
+read_iop = 5
+write_bps = "5XB"
+[tenant.cpu]
+wieght = 3
+cores = 0
+[[tenant]]
+name = "pg15"
+match = [{ cmdline = "(", comand = "x" }]
+[tenant.memory]
+max = "1GiB/s"
+"#;
+    let e = errors(text);
+    let expect = [
+        ("bogus", "unknown key `bogus` in [agent]"),
+        ("read_iop", "did you mean `read_iops`?"),
+        ("wieght", "did you mean `weight`?"),
+        (
+            "comand",
+            "unknown key `comand` in [tenant.match] of tenant `pg15`",
+        ),
+        (
+            "\"oracel\"",
+            "unknown preset `oracel`; did you mean `oracle`?",
+        ),
+        ("\"5XB\"", "io.write_bps"),
+        ("0\n", "cpu.cores = 0"),
+        ("\"(\"", "invalid regex"),
+        ("\"1GiB/s\"", "a memory size has no `/s`"),
+    ];
+    assert_eq!(e.len(), expect.len(), "{e:#?}");
+    for (needle, part) in expect {
+        let loc = at(text, needle);
+        assert!(
+            e.iter().any(|m| m.starts_with(&loc) && m.contains(part)),
+            "no error at {loc} mentioning `{part}` in {e:#?}"
+        );
+    }
+}
+
+/// A bare `read_bps = 80` is 80 bytes/s: allowed, with a warning that says so, suggests the unit
+/// that was probably meant and lists the accepted forms; likewise for IOPS and memory.
+#[test]
+fn implausibly_small_limits_warn_with_the_accepted_forms() {
+    let text = "[[tenant]]\nname = \"db\"\nstorage = [\"/u01\"]\nmatch = [{ comm = \"^x$\" }]\n\
+                [tenant.io]\nread_bps = 80\nwrite_bps = \"50MB/s\"\nwrite_iops = 5\n\
+                [tenant.memory]\nmax = 512\n";
+    let l = ok(text);
+    let w: Vec<String> = l.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(w.len(), 3, "{w:#?}");
+    assert_after(
+        &w[0],
+        text,
+        "read_bps = ",
+        &[
+            "io.read_bps = 80 is 80 bytes/s",
+            "a bare number is bytes per second: did you mean \"80MiB\"?",
+            "\"50MiB\"",
+            "kB/MB/GB powers of 1000",
+        ],
+    );
+    assert_after(
+        &w[1],
+        text,
+        "write_iops = ",
+        &["io.write_iops = 5 allows 5 IO/s", "\"2k\""],
+    );
+    assert_after(
+        &w[2],
+        text,
+        "max = ",
+        &["memory.max = 512 is 512B", "did you mean \"512MiB\""],
+    );
+    // a plausible rate, with or without `/s`, warns about nothing
+    assert_eq!(
+        ok(&text.replace("read_bps = 80", "read_bps = \"80MiB/s\""))
+            .warnings
+            .len(),
+        2
+    );
+}
+
+#[test]
+fn cores_beyond_the_tenants_cpus_warn() {
+    let text = "[[tenant]]\nname = \"db\"\nmatch = [{ comm = \"^x$\" }]\n\
+                [tenant.cpu]\ncores = 7\ncpus = \"0-1\"\n";
+    let l = ok(text);
+    assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+    assert_after(
+        &l.warnings[0].to_string(),
+        text,
+        "cores = ",
+        &[
+            "cpu.cores = 7 is more than the 2 cpus of cpu.cpus (0-1)",
+            "never binds",
+        ],
+    );
+    assert!(ok(&text.replace("cores = 7", "cores = 2"))
+        .warnings
+        .is_empty());
+}
+
+/// A password in `conninfo` is worth a warning when the policy file is readable by others.
+#[test]
+fn conninfo_password_in_a_readable_policy_warns() {
+    use std::os::unix::fs::PermissionsExt;
+    let policy = |conninfo: &str| {
+        format!(
+            "[[tenant]]\nname = \"pg\"\nmatch = [{{ comm = \"^postgres$\" }}]\n\
+             [tenant.replication]\nrole = \"primary\"\nconninfo = \"{conninfo}\"\n"
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dbcage.toml");
+    let load = |text: &str, mode: u32| {
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        crate::policy::from_sources_with(
+            &[(path.clone(), text.to_string())],
+            &Overlay::default(),
+            &FakeAccounts,
+        )
+        .unwrap()
+        .warnings
+        .iter()
+        .map(|w| w.to_string())
+        .collect::<Vec<_>>()
+    };
+    let secret = policy("host=/run/postgresql password=s3cret dbname=postgres");
+    let w = load(&secret, 0o644);
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].contains("conninfo holds a password"), "{w:?}");
+    assert!(
+        w[0].contains("mode 0644") && w[0].contains("chmod go-r"),
+        "{w:?}"
+    );
+    assert!(load(&secret, 0o600).is_empty());
+    assert!(load(&policy("host=/run/postgresql dbname=postgres"), 0o644).is_empty());
+    assert_eq!(
+        load(&policy("postgresql://rep:s3cret@localhost/postgres"), 0o644).len(),
+        1
+    );
+    assert!(load(&policy("postgresql://rep@localhost/postgres"), 0o644).is_empty());
 }
