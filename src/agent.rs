@@ -142,7 +142,17 @@ const MOVE_LINES_PER_SECOND: u32 = 20;
 const MOVE_LOG_WINDOW: Duration = Duration::from_secs(1);
 
 impl MoveLog {
-    fn moved(&mut self, pid: u32, comm: &str, tenant: &str, leaf: &str, rule: &str) {
+    /// `comm` is asked only for a line that is logged: the daemon reads argv, not the kernel's
+    /// comm, to classify (one file less per exec), but a log line must show the kernel's comm,
+    /// the name a `comm` rule matches.
+    fn moved(
+        &mut self,
+        pid: u32,
+        comm: impl FnOnce() -> String,
+        tenant: &str,
+        leaf: &str,
+        rule: &str,
+    ) {
         let now = Instant::now();
         if self
             .window_start
@@ -157,6 +167,7 @@ impl MoveLog {
         };
         if entry.0 < MOVE_LINES_PER_SECOND {
             entry.0 += 1;
+            let comm = comm();
             info!(pid, comm, tenant, leaf, rule, "move");
         } else {
             entry.1 += 1;
@@ -302,7 +313,11 @@ impl Daemon {
                 ..
             } = s
             {
-                self.move_log.moved(*pid, comm, tenant, leaf.dir(), reason);
+                let fs = &self.ctx.fs;
+                let kernel_comm =
+                    || crate::inventory::procs::read_comm(fs, *pid).unwrap_or_else(|| comm.clone());
+                self.move_log
+                    .moved(*pid, kernel_comm, tenant, leaf.dir(), reason);
             }
         }
         self.record(&outcome);
@@ -476,7 +491,15 @@ impl Daemon {
         self.stats.reloads += 1;
         let r = crate::control::handle(self, &Op::Reload {}, Instant::now());
         if r.ok {
-            info!(files = ?self.ctx.loaded.policy.files, "{}", r.message);
+            let files: Vec<String> = self
+                .ctx
+                .loaded
+                .policy
+                .files
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            info!(files = files.join(", "), "{}", r.message);
         } else {
             self.stats.reload_failures += 1;
             self.shared
@@ -528,7 +551,10 @@ impl Daemon {
             op => {
                 let r = crate::control::handle(self, op, p.received);
                 if r.ok {
-                    info!(peer = p.peer.as_str(), applied_us = ?r.applied_us, "{}", r.message);
+                    match r.applied_us {
+                        Some(us) => info!(peer = p.peer.as_str(), applied_us = us, "{}", r.message),
+                        None => info!(peer = p.peer.as_str(), "{}", r.message),
+                    }
                 } else {
                     warn!(
                         peer = p.peer.as_str(),
@@ -974,7 +1000,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
                         }
                     }
                     Ok(s) => {
-                        info!(signal = ?s, "stopping; limits stay in place");
+                        info!(signal = s.as_str(), "stopping; limits stay in place");
                         stop = true;
                     }
                     Err(_) => {}
@@ -1083,9 +1109,9 @@ mod tests {
     fn move_lines_past_the_budget_are_counted_and_told_once_the_second_is_over() {
         let mut log = MoveLog::default();
         for pid in 0..25 {
-            log.moved(pid, "ora_p000_BX1", "BX1", "limited", "match[0]");
+            log.moved(pid, || "ora_p000_BX1".into(), "BX1", "limited", "match[0]");
         }
-        log.moved(99, "oracleBX2", "BX2", "limited", "match[0]");
+        log.moved(99, || "oracleBX2".into(), "BX2", "limited", "match[0]");
         assert_eq!(log.tenants["BX1"], (MOVE_LINES_PER_SECOND, 5));
         assert_eq!(log.tenants["BX2"], (1, 0));
         let start = log.window_start.unwrap();
@@ -1097,7 +1123,7 @@ mod tests {
         assert_eq!(log.tenants["BX1"], (0, 0));
         assert_eq!(log.due(), None);
         // A new window logs again.
-        log.moved(1, "ora_p000_BX1", "BX1", "limited", "match[0]");
+        log.moved(1, || "ora_p000_BX1".into(), "BX1", "limited", "match[0]");
         assert_eq!(log.tenants["BX1"], (1, 0));
         assert_eq!(log.due(), None, "nothing held back, no summary due");
     }

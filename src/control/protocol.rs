@@ -55,6 +55,48 @@ pub enum Op {
     Health {},
 }
 
+/// How a request reads in the daemon's log: `set pg15 io.read_bps=200MiB cpu.cpus=0-3
+/// (persist)`, `reset pg15 io.read_bps`, `reload`.
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let persist = |p: &bool| if *p { " (persist)" } else { "" };
+        match self {
+            Op::Set {
+                tenant,
+                values,
+                persist: p,
+            } => {
+                write!(f, "set {tenant}")?;
+                for (k, v) in values {
+                    write!(f, " {k}={v}")?;
+                }
+                f.write_str(persist(p))
+            }
+            Op::Reset {
+                tenant,
+                persist: p,
+                keys,
+            } => {
+                write!(f, "reset {tenant}")?;
+                for k in keys {
+                    write!(f, " {k}")?;
+                }
+                f.write_str(persist(p))
+            }
+            Op::Reload {} => f.write_str("reload"),
+            Op::Overrides {} => f.write_str("overrides"),
+            Op::Health {} => f.write_str("health"),
+        }
+    }
+}
+
+impl Op {
+    /// Read-only requests (`status` asks `health` every run): logged at debug level only.
+    pub fn is_query(&self) -> bool {
+        matches!(self, Op::Overrides {} | Op::Health {})
+    }
+}
+
 /// A request: the version and the operation, sent as one flat JSON object (serde's `flatten`
 /// cannot be combined with `deny_unknown_fields`, so `v` is added and removed by hand).
 #[derive(Debug, Clone, PartialEq)]

@@ -296,7 +296,11 @@ fn serve(
         Err(e) => return answer(Response::refuse(e)),
     };
     let received = Instant::now();
-    info!(%peer, op = ?request.op, "control request");
+    if request.op.is_query() {
+        tracing::debug!(%peer, op = %request.op, "control request");
+    } else {
+        info!(%peer, op = %request.op, "control request");
+    }
     let (reply, replies) = mpsc::sync_channel(1);
     if tx
         .send(Pending {

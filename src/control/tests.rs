@@ -483,3 +483,25 @@ fn reset_of_some_keys_keeps_the_others() {
         "{e}"
     );
 }
+
+/// How requests read in the daemon's log: as the command a user typed, not Rust's Debug.
+#[test]
+fn ops_read_as_commands_in_the_log() {
+    let set = Op::Set {
+        tenant: "pg15".into(),
+        values: [("io.read_bps".to_string(), "200MiB".to_string())]
+            .into_iter()
+            .collect(),
+        persist: true,
+    };
+    assert_eq!(set.to_string(), "set pg15 io.read_bps=200MiB (persist)");
+    let reset = Op::Reset {
+        tenant: "pg15".into(),
+        persist: false,
+        keys: vec!["io.read_bps".into()],
+    };
+    assert_eq!(reset.to_string(), "reset pg15 io.read_bps");
+    assert_eq!(Op::Reload {}.to_string(), "reload");
+    assert!(Op::Health {}.is_query() && Op::Overrides {}.is_query());
+    assert!(!set.is_query() && !Op::Reload {}.is_query());
+}

@@ -108,6 +108,12 @@ fn comm_from_cmdline(cmdline: &str) -> String {
     name[..end].to_string()
 }
 
+/// The kernel's comm of a process (`/proc/PID/comm`), for a log line; `None` if it is gone.
+pub fn read_comm(fs: &HostFs, pid: u32) -> Option<String> {
+    let text = fs.read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(text.strip_suffix('\n').unwrap_or(&text).to_string())
+}
+
 /// Reads one process; `None` if it is gone, or is a kernel thread.
 pub fn read_process(fs: &HostFs, pid: u32) -> Option<ProcInfo> {
     read_process_fields(fs, pid, Fields::ALL)

@@ -338,7 +338,8 @@ fn spawn_watcher(
                         failing = true;
                         warn!(
                             tenant = tenant.as_str(),
-                            "replication guard cannot read the server ({}): {e}", c.conninfo
+                            "replication guard cannot read the server ({}): {e}",
+                            redact_password(&c.conninfo)
                         );
                     }
                     Err(_) => {}
@@ -427,7 +428,16 @@ impl Guard {
             .retain(|name, _| want.iter().any(|(n, _)| n == name));
         for (name, c) in want {
             let (stop_tx, stop_rx) = mpsc::channel();
-            info!(tenant = name.as_str(), role = ?c.role, conninfo = c.conninfo.as_str(), "replication guard watching");
+            let role = match c.role {
+                Role::Primary => "primary",
+                Role::Standby => "standby",
+            };
+            info!(
+                tenant = name.as_str(),
+                role,
+                conninfo = redact_password(&c.conninfo),
+                "replication guard watching"
+            );
             spawn_watcher(name.clone(), c.clone(), tx.clone(), stop_rx);
             self.running.push((name, c, stop_tx));
         }
@@ -510,6 +520,19 @@ impl Guard {
     pub fn active(&self, policy: &Policy) -> bool {
         !self.running.is_empty() || policy.tenants.iter().any(|t| t.replication.is_some())
     }
+}
+
+/// A connection string fit for a log line: the value of `password=` and the password of a URI's
+/// `user:password@` replaced by `***`.
+pub fn redact_password(conninfo: &str) -> String {
+    static KEY: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)").expect("valid regex")
+    });
+    static URI: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"^(postgres(?:ql)?://[^:@/?]*):[^@/?]*@").expect("valid regex")
+    });
+    let s = KEY.replace_all(conninfo, "${1}***");
+    URI.replace(&s, "${1}:***@").into_owned()
 }
 
 #[cfg(test)]

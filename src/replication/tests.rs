@@ -237,3 +237,29 @@ fn published_state_is_read_back_while_its_daemon_runs_and_removed_on_exit() {
     assert_eq!(read_published(&root), None);
     assert!(!published_path(&root).exists());
 }
+
+/// The daemon logs the conninfo it watches; a password in it must not reach the journal.
+#[test]
+fn passwords_are_redacted_for_the_log() {
+    use super::redact_password as r;
+    assert_eq!(
+        r("host=/run/postgresql password=s3cret dbname=postgres"),
+        "host=/run/postgresql password=*** dbname=postgres"
+    );
+    assert_eq!(
+        r("password = 'a b\\'c' port=5432"),
+        "password = *** port=5432"
+    );
+    assert_eq!(
+        r("postgresql://rep:s3cret@db1:5432/postgres?sslmode=require"),
+        "postgresql://rep:***@db1:5432/postgres?sslmode=require"
+    );
+    assert_eq!(
+        r("postgres://db1/postgres?password=x&sslmode=require"),
+        "postgres://db1/postgres?password=***&sslmode=require"
+    );
+    assert_eq!(
+        r("host=/run/postgresql user=postgres"),
+        "host=/run/postgresql user=postgres"
+    );
+}

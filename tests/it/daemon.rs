@@ -1497,3 +1497,59 @@ fn connector_socket_drops_thread_events() {
         &others[..others.len().min(3)]
     );
 }
+
+/// The daemon's log as a `comm` rule writer reads it (issue 21): a move shows the kernel's comm
+/// (`sleep`), not argv[0] (`ora_p002_SID`); no Rust Debug formatting (`Some(`, `{ tenant: `);
+/// `status` (which asks `health`) and `set` leave no INFO line per query, `set` one readable line.
+#[test]
+fn daemon_log_shows_kernel_comm_and_reads_as_text() {
+    if skip() {
+        return;
+    }
+    let sid = sid();
+    let main = format!("ora_p002_{sid}");
+    let t = Tenancy::new(
+        "dlog",
+        &tenant("db", &[cmd_rule(&main)], &[], "[tenant.cpu]\nweight = 50\n"),
+    );
+    let mut d = Daemon::start(&t, &[]);
+    let p = sleeper(&main, "30");
+    let since = Instant::now();
+    assert!(
+        wait_placed(&t, p.pid, "db", "limited", since, Duration::from_secs(5)).is_some(),
+        "{}",
+        d.log()
+    );
+    let line = format!("pid={}", p.pid);
+    assert!(d.wait_log(&line, Duration::from_secs(5)), "{}", d.log());
+    let moved = d
+        .log()
+        .lines()
+        .find(|l| l.contains(&line))
+        .unwrap()
+        .to_string();
+    assert!(
+        moved.contains("comm=\"sleep\""),
+        "not the kernel's comm: {moved}"
+    );
+    for _ in 0..3 {
+        t.ok(&["status"]);
+    }
+    t.ok(&["set", "db", "cpu.weight=60"]);
+    assert!(
+        d.wait_log("set db cpu.weight=60", Duration::from_secs(5)),
+        "{}",
+        d.log()
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let log = d.log();
+    assert!(!log.contains("health"), "status queries logged:\n{log}");
+    for debug in ["Some(", "None", "{ tenant", "Set {", "[\""] {
+        assert!(
+            !log.contains(debug),
+            "Debug formatting `{debug}` in the log:\n{log}"
+        );
+    }
+    assert!(log.contains("applied_us="), "{log}");
+    d.signal(Signal::SIGTERM);
+}
