@@ -206,7 +206,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             crate::top::run(&fs, &layout, &loaded.policy, interval)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Release { tenants, all } => release(&config, &tenants, all, &mut out),
+        Command::Release { tenants, all } => {
+            release(&config, cli.socket.as_deref(), &tenants, all, &mut out)
+        }
         Command::ImportLibcgroup {
             cgconfig,
             cgrules,
@@ -596,6 +598,7 @@ fn exec_in(
 
 fn release(
     config: &PolicyPath,
+    socket: Option<&Path>,
     only: &[String],
     all: bool,
     out: &mut impl std::io::Write,
@@ -603,7 +606,7 @@ fn release(
     if only.is_empty() && !all {
         return Err(Invalid("name the tenants to release, or give --all".into()).into());
     }
-    let (_loaded, layout, _fs) = engine::layout_for(config)?;
+    let (loaded, layout, _fs) = engine::layout_for(config)?;
     let existing = layout.existing_tenants();
     let names: Vec<String> = if all {
         existing.iter().cloned().collect()
@@ -620,6 +623,7 @@ fn release(
             .into());
         }
     }
+    refuse_release_under_daemon(&config.path, socket, &loaded.policy, &names, all)?;
     let mut moved = 0;
     for n in &names {
         moved += cgroup::release_tenant(&layout, n)
@@ -631,4 +635,43 @@ fn release(
     }
     writeln!(out, "{moved} processes moved back to the parent cgroup")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A running daemon puts a released tenant's processes back at its next rescan, so `release`
+/// of a tenant the policy names (or `--all`) is refused while one answers on the socket, with
+/// what to do instead. A tenant the policy no longer names (a leftover group) is released.
+fn refuse_release_under_daemon(
+    config: &Path,
+    socket: Option<&Path>,
+    policy: &policy::Policy,
+    names: &[String],
+    all: bool,
+) -> Result<()> {
+    use crate::control::{client, Op, Request};
+    let path = socket_for(config, socket);
+    let Ok(reply) = client::send(&path, &Request::new(Op::Health {})) else {
+        return Ok(());
+    };
+    let Some(daemon) = reply.daemon else {
+        return Ok(());
+    };
+    let governed: Vec<&str> = names
+        .iter()
+        .filter(|n| all || policy.tenants.iter().any(|t| &t.name == *n))
+        .map(String::as_str)
+        .collect();
+    if governed.is_empty() {
+        return Ok(());
+    }
+    Err(Invalid(format!(
+        "the dbcage daemon (pid {}, {}) is running and governs {}: it would move the processes back at its next rescan, so nothing was released. Stop it first (`systemctl stop dbcage`; limits stay in place) and release then, or remove the tenant from the policy and `dbcage reload` (the daemon then leaves it alone) and release it",
+        daemon.pid,
+        path.display(),
+        governed
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+    .into())
 }

@@ -1553,3 +1553,36 @@ fn daemon_log_shows_kernel_comm_and_reads_as_text() {
     assert!(log.contains("applied_us="), "{log}");
     d.signal(Signal::SIGTERM);
 }
+
+/// `release` while the daemon runs would be undone at its next rescan: it is refused, exit 2,
+/// with what to do, and the process stays in its tenant; once the daemon is stopped it works.
+#[test]
+fn release_is_refused_while_the_daemon_runs() {
+    if skip() {
+        return;
+    }
+    let sid = sid();
+    let main = format!("ora_p003_{sid}");
+    let t = Tenancy::new("drel", &tenant("db", &[cmd_rule(&main)], &[], ""));
+    let mut d = Daemon::start(&t, &[]);
+    let p = sleeper(&main, "30");
+    let since = Instant::now();
+    assert!(wait_placed(&t, p.pid, "db", "limited", since, Duration::from_secs(5)).is_some());
+    let o = t.run(&["release", "db"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("is running and governs `db`"), "{err}");
+    assert!(err.contains("systemctl stop dbcage"), "{err}");
+    assert!(String::from_utf8_lossy(&o.stdout).is_empty());
+    assert!(
+        placed(&t, p.pid, "db", "limited"),
+        "the refusal moved the process"
+    );
+    let o = t.run(&["release", "--all"]);
+    assert_eq!(o.status.code(), Some(2));
+    let (status, _) = d.stop(Duration::from_secs(5));
+    assert!(status.is_some());
+    let out = t.ok(&["release", "db"]);
+    assert!(out.contains("released db"), "{out}");
+    assert!(!placed(&t, p.pid, "db", "limited"));
+}
