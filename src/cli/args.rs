@@ -59,6 +59,8 @@ pub enum Command {
         /// Interval over which rates are measured; 0 prints counters only.
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         interval: std::time::Duration,
+        /// Print the status as JSON: one object per tenant with its limits, usage and
+        /// processes, and the daemon's state (the fields are listed in README.md).
         #[arg(long)]
         json: bool,
     },
@@ -96,6 +98,7 @@ pub enum Command {
         after_help = "Keys: io.read_bps io.write_bps io.read_iops io.write_iops cpu.cores cpu.weight cpu.cpus cpu.numa_nodes memory.max memory.high memory.low memory.swap_max\n\nExamples:\n  dbcage set DEMO io.read_bps=200MiB cpu.cores=8\n  dbcage set DEMO cpu.cpus=0-31 --persist\n  dbcage set DEMO --reset io.read_bps\n  dbcage set DEMO --reset"
     )]
     Set {
+        /// The tenant whose limits change (its `name` in the policy).
         tenant: String,
         /// KEY=VALUE pairs, e.g. io.read_bps=200MiB cpu.cpus=0-31 memory.high=30GiB (with
         /// --reset: the keys to drop).
@@ -116,6 +119,7 @@ pub enum Command {
         /// the files again unless --persist is given).
         #[arg(long)]
         direct: bool,
+        /// Print the daemon's answer as JSON (ok, message, applied_us, errors, overrides).
         #[arg(long)]
         json: bool,
     },
@@ -124,6 +128,7 @@ pub enum Command {
     Reload,
     /// Start a command already inside a tenant's group (as cgexec does), so no window is left.
     Exec {
+        /// The tenant to start the command in (its `name` in the policy).
         tenant: String,
         /// Start it in the tenant's exempt leaf (no IO limits).
         #[arg(long)]
@@ -189,16 +194,14 @@ pub fn generate_man(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut cmd = Cli::command().disable_help_subcommand(true);
     cmd.build();
     let mut written = Vec::new();
-    let mut render = |cmd: clap::Command, see_also: &str| -> Result<()> {
-        let man = clap_mangen::Man::new(cmd)
-            .section("8")
-            .manual("System Administration")
-            .source(format!("dbcage {}", env!("CARGO_PKG_VERSION")));
-        let path = dir.join(man.get_filename());
-        let mut buf = Vec::new();
-        man.render(&mut buf)?;
-        buf.extend_from_slice(format!(".SH \"SEE ALSO\"\n{see_also}\n").as_bytes());
-        std::fs::write(&path, buf).with_context(|| format!("cannot write {}", path.display()))?;
+    let mut render = |cmd: clap::Command, see_also: &str, top: bool| -> Result<()> {
+        let name = match cmd.get_name() {
+            "dbcage" => "dbcage".to_string(),
+            sub => format!("dbcage-{sub}"),
+        };
+        let path = dir.join(format!("{name}.8"));
+        let page = super::manual::render(cmd, "8", see_also, top);
+        std::fs::write(&path, page).with_context(|| format!("cannot write {}", path.display()))?;
         written.push(path);
         Ok(())
     };
@@ -209,13 +212,13 @@ pub fn generate_man(dir: &Path) -> Result<Vec<PathBuf>> {
         .collect();
     let mut refs: Vec<String> = subs
         .iter()
-        .map(|s| format!("\\fBdbcage\\-{}\\fR(8)", s.get_name()))
+        .map(|s| format!("\\fBdbcage\\-{}\\fR(8)", s.get_name().replace('-', "\\-")))
         .collect();
     refs.push("\\fBdbcage.toml\\fR(5)".into());
     refs.push("\\fBsystemctl\\fR(1)".into());
-    render(cmd.clone(), &refs.join(",\n"))?;
+    render(cmd.clone(), &refs.join(",\n"), true)?;
     for sub in subs {
-        render(sub, "\\fBdbcage\\fR(8), \\fBdbcage.toml\\fR(5)")?;
+        render(sub, "\\fBdbcage\\fR(8), \\fBdbcage.toml\\fR(5)", false)?;
     }
     Ok(written)
 }

@@ -12,6 +12,7 @@ use clap::Parser;
 use serde::Serialize;
 
 pub mod args;
+mod manual;
 mod view;
 
 use crate::usage::Invalid;

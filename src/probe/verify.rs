@@ -44,8 +44,10 @@ pub struct VerifyArgs {
     /// --write-size if missing, before the probe joins the tenant).
     #[arg(long)]
     pub write: Option<PathBuf>,
+    /// Size of the --write file when it has to be created (50MiB, 1GiB).
     #[arg(long, default_value = "256MiB")]
     pub write_size: String,
+    /// Print each limit's configured and achieved value as JSON.
     #[arg(long)]
     pub json: bool,
 }

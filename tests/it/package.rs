@@ -174,7 +174,7 @@ fn policy_keys_are_documented() {
     for s in &structs {
         for (key, ty) in &s.keys {
             count += 1;
-            // The schema accepts the key: no "unknown field" for it (the sample value may still
+            // The schema accepts the key: no "unknown key" for it (the sample value may still
             // be wrong for the key; that is validation's business, not the schema's).
             let text = policy_with(&s.name, key, sample_value(ty));
             if let Err(e) =
@@ -182,7 +182,7 @@ fn policy_keys_are_documented() {
             {
                 let msg = e.to_string();
                 assert!(
-                    !msg.contains("unknown field"),
+                    !msg.contains("unknown key"),
                     "{}.{key} read from raw.rs is not accepted by the parser:\n{text}\n{msg}",
                     s.name
                 );
