@@ -135,8 +135,6 @@ pub fn render(cmd: clap::Command, section: &str, see_also: &str, top: bool) -> V
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     fn pages() -> Vec<(String, String)> {
         let dir = tempfile::tempdir().unwrap();
         crate::cli::args::generate_man(dir.path())
