@@ -48,6 +48,38 @@ pub struct Target {
     /// The file does not exist yet: `create` writes it at `size`.
     #[serde(skip)]
     pub missing: bool,
+    /// Why the figures may not be the disk's (a loop device that reads its backing file
+    /// through the page cache); printed before the results and kept in the JSON.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_warning: Option<String>,
+}
+
+/// A loop device without direct IO to its backing file (`/sys/block/loopN/loop/dio` = 0)
+/// serves reads from the backing file's page cache: O_DIRECT on the loop device bypasses only
+/// the loop device's own cache, and the probe would measure memory (13,883 MiB/s for 1 MiB reads
+/// from a loop device on a disk that gives a few hundred). `dev` is the device probed, or the one
+/// a probed file lives on; a partition of a loop device counts as its loop device.
+pub fn loop_without_direct_io(sys: &Path, dev: DevNum) -> Option<String> {
+    let base = sys.join(format!("dev/block/{dev}"));
+    let (loop_dir, name) = [base.clone(), base.join("..")].into_iter().find_map(|b| {
+        let l = b.join("loop");
+        l.join("dio").exists().then(|| {
+            let name = std::fs::canonicalize(&b)
+                .ok()
+                .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
+                .unwrap_or_else(|| dev.to_string());
+            (l, name)
+        })
+    })?;
+    if std::fs::read_to_string(loop_dir.join("dio")).ok()?.trim() != "0" {
+        return None;
+    }
+    let backing = std::fs::read_to_string(loop_dir.join("backing_file"))
+        .map(|b| b.trim().to_string())
+        .unwrap_or_else(|_| "its backing file".into());
+    Some(format!(
+        "{name} reads {backing} through the page cache (/sys/block/{name}/loop/dio is 0): what is cached is served from memory, so these figures can be far above the disk's; `losetup --direct-io=on /dev/{name}` (or create it with `losetup --direct-io=on`) to measure the disk"
+    ))
 }
 
 /// tmpfs and ramfs accept O_DIRECT opens on recent kernels (6.6+) but serve them from the page
@@ -295,6 +327,7 @@ pub fn check_target(
         size,
         logical_block_size: lbs,
         missing,
+        cache_warning: loop_without_direct_io(sys, dev),
     })
 }
 

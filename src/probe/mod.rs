@@ -83,12 +83,13 @@ pub struct ProbeArgs {
     /// Block sizes to probe, a list (multiples of the device's logical block size).
     #[arg(long, default_value = "4k,64k,1m")]
     pub bs: String,
-    /// Highest parallelism (worker threads); steps are 1, 2, 4, ... up to it.
-    #[arg(long, default_value_t = 16)]
-    pub depth_max: usize,
-    /// Exact parallelism steps instead of powers of two (`--depths 1,3,8`).
-    #[arg(long)]
-    pub depths: Option<String>,
+    /// Most jobs: concurrent threads, each with one IO in flight (fio's numjobs with
+    /// iodepth=1, not fio's iodepth); steps are 1, 2, 4, ... up to it.
+    #[arg(long, default_value_t = 16, alias = "depth-max")]
+    pub jobs_max: usize,
+    /// Exact job counts instead of powers of two (`--jobs 1,3,8`).
+    #[arg(long, alias = "depths")]
+    pub jobs: Option<String>,
     /// Duration of each step.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub step_time: Duration,
@@ -102,11 +103,12 @@ pub struct ProbeArgs {
     /// Print the result as JSON (no progress bar).
     #[arg(long)]
     pub json: bool,
-    /// Print each step's latency distribution: RANGE, DURATION, %, CALLS, MEAN, MIN, MAX per
-    /// range (0-5 ms ... 1000 ms-+inf), with a TOTAL line.
+    /// Print each step's latency distribution: RANGE, DURATION (s), %, CALLS, MEAN, MIN, MAX
+    /// (ms) per range (0-100us, 100-250us, ... 2-5ms, 5-10ms, ... 1000ms-+inf), and a TOTAL.
     #[arg(long)]
     pub histogram: bool,
-    /// Draw throughput and p99 latency against parallelism to this SVG file.
+    /// Draw throughput (log scale) and p99 latency against jobs to this SVG file, with the
+    /// latency target and each block size's knee.
     #[arg(long)]
     pub plot: Option<PathBuf>,
     /// Allow writes to a block device (its contents are destroyed). Refused while it or any of
@@ -144,7 +146,7 @@ pub fn parse_bs_list(text: &str) -> Result<Vec<u64>, Invalid> {
 pub fn depth_steps(max: usize) -> Result<Vec<usize>, Invalid> {
     if max == 0 || max > 1024 {
         return Err(Invalid(format!(
-            "--depth-max {max}: give a parallelism from 1 to 1024"
+            "--jobs-max {max}: give a number of jobs from 1 to 1024"
         )));
     }
     let mut out = Vec::new();
@@ -167,7 +169,7 @@ pub fn parse_depths(text: &str) -> Result<Vec<usize>, Invalid> {
             Ok(d) if (1..=1024).contains(&d) => out.push(d),
             _ => {
                 return Err(Invalid(format!(
-                    "--depths: `{part}` is not a parallelism from 1 to 1024 (example: 1,2,4,8)"
+                    "--jobs: `{part}` is not a number of jobs from 1 to 1024 (example: 1,2,4,8)"
                 )))
             }
         }
@@ -240,9 +242,9 @@ pub const ENGINE: &str = "threads, pread/pwrite, O_DIRECT (as fio ioengine=psync
 /// checks pass.
 pub fn measure(args: &ProbeArgs, show_progress: bool) -> Result<ProbeReport> {
     let block_sizes = parse_bs_list(&args.bs)?;
-    let depths = match &args.depths {
+    let depths = match &args.jobs {
         Some(d) => parse_depths(d)?,
-        None => depth_steps(args.depth_max)?,
+        None => depth_steps(args.jobs_max)?,
     };
     if args.step_time < Duration::from_millis(100) {
         return Err(Invalid(format!(
@@ -393,6 +395,9 @@ pub fn probe_command(args: &ProbeArgs, out: &mut impl Write) -> Result<()> {
 
 pub fn print_text(r: &ProbeReport, histogram: bool, out: &mut impl Write) -> Result<()> {
     let t = &r.target;
+    if let Some(w) = &t.cache_warning {
+        eprintln!("warning: {w}");
+    }
     writeln!(
         out,
         "{}: {}, {} used, logical block {}B; {}, {:.1}s per step, engine: {}",
@@ -415,9 +420,10 @@ pub fn print_text(r: &ProbeReport, histogram: bool, out: &mut impl Write) -> Res
         for s in &r.steps {
             writeln!(
                 out,
-                "\nbs {}, parallelism {} ({} IOs in {:.1}s):",
+                "\nbs {}, {} job{} ({} IOs in {:.1}s):",
                 report::bs_label(s.bs),
                 s.parallelism,
+                if s.parallelism == 1 { "" } else { "s" },
                 s.ios,
                 s.seconds
             )?;

@@ -67,82 +67,94 @@ fn knees_per_block_size_with_throughput_and_bounds() {
     assert_eq!(k[2].parallelism, None);
     let line = knee_line(&k[0], 10_000.0);
     assert!(
-        line.contains("parallelism 2") && line.contains("582 IOPS"),
+        line.contains("knee at bs 1m: 2 jobs") && line.contains("582 IOPS"),
         "{line}"
     );
-    assert!(knee_line(&k[1], 10_000.0).contains("higher --depth-max"));
+    assert!(knee_line(&k[1], 10_000.0).contains("higher --jobs-max"));
     assert!(knee_line(&k[2], 10_000.0).contains("none"));
 }
 
 /// The table of seed 000, rebuilt from its own figures, must come out character for character.
+/// Seed 000's layout and its figures from 5 ms up; below 5 ms the finer ranges, and every
+/// column with its unit.
 #[test]
-fn histogram_reproduces_the_seed_000_layout() {
-    let seed = "\
-RANGE {min ≤ e < max}    DURATION       %   CALLS      MEAN       MIN       MAX
----------------------  ----------  ------  ------  --------  --------  --------
- 1.     0ms      5ms     6.010682    2.0%   2,290  0.002625  0.000252  0.004999
- 2.     5ms     10ms    26.712672    9.0%   3,662  0.007295  0.005002  0.009997
- 3.    10ms     15ms    12.935713    4.4%   1,090  0.011868  0.010003  0.014998
- 4.    15ms     20ms     6.828035    2.3%     398  0.017156  0.015003  0.019980
- 5.    20ms     25ms     4.846490    1.6%     218  0.022232  0.020039  0.024902
- 6.    25ms     50ms    17.002454    5.7%     471  0.036099  0.025085  0.049976
- 7.    50ms    100ms   182.104408   61.6%   2,338  0.077889  0.050053  0.099991
- 8.   100ms  1,000ms    39.354627   13.3%     326  0.120720  0.100008  0.410570
- 9. 1,000ms       +∞
----------------------  ----------  ------  ------  --------  --------  --------
-TOTAL (9)              295.795081  100.0%  10,793  0.027406  0.000252  0.410570
+fn histogram_keeps_the_seed_000_layout_with_finer_ranges_and_units() {
+    let want = "\
+RANGE {min ≤ e < max}  DURATION (s)       %   CALLS  MEAN (ms)   MIN (ms)   MAX (ms)
+---------------------  ------------  ------  ------  ---------  ---------  ---------
+ 1.     0ms    100us       0.000840    0.0%      10      0.084      0.052      0.099
+ 2.   100us    250us
+ 3.   250us    500us
+ 4.   500us      1ms
+ 5.     1ms      2ms
+ 6.     2ms      5ms       6.010682    2.0%   2,290      2.625      2.001      4.999
+ 7.     5ms     10ms      26.712672    9.0%   3,662      7.295      5.002      9.997
+ 8.    10ms     15ms      12.935713    4.4%   1,090     11.868     10.003     14.998
+ 9.    15ms     20ms       6.828035    2.3%     398     17.156     15.003     19.980
+10.    20ms     25ms       4.846490    1.6%     218     22.232     20.039     24.902
+11.    25ms     50ms      17.002454    5.7%     471     36.099     25.085     49.976
+12.    50ms    100ms     182.104408   61.6%   2,338     77.889     50.053     99.991
+13.   100ms  1,000ms      39.354627   13.3%     326    120.720    100.008    410.570
+14. 1,000ms       +∞
+---------------------  ------------  ------  ------  ---------  ---------  ---------
+TOTAL (14)               295.795921  100.0%  10,803     27.381      0.052    410.570
 ";
-    let rows: [(f64, u64, f64, f64); 8] = [
-        (6.010682, 2290, 0.000252, 0.004999),
-        (26.712672, 3662, 0.005002, 0.009997),
-        (12.935713, 1090, 0.010003, 0.014998),
-        (6.828035, 398, 0.015003, 0.019980),
-        (4.846490, 218, 0.020039, 0.024902),
-        (17.002454, 471, 0.025085, 0.049976),
-        (182.104408, 2338, 0.050053, 0.099991),
-        (39.354627, 326, 0.100008, 0.410570),
+    let rows: [(usize, f64, u64, f64, f64); 9] = [
+        (0, 0.000840, 10, 0.000052, 0.000099),
+        (5, 6.010682, 2290, 0.002001, 0.004999),
+        (6, 26.712672, 3662, 0.005002, 0.009997),
+        (7, 12.935713, 1090, 0.010003, 0.014998),
+        (8, 6.828035, 398, 0.015003, 0.019980),
+        (9, 4.846490, 218, 0.020039, 0.024902),
+        (10, 17.002454, 471, 0.025085, 0.049976),
+        (11, 182.104408, 2338, 0.050053, 0.099991),
+        (12, 39.354627, 326, 0.100008, 0.410570),
     ];
     let mut b = Buckets::default();
-    for (i, (dur, calls, min, max)) in rows.iter().enumerate() {
+    for (i, dur, calls, min, max) in rows {
         b.0[i] = Bucket {
-            calls: *calls,
+            calls,
             sum_ns: (dur * 1e9).round() as u128,
             min_ns: (min * 1e9).round() as u64,
             max_ns: (max * 1e9).round() as u64,
         };
     }
-    assert_eq!(histogram_table(&b), seed);
+    assert_eq!(histogram_table(&b), want);
 }
 
 #[test]
 fn buckets_follow_min_inclusive_max_exclusive() {
     let ms = |m: f64| (m * 1e6) as u64;
     assert_eq!(Buckets::index(0), 0);
-    assert_eq!(Buckets::index(ms(5.0) - 1), 0);
-    assert_eq!(Buckets::index(ms(5.0)), 1);
-    assert_eq!(Buckets::index(ms(24.9)), 4);
-    assert_eq!(Buckets::index(ms(25.0)), 5);
-    assert_eq!(Buckets::index(ms(999.9)), 7);
-    assert_eq!(Buckets::index(ms(1000.0)), 8);
-    assert_eq!(Buckets::index(ms(60_000.0)), 8);
+    assert_eq!(Buckets::index(ms(0.1) - 1), 0);
+    assert_eq!(Buckets::index(ms(0.1)), 1);
+    assert_eq!(Buckets::index(ms(0.3)), 2);
+    assert_eq!(Buckets::index(ms(5.0) - 1), 5);
+    assert_eq!(Buckets::index(ms(5.0)), 6);
+    assert_eq!(Buckets::index(ms(24.9)), 9);
+    assert_eq!(Buckets::index(ms(25.0)), 10);
+    assert_eq!(Buckets::index(ms(999.9)), 12);
+    assert_eq!(Buckets::index(ms(1000.0)), 13);
+    assert_eq!(Buckets::index(ms(60_000.0)), 13);
     let mut a = Buckets::default();
-    a.record(ms(1.0));
+    a.record(ms(2.0));
     a.record(ms(3.0));
     let mut b = Buckets::default();
-    b.record(ms(0.5));
+    b.record(ms(2.5));
     b.record(ms(7.0));
     a.merge(&b);
-    assert_eq!(a.0[0].calls, 3);
-    assert_eq!(a.0[0].min_ns, ms(0.5));
-    assert_eq!(a.0[0].max_ns, ms(3.0));
-    assert_eq!(a.0[1].calls, 1);
+    assert_eq!(a.0[5].calls, 3);
+    assert_eq!(a.0[5].min_ns, ms(2.0));
+    assert_eq!(a.0[5].max_ns, ms(3.0));
+    assert_eq!(a.0[6].calls, 1);
     let rows = a.rows();
-    assert_eq!(rows[8].max_ms, None);
+    assert_eq!(rows[1].min_ms, 0.1);
+    assert_eq!(rows[13].max_ms, None);
     let total: f64 = rows.iter().map(|r| r.percent).sum();
     assert!((total - 100.0).abs() < 1e-9);
     // An empty histogram prints the ranges and a bare total.
     let empty = histogram_table(&Buckets::default());
-    assert!(empty.ends_with("TOTAL (9)\n"), "{empty}");
+    assert!(empty.ends_with("TOTAL (14)\n"), "{empty}");
 }
 
 #[test]
@@ -300,4 +312,87 @@ fn devices_in_use_are_found_through_partitions_holders_and_swap() {
     assert_eq!(logical_block_size(s, DevNum::new(259, 0)), Some(4096));
     assert_eq!(logical_block_size(s, DevNum::new(8, 16)), Some(512));
     assert_eq!(logical_block_size(s, DevNum::new(9, 9)), None);
+}
+
+/// A loop device (or a partition of one) without direct IO to its backing file gets the
+/// page-cache warning; with dio on, or a real disk, none.
+#[test]
+fn loop_devices_reading_through_the_page_cache_are_flagged() {
+    use super::engine::loop_without_direct_io;
+    let d = fixture_sys();
+    let s = d.path();
+    let dev = |t: &str| t.parse::<crate::kernel::DevNum>().unwrap();
+    // No loop/ directory: a loop device of a kernel that does not say; nothing to flag.
+    assert_eq!(loop_without_direct_io(s, dev("7:3")), None);
+    std::fs::create_dir_all(s.join("devices/virtual/block/loop3/loop")).unwrap();
+    std::fs::write(
+        s.join("devices/virtual/block/loop3/loop/backing_file"),
+        "/var/tmp/disk.img\n",
+    )
+    .unwrap();
+    std::fs::write(s.join("devices/virtual/block/loop3/loop/dio"), "0\n").unwrap();
+    let w = loop_without_direct_io(s, dev("7:3")).expect("dio 0 is flagged");
+    assert!(
+        w.starts_with("loop3 reads /var/tmp/disk.img through the page cache"),
+        "{w}"
+    );
+    assert!(w.contains("losetup --direct-io=on /dev/loop3"), "{w}");
+    let p = loop_without_direct_io(s, dev("259:0")).expect("a partition of it too");
+    assert!(p.starts_with("loop3 reads"), "{p}");
+    assert_eq!(loop_without_direct_io(s, dev("8:16")), None);
+    std::fs::write(s.join("devices/virtual/block/loop3/loop/dio"), "1\n").unwrap();
+    assert_eq!(loop_without_direct_io(s, dev("7:3")), None);
+}
+
+/// The plot: throughput on a log axis (4k and 1m both readable), latency and its target on one
+/// axis of their own, the knee ringed and named, labels without `.0`.
+#[test]
+fn plot_has_two_panels_knees_and_plain_labels() {
+    let steps: Vec<StepResult> = [(4096, 1, 900.0, 1800.0), (4096, 2, 2_000.0, 3500.0)]
+        .into_iter()
+        .chain([(1 << 20, 1, 4_000.0, 300.0), (1 << 20, 2, 16_000.0, 420.0)])
+        .map(|(bs, jobs, p99, iops)| step(bs, jobs, p99, iops))
+        .collect();
+    let r = ProbeReport {
+        target: engine::Target {
+            path: "/dev/loop0".into(),
+            kind: engine::Kind::BlockDevice,
+            size: 1 << 30,
+            logical_block_size: 512,
+            missing: false,
+            cache_warning: None,
+        },
+        rw: Rw::Read,
+        engine: ENGINE,
+        step_seconds: 2.0,
+        ramp_seconds: 0.0,
+        latency_target_us: 10_000.0,
+        interrupted: false,
+        knees: report::knees(&steps, 10_000.0),
+        steps,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("p.svg");
+    plot::draw(&svg, &r).unwrap();
+    let text = std::fs::read_to_string(&svg).unwrap();
+    for want in [
+        "MiB/s (log scale)",
+        "p99 latency, ms",
+        "latency target 10 ms",
+        "knee 4k (2 jobs)",
+        "knee 1m (1 job)",
+    ] {
+        assert!(text.contains(want), "`{want}` not in the plot");
+    }
+    let labels = regex::Regex::new(r">-?[0-9]+\.0<").unwrap();
+    assert!(
+        !labels.is_match(&text),
+        "a label ends in .0: {:?}",
+        labels.find(&text)
+    );
+    assert_eq!(plot::axis_label(16000.0), "16k");
+    assert_eq!(plot::axis_label(250.0), "250");
+    assert_eq!(plot::axis_label(2.5), "2.5");
+    assert_eq!(plot::axis_label(3.0), "3");
+    assert_eq!(plot::axis_label(0.25), "0.25");
 }

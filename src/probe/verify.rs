@@ -337,7 +337,7 @@ pub fn verify_command(
             .arg(&c.target)
             .args(["--rw", &c.rw.to_string()])
             .args(["--bs", &c.bs.to_string()])
-            .args(["--depths", &c.parallelism.to_string()])
+            .args(["--jobs", &c.parallelism.to_string()])
             .args(["--step-time", &format!("{}ms", args.step_time.as_millis())])
             .args(["--ramp", &format!("{}ms", args.ramp.as_millis())])
             .arg("--json")

@@ -498,7 +498,7 @@ fn sh(program: &str, args: &[&str]) -> Result<String, String> {
 /// An ext4 file system on a loop device over a sparse file, mounted in a `dbcage-test-*` temp
 /// dir. Dropping it unmounts and detaches; a half-built one undoes what was done.
 pub struct LoopDisk {
-    dir: tempfile::TempDir,
+    pub dir: tempfile::TempDir,
     /// `/dev/loopN`, once attached.
     pub dev: Option<String>,
     pub mount: PathBuf,
