@@ -80,6 +80,11 @@ pub fn parse_count(text: &str) -> Result<u64, UnitError> {
     parse_with(text, COUNT_SUFFIXES, "count", "2000, 2k, 1.5k")
 }
 
+/// `1 tenant`, `2 tenants`, `0 processes`: a count with the noun it counts, in the right number.
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Prints bytes with the largest binary unit that keeps the value readable (`8MiB`, `1.5GiB`).
 pub struct HumanBytes(pub u64);
 
@@ -129,6 +134,13 @@ mod tests {
         assert_eq!(parse_count("2k").unwrap(), 2000);
         assert_eq!(parse_count("1.5k").unwrap(), 1500);
         assert!(parse_count("2MiB").is_err());
+    }
+
+    #[test]
+    fn counts_agree_in_number() {
+        assert_eq!(count(1, "core", "cores"), "1 core");
+        assert_eq!(count(0, "process", "processes"), "0 processes");
+        assert_eq!(count(2, "tenant", "tenants"), "2 tenants");
     }
 
     #[test]

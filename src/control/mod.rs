@@ -76,8 +76,15 @@ fn with_source(
     out
 }
 
+/// A refused change's problems, one per line, without `PolicyErrors`' own "nothing was applied"
+/// (the caller adds the one "nothing was changed").
 fn errors_text(e: policy::PolicyErrors) -> String {
-    e.to_string().trim_end().to_string()
+    let n = e.0.len();
+    let mut out = format!("{n} error{}:", if n == 1 { "" } else { "s" });
+    for p in &e.0 {
+        out.push_str(&format!("\n  {p}"));
+    }
+    out
 }
 
 /// The text of a tenant's `90-set-<tenant>.toml`.
@@ -215,9 +222,12 @@ fn plan_change(live: &Live, current: &Policy, op: &Op) -> Result<Option<Change>,
                     "tenant `{tenant}`: {} ({})",
                     list.join(" "),
                     if *persist {
-                        "persisted"
+                        format!(
+                            "persisted in {}",
+                            persist_path(&live.config, tenant).display()
+                        )
                     } else {
-                        "until reload or restart"
+                        "until reload or restart".to_string()
                     }
                 ),
             }))
@@ -279,7 +289,7 @@ fn plan_change(live: &Live, current: &Policy, op: &Op) -> Result<Option<Change>,
             let dropped = live.runtime.values().map(|v| v.len()).sum::<usize>();
             Ok(Some(Change {
                 message: format!(
-                    "policy reloaded: {} ({} tenants){}",
+                    "policy reloaded: {} ({}){}",
                     loaded
                         .policy
                         .files
@@ -287,9 +297,12 @@ fn plan_change(live: &Live, current: &Policy, op: &Op) -> Result<Option<Change>,
                         .map(|p| p.display().to_string())
                         .collect::<Vec<_>>()
                         .join(", "),
-                    loaded.policy.tenants.len(),
+                    crate::units::count(loaded.policy.tenants.len(), "tenant", "tenants"),
                     if dropped > 0 {
-                        format!("; {dropped} runtime override(s) dropped")
+                        format!(
+                            "; {} dropped",
+                            crate::units::count(dropped, "runtime override", "runtime overrides")
+                        )
                     } else {
                         String::new()
                     }

@@ -156,8 +156,12 @@ fn set_is_validated_as_the_policy_is_and_wins_over_files_and_windows() {
         let e = plan_change(&l, &policy, &op(&[(k, v)])).err().unwrap();
         assert!(e.contains(want), "{k}={v}: {e}");
         assert!(
-            e.contains("set DEMO:"),
-            "{k}={v}: the error names its source: {e}"
+            e.contains("\n  dbcage set DEMO: tenant `DEMO`"),
+            "{k}={v}: the error names its source, without a line of text dbcage wrote: {e}"
+        );
+        assert!(
+            !e.contains("nothing was"),
+            "{k}={v}: `handle` says it once: {e}"
         );
     }
     // A window in force, then set on top of it.

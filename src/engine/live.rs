@@ -231,7 +231,7 @@ impl Live {
         let mut fragments = Vec::new();
         for (tenant, values) in &self.runtime {
             fragments.push((
-                PathBuf::from(format!("set {tenant}")),
+                PathBuf::from(format!("dbcage set {tenant}")),
                 fragment(tenant, values)?,
             ));
         }

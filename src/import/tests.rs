@@ -12,12 +12,25 @@ const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/libcgroup
 
 /// Every user and group exists (the seeds name oracle2, oracle3, ...).
 struct AnyAccounts;
-impl Accounts for AnyAccounts {
-    fn uid(&self, _: &str) -> Option<u32> {
-        Some(1000)
+impl AnyAccounts {
+    /// A distinct id per name (two names on one id would be one account, and two tenants with
+    /// rules on it an overlap).
+    fn id(name: &str) -> u32 {
+        if name == "oracle" {
+            return 1000;
+        }
+        1001 + name
+            .bytes()
+            .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32))
+            % 50_000
     }
-    fn gid(&self, _: &str) -> Option<u32> {
-        Some(1000)
+}
+impl Accounts for AnyAccounts {
+    fn uid(&self, name: &str) -> Option<u32> {
+        Some(Self::id(name))
+    }
+    fn gid(&self, name: &str) -> Option<u32> {
+        Some(Self::id(name))
     }
 }
 

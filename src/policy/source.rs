@@ -13,6 +13,9 @@ use serde::{Deserialize, Deserializer};
 #[derive(Debug, Default, Clone)]
 pub struct SourceMap {
     files: Vec<(Arc<PathBuf>, Arc<str>)>,
+    /// Files whose text dbcage wrote (a `dbcage set` request): their lines mean nothing to a
+    /// user, so their origins name only the file (`dbcage set pg15`).
+    unlocated: Vec<usize>,
 }
 
 impl SourceMap {
@@ -22,13 +25,24 @@ impl SourceMap {
         self.files.len() - 1
     }
 
+    /// Adds text that is not a file the user wrote (see `unlocated`).
+    pub fn add_unlocated(&mut self, name: &Path, text: &str) -> usize {
+        let i = self.add(name, text);
+        self.unlocated.push(i);
+        i
+    }
+
     pub fn paths(&self) -> impl Iterator<Item = &Path> {
         self.files.iter().map(|(p, _)| p.as_path())
     }
 
     pub fn origin(&self, file: usize, span: &Range<usize>) -> Origin {
         let (path, text) = &self.files[file];
-        let (line, col) = line_col(text, span.start);
+        let (line, col) = if self.unlocated.contains(&file) {
+            (0, 0)
+        } else {
+            line_col(text, span.start)
+        };
         Origin {
             file: path.clone(),
             line,
@@ -52,12 +66,16 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
     pub file: Arc<PathBuf>,
+    /// 1-based; 0 when the text is not a file the user wrote (see `SourceMap::add_unlocated`).
     pub line: usize,
     pub col: usize,
 }
 
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            return write!(f, "{}", self.file.display());
+        }
         write!(f, "{}:{}:{}", self.file.display(), self.line, self.col)
     }
 }

@@ -143,7 +143,11 @@ pub(super) fn from_sources_with(
     // every unknown key, and (when every file could be read) every validation problem.
     let mut unreadable = false;
     for (i, (path, text)) in sources.iter().chain(&overlay.fragments).enumerate() {
-        let idx = map.add(path, text);
+        let idx = if i < sources.len() {
+            map.add(path, text)
+        } else {
+            map.add_unlocated(path, text)
+        };
         let toml_problem = |e: toml::de::Error| {
             let msg = e.message().trim().to_string();
             match e.span() {

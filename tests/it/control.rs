@@ -148,8 +148,17 @@ fn set_applies_within_100ms_persists_resets_and_reload_reports_errors() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(err.matches("nothing was").count(), 1, "{args:?}: {err}");
         assert!(err.contains("nothing was changed"), "{args:?}: {err}");
+        assert!(!err.contains("\n\n"), "{args:?}: a blank line in {err}");
     }
+    // A bad value is located at the request, not at a line of text dbcage wrote.
+    let o = t.run(&["set", "ctl", "cpu.weight=abc"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("\n  dbcage set ctl: tenant `ctl`: cpu.weight"),
+        "{err}"
+    );
     assert_eq!(read_trim(&quota), "75000");
 
     // Hostile lines: oversized, malformed, other versions, many connections that say nothing.
@@ -194,14 +203,19 @@ fn set_applies_within_100ms_persists_resets_and_reload_reports_errors() {
     assert!(d.alive(), "{}", d.log());
 
     // --persist: a root-owned 0600 drop-in, atomic; it survives a reload, runtime values do not.
-    t.ok(&["set", "ctl", "cpu.weight=300", "--persist"]);
+    let out = t.ok(&["set", "ctl", "cpu.weight=300", "--persist"]);
     let dropin = t.dir().join("conf.d/90-set-ctl.toml");
+    assert!(
+        out.contains(&format!("(persisted in {})", dropin.display())),
+        "{out}"
+    );
     let md = std::fs::metadata(&dropin).expect("the drop-in");
     assert_eq!((md.uid(), md.permissions().mode() & 0o777), (0, 0o600));
     let shares = t.tenant_dir("cpu", "ctl").join("cpu.shares");
     assert_eq!(read_trim(&shares), (300 * 1024 / 100).to_string());
     let out = t.ok(&["reload"]);
-    assert!(out.contains("runtime override(s) dropped"), "{out}");
+    assert!(out.contains("; 2 runtime overrides dropped"), "{out}");
+    assert!(out.contains("(1 tenant)"), "{out}");
     assert_eq!(
         read_trim(&quota),
         "100000",
