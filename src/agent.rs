@@ -491,22 +491,17 @@ impl Daemon {
         self.stats.reloads += 1;
         let r = crate::control::handle(self, &Op::Reload {}, Instant::now());
         if r.ok {
-            let files: Vec<String> = self
-                .ctx
-                .loaded
-                .policy
-                .files
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect();
-            info!(files = files.join(", "), "{}", r.message);
+            info!("{}", r.message); // it names the files read
         } else {
             self.stats.reload_failures += 1;
             self.shared
                 .health
                 .reload_failures
                 .fetch_add(1, Ordering::Relaxed);
-            warn!("reload refused, the running policy stays: {}", r.message);
+            warn!(
+                "reload refused, the running policy stays: {}",
+                one_line(&r.message)
+            );
         }
         r
     }
@@ -558,7 +553,8 @@ impl Daemon {
                 } else {
                     warn!(
                         peer = p.peer.as_str(),
-                        "control request refused: {}", r.message
+                        "control request refused: {}",
+                        one_line(&r.message)
                     );
                 }
                 r
@@ -1101,9 +1097,30 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     Ok(())
 }
 
+/// A multi-line message (a refusal lists one problem per line) as one log line: journald and
+/// grep see one record per event.
+fn one_line(message: &str) -> String {
+    let mut out = String::new();
+    for line in message.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if !out.is_empty() {
+            out.push_str(if out.ends_with(':') { " " } else { "; " });
+        }
+        out.push_str(line);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusals_are_logged_on_one_line() {
+        assert_eq!(
+            one_line("1 error:\n  dbcage set pg15: bad\nnothing was changed"),
+            "1 error: dbcage set pg15: bad; nothing was changed"
+        );
+    }
 
     #[test]
     fn move_lines_past_the_budget_are_counted_and_told_once_the_second_is_over() {
