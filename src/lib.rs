@@ -27,4 +27,6 @@ pub mod units;
 pub mod usage;
 
 #[cfg(test)]
+pub(crate) mod tests_snapshot;
+#[cfg(test)]
 mod tests_architecture;

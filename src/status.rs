@@ -87,6 +87,15 @@ pub struct TenantStatus {
     pub cpu_throttled_share: Option<f64>,
     pub memory: stats::MemoryUsage,
     pub memory_limit_bytes: Option<u64>,
+    /// `memory.high` in force (v1: memory.soft_limit_in_bytes).
+    pub memory_high_bytes: Option<u64>,
+    /// What the tenant's processes hold in memory: the sum of their proportional set sizes
+    /// (`Pss` of /proc/PID/smaps_rollup, so shared memory such as an SGA or shared_buffers counts
+    /// once). The kernel charges a page to the group of the process that first touched it and
+    /// does not move the charge with the process (cgroup v2, and v1 since charge moving went), so
+    /// for an instance moved in while running this is more than `memory.current_bytes`, and
+    /// memory.max binds only what the tenant allocates after the move.
+    pub memory_resident_bytes: Option<u64>,
     /// Pressure stall information; the kernel keeps it per cgroup on v2 only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pressure: Option<stats::PressureSet>,
@@ -200,12 +209,18 @@ pub fn collect(
         let h_procs = h_of(Controller::Io).or(h_of(Controller::Cpu)).unwrap_or(0);
         let mut members = Vec::new();
         let mut count = 0;
+        let mut resident: Option<u64> = None;
         for leaf in [Leaf::Limited, Leaf::Exempt] {
             if layout.setup.hierarchies.is_empty() {
                 break;
             }
             let pids = cgroup::procs_in(&layout.leaf_dir(h_procs, &t.name, leaf));
             count += pids.len();
+            for pid in &pids {
+                if let Some(pss) = proportional_set_size(fs, *pid) {
+                    *resident.get_or_insert(0) += pss;
+                }
+            }
             if procs.is_some() {
                 for pid in pids {
                     let p = by_pid.get(&pid).copied();
@@ -246,6 +261,7 @@ pub fn collect(
 
         let (cpu, cpu_quota_cores) = layout.tenant_cpu(&t.name);
         let (memory, memory_limit_bytes) = layout.tenant_memory(&t.name);
+        let memory_high_bytes = layout.tenant_memory_high(&t.name);
         let pressure = layout.tenant_pressure(&t.name);
         let mut status = TenantStatus {
             name: t.name.clone(),
@@ -259,6 +275,8 @@ pub fn collect(
             cpu_throttled_share: None,
             memory,
             memory_limit_bytes,
+            memory_high_bytes,
+            memory_resident_bytes: resident,
             pressure,
             at_limit: Vec::new(),
             replication: guarded.as_ref().and_then(|g| g.get(&t.name)).cloned(),
@@ -281,6 +299,33 @@ pub fn collect(
         selected.into_iter().map(one).collect()
     };
     Sample { at, tenants }
+}
+
+/// A process's proportional set size in bytes (`Pss:` of /proc/PID/smaps_rollup); `None` when it
+/// is gone or unreadable.
+pub fn proportional_set_size(fs: &HostFs, pid: u32) -> Option<u64> {
+    let text = fs
+        .read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()?;
+    parse_pss(&text)
+}
+
+/// `Pss:` of a smaps_rollup text, in bytes.
+pub fn parse_pss(text: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let kib = l.strip_prefix("Pss:")?.trim().strip_suffix("kB")?;
+        kib.trim().parse::<u64>().ok().map(|k| k * 1024)
+    })
+}
+
+/// True when the tenant's processes hold clearly more memory than its group is charged for:
+/// memory they touched before they were moved in stays charged where it was, and memory.max
+/// does not bind it.
+pub fn charged_below_resident(t: &TenantStatus) -> bool {
+    match (t.memory.current_bytes, t.memory_resident_bytes) {
+        (Some(charged), Some(resident)) => resident > charged + (charged / 4).max(16 << 20),
+        _ => false,
+    }
 }
 
 /// A counter's rate over `dt` seconds; `None` if it went backwards (the group was recreated).
@@ -393,10 +438,10 @@ pub fn with_rates(prev: &Sample, cur: &mut Sample) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn tenant(read_bytes: u64, usage_s: f64) -> TenantStatus {
+    pub(crate) fn tenant(read_bytes: u64, usage_s: f64) -> TenantStatus {
         TenantStatus {
             name: "BX1".into(),
             processes: 1,
@@ -434,6 +479,8 @@ mod tests {
             cpu_throttled_share: None,
             memory: stats::MemoryUsage::default(),
             memory_limit_bytes: None,
+            memory_high_bytes: None,
+            memory_resident_bytes: None,
             pressure: None,
             at_limit: Vec::new(),
             replication: None,

@@ -85,6 +85,8 @@ pub trait Driver: Sync {
     fn memory_usage(&self, group: &Path) -> MemoryUsage;
     /// The memory limit in force (`None`: unlimited or unreadable).
     fn memory_limit(&self, group: &Path) -> Option<u64>;
+    /// The soft limit in force (`memory.high`; v1 memory.soft_limit_in_bytes).
+    fn memory_high(&self, group: &Path) -> Option<u64>;
     /// Pressure stall information, where the kernel keeps it per cgroup.
     fn pressure(&self, group: &Path) -> Option<PressureSet>;
 }

@@ -64,6 +64,13 @@ impl Layout {
         }
     }
 
+    /// A tenant's `memory.high` in force (v1: memory.soft_limit_in_bytes); `None` when
+    /// unlimited or unreadable.
+    pub fn tenant_memory_high(&self, tenant: &str) -> Option<u64> {
+        let (h, d) = self.setup.driver_of(Controller::Memory)?;
+        d.memory_high(&self.tenant_dir(h, tenant))
+    }
+
     /// A tenant's pressure stall information, from the first hierarchy that keeps it per
     /// cgroup.
     pub fn tenant_pressure(&self, tenant: &str) -> Option<PressureSet> {

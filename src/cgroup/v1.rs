@@ -430,6 +430,10 @@ impl Driver for V1 {
         parse_memory(&std::fs::read_to_string(group.join(MEM_LIMIT)).ok()?).flatten()
     }
 
+    fn memory_high(&self, group: &Path) -> Option<u64> {
+        parse_memory(&std::fs::read_to_string(group.join(MEM_SOFT)).ok()?).flatten()
+    }
+
     fn pressure(&self, _group: &Path) -> Option<PressureSet> {
         None // v1 keeps pressure per host only
     }

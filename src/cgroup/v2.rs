@@ -546,6 +546,10 @@ impl Driver for V2 {
         parse_memory(&std::fs::read_to_string(group.join(MEM_MAX)).ok()?).flatten()
     }
 
+    fn memory_high(&self, group: &Path) -> Option<u64> {
+        parse_memory(&std::fs::read_to_string(group.join(MEM_HIGH)).ok()?).flatten()
+    }
+
     fn pressure(&self, group: &Path) -> Option<PressureSet> {
         Some(read_pressure(group))
     }

@@ -36,7 +36,7 @@ pub fn print_status_table(
         "READ IOPS",
         "WRITE IOPS",
         "CPU cores",
-        "MEMORY MiB",
+        "MEM charged MiB",
     )?;
     let f0 = |v: f64| format!("{v:.0}");
     let f2 = |v: f64| format!("{v:.2}");
@@ -51,7 +51,14 @@ pub fn print_status_table(
             notes.push(format!("cpu throttled {:.0}%", t * 100.0));
         }
         if let Some(k) = r.memory.oom_kills.filter(|k| *k > 0) {
-            notes.push(format!("{k} OOM kills"));
+            notes.push(crate::units::count(k as usize, "OOM kill", "OOM kills"));
+        }
+        if crate::status::charged_below_resident(r) {
+            notes.push(format!(
+                "memory: {} MiB resident, {} MiB charged (memory held before the move is charged elsewhere; memory.max binds only new allocations)",
+                r.memory_resident_bytes.unwrap_or(0) >> 20,
+                r.memory.current_bytes.unwrap_or(0) >> 20
+            ));
         }
         if let Some(p) = &r.pressure {
             let psi: Vec<String> = [("io", p.io), ("cpu", p.cpu), ("mem", p.memory)]
@@ -209,4 +216,30 @@ pub fn print_status(out: &mut impl std::io::Write, s: &StatusText) -> Result<()>
         writeln!(out, "note: {V1_WRITE_NOTE}")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests_snapshot::assert_snapshot;
+
+    /// An instance moved in while running: 213 MiB resident, nothing charged to the tenant
+    /// (issue 21): the table says both, and why.
+    #[test]
+    fn memory_charged_and_resident() {
+        let mut moved = crate::status::tests::tenant(0, 10.0);
+        moved.name = "pg15".into();
+        moved.processes = 9;
+        moved.memory.current_bytes = Some(0);
+        moved.memory_limit_bytes = Some(2048 << 20);
+        moved.memory_resident_bytes = Some(213 << 20);
+        moved.memory.oom_kills = Some(1);
+        let mut started = crate::status::tests::tenant(0, 10.0);
+        started.memory.current_bytes = Some(200 << 20);
+        started.memory_limit_bytes = Some(2048 << 20);
+        started.memory_resident_bytes = Some(190 << 20);
+        let mut out = Vec::new();
+        print_status_table(&mut out, &[moved, started], false).unwrap();
+        assert_snapshot("status-memory", &String::from_utf8(out).unwrap());
+    }
 }
