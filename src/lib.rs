@@ -27,6 +27,6 @@ pub mod units;
 pub mod usage;
 
 #[cfg(test)]
-pub(crate) mod tests_snapshot;
-#[cfg(test)]
 mod tests_architecture;
+#[cfg(test)]
+pub(crate) mod tests_snapshot;

@@ -169,3 +169,49 @@ fn memory_max_kills_inside_tenant_only() {
     assert_eq!(b["memory"]["oom_kills"], 0, "{b:#}");
     assert_eq!(a["memory_limit_bytes"], 64u64 << 20);
 }
+
+/// A process that allocated 128 MiB before it was moved in (issue 21): the kernel keeps those
+/// pages charged where they were, so the tenant is charged little while its process holds
+/// 128 MiB; `status` says both (JSON and the note).
+#[test]
+fn status_shows_memory_charged_and_resident_after_a_move() {
+    if skip() {
+        return;
+    }
+    let sid = sid();
+    let name = format!("ora_p005_{sid}");
+    let body = format!(
+        "[[tenant]]\nname = \"moved\"\nmatch = [{{ cmdline = \"{}\" }}]\n\n[tenant.memory]\nmax = \"1GiB\"\n",
+        name_rule(&name)
+    );
+    let t = Tenancy::new("memres", &body);
+    // Touch 128 MiB, then wait to be moved.
+    let mut hold = Child::named(
+        &name,
+        python(),
+        &[
+            "-c",
+            "import time\nb = bytearray(128 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('ready', flush=True)\ntime.sleep(60)",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(1500)); // the allocation is done well before
+    t.ok(&["apply"]);
+    let j = t.json(&["status", "--json", "--interval", "0"]);
+    let tenant = &j["tenants"][0];
+    let charged = tenant["memory"]["current_bytes"].as_u64().unwrap();
+    let resident = tenant["memory_resident_bytes"].as_u64().unwrap();
+    println!(
+        "moved in after allocating 128 MiB: charged {} MiB, resident {} MiB",
+        charged >> 20,
+        resident >> 20
+    );
+    assert!(resident >= 120 << 20, "resident {resident}");
+    assert!(
+        charged < 32 << 20,
+        "charged {charged}: did the kernel move the charge?"
+    );
+    assert_eq!(tenant["memory_limit_bytes"], 1u64 << 30);
+    let text = t.ok(&["status", "--interval", "0"]);
+    assert!(text.contains("MiB resident"), "{text}");
+    drop(hold); // killed and reaped on drop
+}
