@@ -186,7 +186,7 @@ fn status_shows_memory_charged_and_resident_after_a_move() {
     );
     let t = Tenancy::new("memres", &body);
     // Touch 128 MiB, then wait to be moved.
-    let mut hold = Child::named(
+    let hold = Child::named(
         &name,
         python(),
         &[
