@@ -542,8 +542,8 @@ pub fn io_writes_only(plan: Plan) -> Plan {
         .collect();
     Plan {
         steps,
-        warnings: Vec::new(),
         tenants: plan.tenants,
+        ..Plan::default()
     }
 }
 

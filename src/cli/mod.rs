@@ -149,7 +149,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 serde_json::to_writer_pretty(&mut out, &plan)?;
                 writeln!(out)?;
             } else {
-                print_plan(&mut out, &ctx, &plan)?;
+                print_plan(&mut out, &ctx, &plan, &mut std::io::stderr())?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -172,7 +172,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 )?;
                 writeln!(out)?;
             } else {
-                print_apply(&mut out, &plan, &outcome)?;
+                print_apply(&mut out, &plan, &outcome, &mut std::io::stderr())?;
             }
             if outcome.errors.is_empty() {
                 Ok(ExitCode::SUCCESS)
@@ -375,14 +375,14 @@ fn check(config: &PolicyPath, out: &mut impl std::io::Write) -> Result<ExitCode>
     let policy = &ctx.loaded.policy;
     writeln!(
         out,
-        "policy OK: {} ({} tenants)",
+        "policy OK: {} ({})",
         policy
             .files
             .iter()
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()
             .join(", "),
-        policy.tenants.len()
+        crate::units::count(policy.tenants.len(), "tenant", "tenants")
     )?;
     writeln!(out, "cgroup controllers: {}", ctx.layout.setup.describe())?;
     for t in &plan.tenants {
@@ -394,9 +394,9 @@ fn check(config: &PolicyPath, out: &mut impl std::io::Write) -> Result<ExitCode>
         .devices;
         writeln!(
             out,
-            "tenant {}: {} processes match now; devices: {}",
+            "tenant {}: {} now; devices: {}",
             t.name,
-            t.processes,
+            crate::units::count(t.processes, "process matches", "processes match"),
             if devices.is_empty() {
                 "none".to_string()
             } else {
@@ -410,6 +410,7 @@ fn check(config: &PolicyPath, out: &mut impl std::io::Write) -> Result<ExitCode>
     }
     let mut warnings: Vec<String> = ctx.loaded.warnings.iter().map(|w| w.to_string()).collect();
     warnings.extend(plan.warnings.iter().cloned());
+    warnings.extend(plan.buffered_writes_note());
     // Overlaps seen on live processes: rules of two tenants that both match one process now.
     let mut seen = std::collections::BTreeMap::new();
     for p in &ctx.inventory.procs {
@@ -426,15 +427,17 @@ fn check(config: &PolicyPath, out: &mut impl std::io::Write) -> Result<ExitCode>
             .map(|i| policy.tenants[*i].name.as_str())
             .collect();
         warnings.push(format!(
-            "rules of tenants {} overlap on {} running process(es), e.g. {}; they go to `{}`, the first in file order",
+            "rules of tenants {} overlap on {} running, e.g. {}; they go to `{}`, the first in file order",
             names.join(", "),
-            procs.len(),
+            crate::units::count(procs.len(), "process", "processes"),
             procs.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
             names[0]
         ));
     }
+    // Warnings go to stderr, so that the report on stdout can be read or parsed alone.
+    let mut err = std::io::stderr().lock();
     for w in &warnings {
-        writeln!(out, "warning: {w}")?;
+        writeln!(err, "warning: {w}")?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -634,7 +637,11 @@ fn release(
     if all {
         cgroup::remove_root(&layout)?;
     }
-    writeln!(out, "{moved} processes moved back to the parent cgroup")?;
+    writeln!(
+        out,
+        "{} back to the parent cgroup",
+        crate::units::count(moved, "process moved", "processes moved")
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 

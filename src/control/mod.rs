@@ -399,9 +399,9 @@ pub fn handle<G: Governor>(g: &mut G, op: &Op, received: Instant) -> Response {
         Response::ok(change.message)
     } else {
         Response::refuse(format!(
-            "{}; but {} write(s) failed",
+            "{}; but {} failed",
             change.message,
-            errors.len()
+            crate::units::count(errors.len(), "write", "writes")
         ))
     };
     r.errors = errors;
@@ -454,7 +454,11 @@ where
                 if errors.is_empty() {
                     String::new()
                 } else {
-                    format!("; {} write(s) failed: {}", errors.len(), errors.join("; "))
+                    format!(
+                        "; {} failed: {}",
+                        crate::units::count(errors.len(), "write", "writes"),
+                        errors.join("; ")
+                    )
                 }
             ))
         }

@@ -437,8 +437,8 @@ pub fn print_text(r: &ProbeReport, histogram: bool, out: &mut impl Write) -> Res
     if r.interrupted {
         writeln!(
             out,
-            "interrupted: {} step(s) measured before Ctrl-C",
-            r.steps.len()
+            "interrupted: {} measured before Ctrl-C",
+            crate::units::count(r.steps.len(), "step", "steps")
         )?;
     }
     Ok(())

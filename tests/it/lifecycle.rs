@@ -131,7 +131,7 @@ fn release_moves_back_and_removes() {
 
     let out = t.ok(&["release", "one"]);
     println!("release one: {}", out.trim().replace('\n', "; "));
-    assert!(out.contains("1 processes moved back"), "{out}");
+    assert!(out.contains("1 process moved back"), "{out}");
     assert_in_everywhere(p1.pid, |c| own[c].clone());
     assert_in_everywhere(p2.pid, |c| {
         join(&own[c], &format!("{}/two/limited", t.root))

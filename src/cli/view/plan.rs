@@ -4,12 +4,31 @@ use anyhow::Result;
 
 use crate::engine::{self, Prepared};
 use crate::plan::{Plan, Step};
-use crate::units::HumanBytes;
+use crate::units::{count, HumanBytes};
 
-pub fn print_plan(out: &mut impl std::io::Write, ctx: &Prepared, plan: &Plan) -> Result<()> {
+pub fn print_plan(
+    out: &mut impl std::io::Write,
+    ctx: &Prepared,
+    plan: &Plan,
+    warn: &mut dyn std::io::Write,
+) -> Result<()> {
     writeln!(out, "cgroup controllers: {}", ctx.layout.setup.describe())?;
+    let device_name = |dev: &crate::kernel::DevNum| {
+        ctx.inventory
+            .tenants
+            .iter()
+            .flat_map(|t| &t.devices)
+            .find(|d| d.devnum == *dev)
+            .map(|d| format!("{} ({dev})", d.name))
+            .unwrap_or_else(|| dev.to_string())
+    };
     for t in &plan.tenants {
-        writeln!(out, "tenant {}: {} processes", t.name, t.processes)?;
+        writeln!(
+            out,
+            "tenant {}: {}",
+            t.name,
+            count(t.processes, "process", "processes")
+        )?;
         for (dev, l) in &t.settings.io {
             let mut parts = Vec::new();
             if let Some(v) = l.read_bps {
@@ -24,18 +43,31 @@ pub fn print_plan(out: &mut impl std::io::Write, ctx: &Prepared, plan: &Plan) ->
             if let Some(v) = l.write_iops {
                 parts.push(format!("write {v} IOPS"));
             }
-            writeln!(out, "  io {dev}: {}", parts.join(", "))?;
+            writeln!(out, "  io {}: {}", device_name(dev), parts.join(", "))?;
         }
         if let Some(c) = t.settings.cpu_cores {
-            writeln!(out, "  cpu quota: {c} cores")?;
+            writeln!(
+                out,
+                "  cpu quota: {c} {}",
+                if c == 1.0 { "core" } else { "cores" }
+            )?;
         }
         writeln!(
             out,
             "  cpus {} mems {} weight {}",
             t.settings.cpus, t.settings.mems, t.settings.cpu_weight
         )?;
-        if let Some(m) = t.settings.memory_max {
-            writeln!(out, "  memory max {}", HumanBytes(m))?;
+        let memory: Vec<String> = [
+            ("max", t.settings.memory_max),
+            ("high", t.settings.memory_high),
+            ("low", t.settings.memory_low),
+            ("swap_max", t.settings.memory_swap_max),
+        ]
+        .iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{k} {}", HumanBytes(v))))
+        .collect();
+        if !memory.is_empty() {
+            writeln!(out, "  memory {}", memory.join(", "))?;
         }
     }
     if plan.is_empty() {
@@ -44,7 +76,7 @@ pub fn print_plan(out: &mut impl std::io::Write, ctx: &Prepared, plan: &Plan) ->
             "no changes: every group, limit and process is already in place"
         )?;
     } else {
-        writeln!(out, "steps ({}):", plan.steps.len())?;
+        writeln!(out, "{}:", count(plan.steps.len(), "step", "steps"))?;
     }
     for s in &plan.steps {
         match s {
@@ -81,8 +113,22 @@ pub fn print_plan(out: &mut impl std::io::Write, ctx: &Prepared, plan: &Plan) ->
             )?,
         }
     }
+    print_warnings(warn, plan)?;
+    Ok(())
+}
+
+/// The plan's warnings, to `warn` (stderr): the cgroup v1 write-limit caveat only when the plan
+/// writes something, in one line (`check` gives it in full).
+pub fn print_warnings(warn: &mut dyn std::io::Write, plan: &Plan) -> Result<()> {
     for w in &plan.warnings {
-        writeln!(out, "warning: {w}")?;
+        writeln!(warn, "warning: {w}")?;
+    }
+    if !plan.is_empty() && !plan.buffered_writes_pass.is_empty() {
+        writeln!(
+            warn,
+            "note: on cgroup v1 the write limits of {} bind only O_DIRECT and fsync'd writes (`dbcage check` explains)",
+            plan.buffered_writes_pass.join(", ")
+        )?;
     }
     Ok(())
 }
@@ -92,10 +138,9 @@ pub fn print_apply(
     out: &mut impl std::io::Write,
     plan: &Plan,
     outcome: &engine::Outcome,
+    warn: &mut dyn std::io::Write,
 ) -> Result<()> {
-    for w in &plan.warnings {
-        writeln!(out, "warning: {w}")?;
-    }
+    print_warnings(warn, plan)?;
     if plan.is_empty() {
         writeln!(
             out,
@@ -104,10 +149,10 @@ pub fn print_apply(
     } else {
         writeln!(
             out,
-            "applied: {} groups created, {} values written, {} processes moved{}",
-            outcome.created,
-            outcome.written,
-            outcome.moved,
+            "applied: {} created, {} written, {} moved{}",
+            count(outcome.created, "group", "groups"),
+            count(outcome.written, "value", "values"),
+            count(outcome.moved, "process", "processes"),
             if outcome.vanished > 0 {
                 format!(", {} exited before their move", outcome.vanished)
             } else {
@@ -126,4 +171,45 @@ pub fn print_apply(
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests_snapshot::assert_snapshot;
+
+    fn run(plan: &Plan) -> String {
+        let outcome = engine::Outcome {
+            created: plan.steps.len(),
+            ..engine::Outcome::default()
+        };
+        let (mut out, mut warn) = (Vec::new(), Vec::new());
+        print_apply(&mut out, plan, &outcome, &mut warn).unwrap();
+        format!(
+            "--- stdout\n{}--- stderr\n{}",
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(warn).unwrap()
+        )
+    }
+
+    /// `apply` on v1 with write limits: warnings on stderr; the write-limit caveat one line long
+    /// when something is written, absent on a no-op (issue 21).
+    #[test]
+    fn apply_warnings_go_to_stderr_and_the_v1_caveat_is_brief() {
+        let mut plan = Plan {
+            warnings: vec!["tenant `BX1`: on cgroup v1 memory.high becomes memory.soft_limit_in_bytes, which only guides reclaim under host-wide memory pressure".into()],
+            buffered_writes_pass: vec!["BX1".into()],
+            ..Plan::default()
+        };
+        let noop = run(&plan);
+        plan.steps.push(crate::plan::Step::Mkdir {
+            path: "/sys/fs/cgroup/blkio/dbcage/BX1".into(),
+            reason: "tenant BX1".into(),
+        });
+        let one = run(&plan);
+        assert_snapshot(
+            "apply-warnings",
+            &format!("{noop}=== a plan that writes\n{one}"),
+        );
+    }
 }
