@@ -242,6 +242,15 @@ impl Daemon {
         *view = (self.ctx.loaded.policy.clone(), self.ctx.layout.clone());
     }
 
+    /// The policy files this daemon runs on, for `status` and `top` when the files on disk no
+    /// longer validate (see `engine::running_policy`); written at start and at each change.
+    fn publish_policy(&self) {
+        crate::rundir::publish_owned(
+            &crate::rundir::state_path(&self.ctx.loaded.policy.agent.root_name, "policy"),
+            &self.live.sources,
+        );
+    }
+
     fn rescan(&mut self, why: &str) {
         let start = Instant::now();
         self.stats.rescans += 1;
@@ -584,6 +593,7 @@ impl crate::control::Governor for Daemon {
         self.live = live;
         self.ctx = ctx;
         self.publish();
+        self.publish_policy();
         let outcome = engine::execute(&plan);
         self.record(&outcome);
         let errors: Vec<String> = outcome.errors.iter().map(|e| e.to_string()).collect();
@@ -881,6 +891,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             None
         }
     };
+    agent.publish_policy();
     info!(
         tenants = agent.ctx.loaded.policy.tenants.len(),
         connector = connector.is_some(),
@@ -1088,6 +1099,10 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     agent.stats.write_us = percentiles(&agent.write_hist, 1.0);
     agent.stats.rescan_ms = percentiles(&agent.rescan_hist, 1000.0);
     crate::balance::unpublish(&agent.ctx.loaded.policy.agent.root_name);
+    let _ = std::fs::remove_file(crate::rundir::state_path(
+        &agent.ctx.loaded.policy.agent.root_name,
+        "policy",
+    ));
     crate::replication::unpublish(&agent.ctx.loaded.policy.agent.root_name);
     if let Some(path) = &agent.opts.stats_out {
         let line = serde_json::to_string(&agent.stats)? + "\n";

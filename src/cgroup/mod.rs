@@ -296,16 +296,26 @@ impl Setup {
 
     /// `io=v1 cpu=v1 ...` for status output.
     pub fn describe(&self) -> String {
-        let mut parts = Vec::new();
+        self.controller_drivers()
+            .iter()
+            .map(|(c, v)| format!("{c}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Controller → the driver that serves it (`v1`, `v2`) or `missing`, in the order of
+    /// `CONTROLLERS` (what `describe` prints, and `status --json` gives as an object).
+    pub fn controller_drivers(&self) -> Vec<(&'static str, &'static str)> {
+        let mut out = Vec::new();
         for c in CONTROLLERS {
             let v = match self.hierarchy_of(c) {
                 Some(i) => self.hierarchies[i].driver().name(),
                 None if self.missing.contains(&c) => "missing",
                 None => continue,
             };
-            parts.push(format!("{}={v}", c.v1_name()));
+            out.push((c.v1_name(), v));
         }
-        parts.join(" ")
+        out
     }
 }
 

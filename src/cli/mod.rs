@@ -203,7 +203,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             &mut out,
         ),
         Command::Top { interval } => {
-            let (loaded, layout, fs) = engine::layout_for(&config)?;
+            let (loaded, layout, fs) = layout_or_running(&config)?;
             crate::top::run(&fs, &layout, &loaded.policy, interval)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -301,8 +301,13 @@ fn socket_for(config: &Path, socket: Option<&Path>) -> PathBuf {
     if let Some(s) = socket {
         return s.to_path_buf();
     }
-    // Only `agent.root` is needed, and `reload` is for policies that may be broken now: read
-    // that one key from each file that parses, the last one wins as in a merge.
+    crate::control::socket_path(&lenient_root(config))
+}
+
+/// `agent.root` of a policy that may be broken now (for `reload`, and for `status` and `top`
+/// while the files on disk do not validate): that one key from each file that parses, the last
+/// one wins as in a merge.
+fn lenient_root(config: &Path) -> String {
     let mut files = vec![config.to_path_buf()];
     files.extend(policy::dropin_files(config).unwrap_or_default());
     let mut root = policy::DEFAULT_ROOT.to_string();
@@ -318,7 +323,44 @@ fn socket_for(config: &Path, socket: Option<&Path>) -> PathBuf {
             root = r.to_string();
         }
     }
-    crate::control::socket_path(&root)
+    root
+}
+
+/// The policy, layout and host for `status` and `top`. When the files on disk do not validate
+/// while a daemon runs, these show what the daemon runs (the policy it published, see
+/// `agent`), with a warning, rather than nothing: the operator needs the running state most when
+/// an edit went wrong. Without a daemon the policy's errors are the answer.
+fn layout_or_running(config: &PolicyPath) -> Result<(policy::Loaded, cgroup::Layout, HostFs)> {
+    let disk = match engine::layout_for(config) {
+        Ok(x) => return Ok(x),
+        Err(e) => e,
+    };
+    let Some(errors) = disk.downcast_ref::<PolicyErrors>() else {
+        return Err(disk);
+    };
+    let root = lenient_root(&config.path);
+    let published = crate::rundir::state_path(&root, "policy");
+    let Some(sources) = crate::rundir::read_owned::<Vec<(PathBuf, String)>>(&published) else {
+        return Err(disk);
+    };
+    let Ok(loaded) = policy::from_sources_with(
+        &sources,
+        &policy::Overlay::default(),
+        &policy::SystemAccounts,
+    ) else {
+        return Err(disk);
+    };
+    let fs = HostFs::default();
+    let mounts = inventory::MountTable::read(&fs).context("reading /proc/self/mountinfo")?;
+    let setup = cgroup::Setup::detect(&fs, &mounts)?;
+    let layout = cgroup::Layout::new(setup, &loaded.policy.agent)?;
+    let n = errors.0.len();
+    eprintln!(
+        "warning: the policy files on disk do not validate ({}; `dbcage check` lists {}, and a reload would be refused); shown: the policy the running daemon uses",
+        crate::units::count(n, "error", "errors"),
+        if n == 1 { "it" } else { "them" }
+    );
+    Ok((loaded, layout, fs))
 }
 
 /// `set` and `reload`: send the request to the daemon (or, with `--direct`, apply it here).
@@ -456,7 +498,7 @@ fn show_status(
     args: &StatusArgs,
     out: &mut impl std::io::Write,
 ) -> Result<ExitCode> {
-    let (loaded, layout, fs) = engine::layout_for(config)?;
+    let (loaded, layout, fs) = layout_or_running(config)?;
     let policy = &loaded.policy;
     for name in &args.only {
         if !policy.tenants.iter().any(|t| &t.name == name) {
@@ -488,7 +530,8 @@ fn show_status(
     if args.json {
         #[derive(Serialize)]
         struct Report<'a> {
-            controllers: String,
+            /// Controller → `v1`, `v2` or `missing`.
+            controllers: std::collections::BTreeMap<&'static str, &'static str>,
             interval_seconds: f64,
             tenants: &'a [status::TenantStatus],
             notes: Vec<&'static str>,
@@ -504,7 +547,7 @@ fn show_status(
         serde_json::to_writer_pretty(
             &mut *out,
             &Report {
-                controllers: layout.setup.describe(),
+                controllers: layout.setup.controller_drivers().into_iter().collect(),
                 interval_seconds: args.interval.as_secs_f64(),
                 tenants: &sample.tenants,
                 notes,

@@ -1586,3 +1586,40 @@ fn release_is_refused_while_the_daemon_runs() {
     assert!(out.contains("released db"), "{out}");
     assert!(!placed(&t, p.pid, "db", "limited"));
 }
+
+/// A broken policy on disk while the daemon runs on the old one (issue 21): `status` and
+/// `status --json` show the running state (exit 0) and warn on stderr that the files do not
+/// validate; once the daemon is gone, the errors are the answer (exit 2).
+#[test]
+fn status_shows_the_running_policy_when_the_files_are_broken() {
+    if skip() {
+        return;
+    }
+    let sid = sid();
+    let main = format!("ora_p006_{sid}");
+    let body = tenant("db", &[cmd_rule(&main)], &[], "[tenant.cpu]\nweight = 50\n");
+    let t = Tenancy::new("dbroken", &body);
+    let mut d = Daemon::start(&t, &[]);
+    t.set_policy(&format!("{body}\nbogus = 1\n"));
+    let o = t.run(&["status", "--interval", "0"]);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(
+        err.contains("warning: the policy files on disk do not validate (1 error;")
+            && err.contains("shown: the policy the running daemon uses"),
+        "{err}"
+    );
+    assert!(out.lines().any(|l| l.starts_with("db ")), "{out}");
+    assert!(out.contains("daemon: running"), "{out}");
+    let j = t.json(&["status", "--json", "--interval", "0"]);
+    assert_eq!(j["tenants"][0]["name"], "db");
+    assert!(j["controllers"].is_object(), "{}", j["controllers"]);
+    d.stop(Duration::from_secs(5));
+    let o = t.run(&["status", "--interval", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown key `bogus`"));
+    t.set_policy(&body); // a valid policy for the cleanup's `release --all`
+}
