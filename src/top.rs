@@ -1,5 +1,7 @@
 //! `dbcage top`: a full-screen view of every tenant, refreshed every second, with its limits
-//! beside its usage; tenants at a limit are marked. Sortable by column; fits 80 columns.
+//! beside its usage (value/limit, IOPS too); tenants at a limit are marked. A head line with
+//! the clock, the controllers and the daemon's state; sortable by column, the sort column marked
+//! with ▼/▲; fits 80 columns (a narrower terminal is told so rather than silently cut).
 //! Only reads (the same `status` sampler as `dbcage status`).
 
 use std::time::{Duration, Instant};
@@ -18,15 +20,19 @@ use crate::policy::Policy;
 use crate::status::{self, Sample, TenantStatus};
 
 /// Columns, in display order; the sort key of each.
-const COLUMNS: [&str; 7] = [
+const COLUMNS: [&str; 8] = [
     "TENANT",
     "PROC",
     "READ MiB/s",
     "WRITE MiB/s",
-    "IOPS r/w",
+    "READ IOPS",
+    "WRITE IOPS",
     "CPU",
     "MEM MiB",
 ];
+
+/// Column widths: 73 plus 7 spaces between them make 80.
+const WIDTHS: [u16; 8] = [9, 4, 11, 11, 10, 10, 9, 9];
 
 fn sort_key(t: &TenantStatus, col: usize) -> f64 {
     let r = t.io.rates.unwrap_or_default();
@@ -34,9 +40,10 @@ fn sort_key(t: &TenantStatus, col: usize) -> f64 {
         1 => t.processes as f64,
         2 => r.read_bytes_per_second,
         3 => r.write_bytes_per_second,
-        4 => r.read_iops + r.write_iops,
-        5 => t.cpu_cores_used.unwrap_or(0.0),
-        6 => t.memory.current_bytes.unwrap_or(0) as f64,
+        4 => r.read_iops,
+        5 => r.write_iops,
+        6 => t.cpu_cores_used.unwrap_or(0.0),
+        7 => t.memory.current_bytes.unwrap_or(0) as f64,
         _ => 0.0,
     }
 }
@@ -78,10 +85,16 @@ fn row(t: &TenantStatus) -> Row<'static> {
             mib(t.io.limits.write_bps),
             1,
         )),
-        Cell::from(
-            r.map(|r| format!("{:.0}/{:.0}", r.read_iops, r.write_iops))
-                .unwrap_or_else(|| "-".into()),
-        ),
+        Cell::from(with_limit(
+            r.map(|r| r.read_iops),
+            t.io.limits.read_iops.map(|l| l as f64),
+            0,
+        )),
+        Cell::from(with_limit(
+            r.map(|r| r.write_iops),
+            t.io.limits.write_iops.map(|l| l as f64),
+            0,
+        )),
         Cell::from(with_limit(t.cpu_cores_used, t.cpu_quota_cores, 2)),
         Cell::from(with_limit(
             t.memory.current_bytes.map(|b| b as f64 / 1048576.0),
@@ -97,15 +110,34 @@ fn row(t: &TenantStatus) -> Row<'static> {
     Row::new(cells).style(style)
 }
 
-fn draw(frame: &mut Frame, sample: &Sample, view: &View, controllers: &str) {
+/// The head line: the time of the sample, the controllers, the daemon's state.
+pub struct Head<'a> {
+    pub clock: String,
+    pub controllers: &'a str,
+    pub daemon: String,
+}
+
+fn draw(frame: &mut Frame, sample: &Sample, view: &View, head_line: &Head) {
     let [head, body, foot] = Split::vertical([
-        Constraint::Length(1),
+        Constraint::Length(2),
         Constraint::Min(3),
         Constraint::Length(2),
     ])
     .areas(frame.area());
+    let narrow = if frame.area().width < 80 {
+        "(needs 80 columns: some are cut) "
+    } else {
+        ""
+    };
     frame.render_widget(
-        Paragraph::new(format!("dbcage top — {controllers}")).bold(),
+        Paragraph::new(vec![
+            Line::from(format!(
+                "dbcage top {narrow}{} — {}",
+                head_line.clock, head_line.controllers
+            ))
+            .bold(),
+            Line::from(format!("daemon: {}", head_line.daemon)),
+        ]),
         head,
     );
     let mut tenants: Vec<&TenantStatus> = sample.tenants.iter().collect();
@@ -118,23 +150,17 @@ fn draw(frame: &mut Frame, sample: &Sample, view: &View, controllers: &str) {
         tenants.reverse();
     }
     let header = Row::new(COLUMNS.iter().enumerate().map(|(i, c)| {
-        let c = Cell::from(*c);
         if i == view.sort {
-            c.style(Style::default().add_modifier(Modifier::REVERSED))
+            // Name ascending by default, figures descending; `r` turns it round.
+            let descending = (i != 0) != view.reverse;
+            Cell::from(format!("{c}{}", if descending { "▼" } else { "▲" }))
+                .style(Style::default().add_modifier(Modifier::REVERSED))
         } else {
-            c
+            Cell::from(*c)
         }
     }))
     .style(Style::default().add_modifier(Modifier::BOLD));
-    let widths = [
-        Constraint::Length(12),
-        Constraint::Length(4),
-        Constraint::Length(12),
-        Constraint::Length(12),
-        Constraint::Length(10),
-        Constraint::Length(10),
-        Constraint::Length(11),
-    ];
+    let widths = WIDTHS.map(Constraint::Length);
     let table = Table::new(tenants.into_iter().map(row), widths)
         .header(header)
         .column_spacing(1);
@@ -162,8 +188,21 @@ fn draw(frame: &mut Frame, sample: &Sample, view: &View, controllers: &str) {
 }
 
 /// Runs the view until `q` (or Esc, or Ctrl-C). The terminal is restored on every exit path.
-pub fn run(fs: &HostFs, layout: &Layout, policy: &Policy, interval: Duration) -> Result<()> {
+/// `daemon` says how the daemon is doing (asked once per refresh).
+pub fn run(
+    fs: &HostFs,
+    layout: &Layout,
+    policy: &Policy,
+    interval: Duration,
+    daemon: &dyn Fn() -> String,
+) -> Result<()> {
     let controllers = layout.setup.describe();
+    let clock = || chrono::Local::now().format("%H:%M:%S").to_string();
+    let mut head = Head {
+        clock: clock(),
+        controllers: &controllers,
+        daemon: daemon(),
+    };
     let mut terminal = ratatui::init();
     let result = (|| -> Result<()> {
         let mut view = View {
@@ -179,9 +218,11 @@ pub fn run(fs: &HostFs, layout: &Layout, policy: &Policy, interval: Duration) ->
                 status::with_rates(&prev, &mut s);
                 prev = s.clone();
                 cur = s;
+                head.clock = clock();
+                head.daemon = daemon();
                 next = Instant::now() + interval;
             }
-            terminal.draw(|f| draw(f, &cur, &view, &controllers))?;
+            terminal.draw(|f| draw(f, &cur, &view, &head))?;
             let wait = next.saturating_duration_since(Instant::now());
             if event::poll(wait)? {
                 if let Event::Key(k) = event::read()? {
@@ -202,7 +243,7 @@ pub fn run(fs: &HostFs, layout: &Layout, policy: &Policy, interval: Duration) ->
                             view.sort = (view.sort + COLUMNS.len() - 1) % COLUMNS.len()
                         }
                         KeyCode::Char('r') => view.reverse = !view.reverse,
-                        KeyCode::Char(c @ '1'..='7') => view.sort = c as usize - '1' as usize,
+                        KeyCode::Char(c @ '1'..='8') => view.sort = c as usize - '1' as usize,
                         _ => {}
                     }
                 }
@@ -211,4 +252,62 @@ pub fn run(fs: &HostFs, layout: &Layout, policy: &Policy, interval: Duration) ->
     })();
     ratatui::restore();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests_snapshot::assert_snapshot;
+    use ratatui::backend::TestBackend;
+
+    fn screen(width: u16, sample: &Sample, view: &View) -> String {
+        let mut t = ratatui::Terminal::new(TestBackend::new(width, 8)).unwrap();
+        let head = Head {
+            clock: "04:20:31".into(),
+            controllers: "blkio=v1 cpu=v1 cpuacct=v1 cpuset=v1 memory=v1",
+            daemon: "running (pid 812, up 2h03m), placing processes as they start".into(),
+        };
+        t.draw(|f| draw(f, sample, view, &head)).unwrap();
+        let buf = t.backend().buffer().clone();
+        let mut out = String::new();
+        for y in 0..buf.area.height {
+            let line: String = (0..buf.area.width)
+                .map(|x| buf[(x, y)].symbol().to_string())
+                .collect();
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+
+    /// IOPS against their limits, the clock and the daemon in the head, the sort column marked;
+    /// every header whole at 80 columns, and a narrower terminal told (issue 21).
+    #[test]
+    fn top_at_80_and_60_columns() {
+        let mut t = crate::status::tests::tenant(8 << 20, 11.0);
+        t.io.limits.read_iops = Some(2000);
+        t.io.limits.write_iops = Some(500);
+        t.io.rates = Some(crate::status::IoRates {
+            read_bytes_per_second: 4.0 * 1048576.0,
+            write_bytes_per_second: 0.0,
+            read_iops: 41.0,
+            write_iops: 7.0,
+        });
+        t.cpu_cores_used = Some(0.5);
+        t.at_limit = vec!["cpu.cores".into()];
+        let sample = Sample {
+            at: Instant::now(),
+            tenants: vec![t],
+        };
+        let view = View {
+            sort: 4,
+            reverse: false,
+        };
+        let wide = screen(80, &sample, &view);
+        for c in COLUMNS {
+            assert!(wide.contains(c), "header `{c}` cut:\n{wide}");
+        }
+        let narrow = screen(60, &sample, &view);
+        assert_snapshot("top", &format!("{wide}=== 60 columns\n{narrow}"));
+    }
 }

@@ -204,7 +204,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         ),
         Command::Top { interval } => {
             let (loaded, layout, fs) = layout_or_running(&config)?;
-            crate::top::run(&fs, &layout, &loaded.policy, interval)?;
+            let socket = cli.socket.clone();
+            let daemon = || ask_daemon(&config, socket.as_deref()).0.to_string();
+            crate::top::run(&fs, &layout, &loaded.policy, interval, &daemon)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Release { tenants, all } => {
