@@ -114,6 +114,10 @@ pub struct RawRule {
     /// claim none by themselves (a preset's `postgres: walwriter` must not take another
     /// cluster's walwriter).
     pub within_tenant: Option<bool>,
+    /// The name a preset gave this rule (`background`), shown in its label; never read from a
+    /// file.
+    #[serde(skip)]
+    pub(crate) preset_name: Option<&'static str>,
 }
 
 /// A user or group, by name or by number.

@@ -820,7 +820,10 @@ fn validate_rules(ctx: &mut Ctx, tenant: &str, list: &str, raw: &[Loc<RawRule>])
             pidfile,
             descendants,
             within_tenant,
-            label: format!("{list}[{i}] {}", parts.join(" ")),
+            label: match rv.preset_name {
+                Some(name) => format!("{list}[{i}] {name}: {}", parts.join(" ")),
+                None => format!("{list}[{i}] {}", parts.join(" ")),
+            },
             origin: ctx.origin(r),
         });
     }

@@ -138,7 +138,7 @@ pub fn print_status_table(
         for m in &r.members {
             writeln!(
                 out,
-                "  {} {:>7} {:<16} {}    # {}",
+                "  {:<7} {:>7} {:<16} {}    # {}",
                 m.leaf.dir(),
                 m.pid,
                 m.comm,
@@ -241,5 +241,37 @@ mod tests {
         let mut out = Vec::new();
         print_status_table(&mut out, &[moved, started], false).unwrap();
         assert_snapshot("status-memory", &String::from_utf8(out).unwrap());
+    }
+
+    /// `status -v`: the pid column lines up whichever leaf a process is in.
+    #[test]
+    fn members_line_up_across_leaves() {
+        use crate::classify::Leaf;
+        let mut t = crate::status::tests::tenant(0, 10.0);
+        for (pid, comm, leaf, rule) in [
+            (
+                4711,
+                "ora_pmon_BX1",
+                Leaf::Limited,
+                "match[0] background: cmdline=~^ora_[a-z0-9]+_BX1( |$)",
+            ),
+            (
+                4712,
+                "ora_lgwr_BX1",
+                Leaf::Exempt,
+                "exempt[0] log_writers: cmdline=~^ora_lg[a-z0-9]{2}_BX1( |$)",
+            ),
+        ] {
+            t.members.push(crate::status::Member {
+                pid,
+                comm: comm.into(),
+                cmdline: comm.into(),
+                leaf,
+                rule: rule.into(),
+            });
+        }
+        let mut out = Vec::new();
+        print_status_table(&mut out, &[t], false).unwrap();
+        assert_snapshot("status-members", &String::from_utf8(out).unwrap());
     }
 }

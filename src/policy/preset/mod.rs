@@ -28,12 +28,14 @@ pub struct Expansion {
 
 impl Expansion {
     /// Adds a named match rule (one `preset_omit` can remove).
-    pub fn named_rule(&mut self, name: &'static str, r: RawRule) {
+    pub fn named_rule(&mut self, name: &'static str, mut r: RawRule) {
+        r.preset_name = Some(name);
         self.rules.push(r);
         self.names.insert(self.rules.len() - 1, name);
     }
     /// Adds a named exempt rule.
-    pub fn named_exempt(&mut self, name: &'static str, r: RawRule) {
+    pub fn named_exempt(&mut self, name: &'static str, mut r: RawRule) {
+        r.preset_name = Some(name);
         self.exempt.push(r);
         self.names.push(name);
     }
@@ -184,6 +186,32 @@ mod tests {
         assert!(
             msg.contains("known presets: oracle, mysql, postgres"),
             "{msg}"
+        );
+    }
+
+    /// A preset's rules carry their names in their labels (what `plan`, `status -v` and the
+    /// overlap messages show), not only their index.
+    #[test]
+    fn preset_rules_are_labelled_with_their_names() {
+        let text = "[[tenant]]\nname = \"BX1\"\npreset = \"oracle\"\nsid = \"BX1\"\n";
+        let l = crate::policy::from_str("p.toml", text, &FakeAccounts).unwrap();
+        let t = &l.policy.tenants[0];
+        assert!(
+            t.rules[0]
+                .label
+                .starts_with("match[0] background: cmdline=~"),
+            "{}",
+            t.rules[0].label
+        );
+        assert!(
+            t.rules[1].label.starts_with("match[1] foreground: "),
+            "{}",
+            t.rules[1].label
+        );
+        assert!(
+            t.exempt[0].label.starts_with("exempt[0] log_writers: "),
+            "{}",
+            t.exempt[0].label
         );
     }
 
