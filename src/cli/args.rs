@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use clap_complete::engine::{ArgValueCandidates, CompletionCandidate};
 
 use crate::policy;
 
@@ -49,6 +50,7 @@ pub enum Command {
     /// against its limits, OOM events and pressure, measured over a short interval.
     Status {
         /// Only these tenants.
+        #[arg(add = ArgValueCandidates::new(tenant_candidates))]
         tenants: Vec<String>,
         /// List processes with the rule that placed them.
         #[arg(short, long)]
@@ -99,10 +101,11 @@ pub enum Command {
     )]
     Set {
         /// The tenant whose limits change (its `name` in the policy).
+        #[arg(add = ArgValueCandidates::new(tenant_candidates))]
         tenant: String,
         /// KEY=VALUE pairs, e.g. io.read_bps=200MiB cpu.cpus=0-31 memory.high=30GiB (with
         /// --reset: the keys to drop).
-        #[arg(required_unless_present = "reset")]
+        #[arg(required_unless_present = "reset", add = ArgValueCandidates::new(key_candidates))]
         values: Vec<String>,
         /// Until the next reload or restart (the default).
         #[arg(long, conflicts_with = "persist")]
@@ -129,6 +132,7 @@ pub enum Command {
     /// Start a command already inside a tenant's group (as cgexec does), so no window is left.
     Exec {
         /// The tenant to start the command in (its `name` in the policy).
+        #[arg(add = ArgValueCandidates::new(tenant_candidates))]
         tenant: String,
         /// Start it in the tenant's exempt leaf (no IO limits).
         #[arg(long)]
@@ -166,6 +170,7 @@ pub enum Command {
     /// Move a tenant's processes back to the parent cgroup and remove its groups.
     Release {
         /// Tenants to release.
+        #[arg(add = ArgValueCandidates::new(tenant_candidates))]
         tenants: Vec<String>,
         /// Release every tenant and remove dbcage's root group.
         #[arg(long, conflicts_with = "tenants")]
@@ -224,24 +229,75 @@ pub fn generate_man(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Writes the bash (`dbcage.bash`), zsh (`_dbcage`) and fish (`dbcage.fish`) completions into
-/// `dir`, generated from the clap definition (clap_complete). Returns the files written.
+/// `dir`. They are clap_complete's dynamic registrations: at each TAB the shell asks
+/// `COMPLETE=<shell> dbcage -- WORDS...`, which answers from the same clap definition, so
+/// tenant names (`dbcage set <TAB>`, `status`, `exec`, `release`) and the keys after
+/// `dbcage set TENANT` are completed, not only subcommands and options. Returns the files
+/// written.
 pub fn generate_completions(dir: &Path) -> Result<Vec<PathBuf>> {
-    use clap::CommandFactory;
-    use clap_complete::Shell;
+    use clap_complete::env::{Bash, EnvCompleter, Fish, Zsh};
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    // The same command without the hidden packaging subcommands.
-    let full = Cli::command();
-    let mut cmd = clap::Command::new("dbcage")
-        .version(env!("CARGO_PKG_VERSION"))
-        .about(full.get_about().cloned().unwrap_or_default())
-        .args(full.get_arguments().cloned())
-        .subcommands(full.get_subcommands().filter(|s| !s.is_hide_set()).cloned())
-        .subcommand_required(true);
-    [Shell::Bash, Shell::Zsh, Shell::Fish]
+    let shells: [(&dyn EnvCompleter, &str); 3] = [
+        (&Bash, "dbcage.bash"),
+        (&Zsh, "_dbcage"),
+        (&Fish, "dbcage.fish"),
+    ];
+    shells
         .into_iter()
-        .map(|shell| {
-            clap_complete::generate_to(shell, &mut cmd, "dbcage", dir)
-                .with_context(|| format!("cannot write {shell} completions to {}", dir.display()))
+        .map(|(shell, file)| {
+            let path = dir.join(file);
+            let mut buf = Vec::new();
+            shell.write_registration("COMPLETE", "dbcage", "dbcage", "dbcage", &mut buf)?;
+            std::fs::write(&path, buf)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            Ok(path)
         })
+        .collect()
+}
+
+/// Answers a shell's completion request (`COMPLETE=bash dbcage -- ...`) and exits; returns at
+/// once otherwise.
+pub fn complete_if_asked() {
+    use clap::CommandFactory;
+    clap_complete::CompleteEnv::with_factory(|| {
+        let full = Cli::command();
+        // Without the hidden packaging subcommands.
+        clap::Command::new("dbcage")
+            .args(full.get_arguments().cloned())
+            .subcommands(full.get_subcommands().filter(|s| !s.is_hide_set()).cloned())
+    })
+    .complete();
+}
+
+/// Tenant names for completion: from the policy when this user may read it (`DBCAGE_CONFIG` or
+/// the default), else the groups dbcage created under its default root (cgroupfs is readable
+/// by everyone; the policy is root's, mode 0600).
+fn tenant_candidates() -> Vec<CompletionCandidate> {
+    let config = std::env::var_os("DBCAGE_CONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(policy::DEFAULT_POLICY));
+    let mut names: Vec<String> = match policy::load(&config, &policy::SystemAccounts) {
+        Ok(l) => l.policy.tenants.into_iter().map(|t| t.name).collect(),
+        Err(_) => [
+            "/sys/fs/cgroup/*/dbcage/*/limited",
+            "/sys/fs/cgroup/dbcage/*/limited",
+        ]
+        .iter()
+        .filter_map(|p| glob::glob(p).ok())
+        .flatten()
+        .flatten()
+        .filter_map(|p| Some(p.parent()?.file_name()?.to_string_lossy().into_owned()))
+        .collect(),
+    };
+    names.sort();
+    names.dedup();
+    names.into_iter().map(CompletionCandidate::new).collect()
+}
+
+/// The keys `dbcage set TENANT` takes, as `KEY=` (the shell adds no space after `=`).
+fn key_candidates() -> Vec<CompletionCandidate> {
+    crate::engine::live::KEYS
+        .iter()
+        .map(|(k, _)| CompletionCandidate::new(format!("{k}=")))
         .collect()
 }

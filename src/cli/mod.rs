@@ -31,6 +31,7 @@ use crate::policy::{self, FileTrust, PolicyErrors, PolicyPath};
 use crate::status;
 
 pub fn main() -> ExitCode {
+    args::complete_if_asked();
     let cli = Cli::parse();
     // The daemon logs its decisions (moves, lost events, reloads); commands only warnings.
     let default_level = if matches!(cli.command, Command::Run { .. }) {

@@ -690,3 +690,43 @@ fn schedule_window_opens_and_closes_on_the_real_clock() {
         d.log()
     );
 }
+
+/// Shell completion (issue 21): `dbcage set <TAB>` offers the policy's tenants, and
+/// `dbcage set TENANT io.<TAB>` its keys, as the installed bash script asks for them.
+#[test]
+fn completion_offers_tenants_and_the_keys_after_set() {
+    let t = Tenancy::new(
+        "compl",
+        "[[tenant]]\nname = \"pg15\"\nmatch = [{ comm = \"^dbcage-test-none$\" }]\n\
+         [[tenant]]\nname = \"BX1\"\nmatch = [{ comm = \"^dbcage-test-none2$\" }]\n",
+    );
+    let ask = |index: &str, words: &[&str]| {
+        let o = Command::new(DBCAGE)
+            .env("DBCAGE_CONFIG", &t.policy)
+            .env("COMPLETE", "bash")
+            .env("_CLAP_IFS", "\n")
+            .env("_CLAP_COMPLETE_INDEX", index)
+            .arg("--")
+            .args(words)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let tenants = ask("2", &["dbcage", "set", ""]);
+    assert!(tenants.lines().any(|l| l == "pg15"), "{tenants}");
+    assert!(tenants.lines().any(|l| l == "BX1"), "{tenants}");
+    let keys = ask("3", &["dbcage", "set", "pg15", "memory."]);
+    assert_eq!(
+        keys.lines().collect::<Vec<_>>(),
+        [
+            "memory.max=",
+            "memory.high=",
+            "memory.low=",
+            "memory.swap_max="
+        ],
+        "{keys}"
+    );
+    let status = ask("2", &["dbcage", "status", "p"]);
+    assert_eq!(status.trim(), "pg15");
+}
