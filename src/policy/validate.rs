@@ -886,6 +886,10 @@ fn quantity(ctx: &mut Ctx, tenant: &str, key: &str, q: &Loc<Quantity>, bytes: bo
         Quantity::Text(s) if !rate && s.trim().ends_with("/s") => Err(format!(
             "`{s}` is a rate; a memory size has no `/s` (accepted: {BYTE_FORMS})"
         )),
+        // The kernel rounds memory limits down to pages: under one page it would write 0.
+        _ if !rate && v > 0 && v < 4096 => Err(format!(
+            "{v} bytes is less than one page (4096 bytes), which the kernel would round down to 0; a bare number is bytes (accepted: {BYTE_FORMS})"
+        )),
         _ => Ok(v),
     });
     match parsed {

@@ -1333,7 +1333,7 @@ max = "1GiB/s"
 fn implausibly_small_limits_warn_with_the_accepted_forms() {
     let text = "[[tenant]]\nname = \"db\"\nstorage = [\"/u01\"]\nmatch = [{ comm = \"^x$\" }]\n\
                 [tenant.io]\nread_bps = 80\nwrite_bps = \"50MB/s\"\nwrite_iops = 5\n\
-                [tenant.memory]\nmax = 512\n";
+                [tenant.memory]\nmax = 5120\n";
     let l = ok(text);
     let w: Vec<String> = l.warnings.iter().map(|w| w.to_string()).collect();
     assert_eq!(w.len(), 3, "{w:#?}");
@@ -1358,7 +1358,13 @@ fn implausibly_small_limits_warn_with_the_accepted_forms() {
         &w[2],
         text,
         "max = ",
-        &["memory.max = 512 is 512B", "did you mean \"512MiB\""],
+        &["memory.max = 5120 is 5KiB", "did you mean \"5120MiB\""],
+    );
+    // Under one page the kernel would write 0: refused.
+    let e = error(&text.replace("max = 5120", "max = 5"));
+    assert!(
+        e.contains("memory.max: 5 bytes is less than one page"),
+        "{e}"
     );
     // a plausible rate, with or without `/s`, warns about nothing
     assert_eq!(
