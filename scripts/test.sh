@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for pair in fio:fio mkfs.ext4:e2fsprogs losetup:mount /usr/bin/python3:python3 qemu-system-x86_64:qemu-system-x86 busybox:busybox-static tmux:tmux debootstrap:debootstrap man:man-db systemd-analyze:systemd mariadbd:mariadb-server sysbench:sysbench cgconfigparser:cgroup-tools /usr/lib/postgresql/15/bin/pgbench:postgresql-15 /usr/lib/postgresql/15/bin/pg_basebackup:postgresql-client-15 useradd:passwd gpasswd:passwd setpriv:util-linux; do
+for pair in fio:fio mkfs.ext4:e2fsprogs losetup:mount /usr/bin/python3:python3 qemu-system-x86_64:qemu-system-x86 busybox:busybox-static tmux:tmux debootstrap:debootstrap man:man-db systemd-analyze:systemd mariadbd:mariadb-server sysbench:sysbench cgconfigparser:cgroup-tools /usr/lib/postgresql/15/bin/pgbench:postgresql-15 /usr/lib/postgresql/15/bin/pg_basebackup:postgresql-client-15 useradd:passwd gpasswd:passwd setpriv:util-linux cc:gcc; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || missing+=(python3-prometheus-client)
@@ -32,7 +32,23 @@ echo "== Debian package (tests/it/package.rs installs it into a debootstrap root
 DBCAGE_DEB=$(scripts/build-deb.sh)
 export DBCAGE_DEB
 echo "== integration tests on this host's kernel (root)"
-cargo test --test it --quiet -- --test-threads=1
+# A test that cannot run fails unless tests/it/skips.rs declares the skip; every skip, declared
+# or not, is recorded in target/tmp/it-skips.tsv and listed here.
+skip_log=target/tmp/it-skips.tsv
+rm -f "$skip_log"
+it_status=0
+cargo test --test it --quiet -- --test-threads=1 || it_status=$?
+echo "== skipped integration tests (test, declared?, reason)"
+if [ -s "$skip_log" ]; then
+  sort "$skip_log" | sed 's/\t/  /g'
+else
+  echo "(none)"
+fi
+if grep -q $'\tUNDECLARED\t' "$skip_log" 2>/dev/null; then
+  echo "undeclared skips above: install what they need, or declare them in tests/it/skips.rs" >&2
+  exit 1
+fi
+[ "$it_status" -eq 0 ] || exit "$it_status"
 echo "== cgroup v2 in a VM"
 cargo build --release --quiet
 tests/vm/run.sh target/release/dbcage tests/vm/smoke.sh

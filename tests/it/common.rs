@@ -50,18 +50,64 @@ pub fn measure_lock() -> MeasureGuard {
     }
 }
 
-/// True when the test cannot run here (prints why): it needs root and cgroup v1 controllers.
+/// True when the test cannot run here and that is declared in `skips::DECLARED` (it prints and
+/// records why); panics, naming what could not run, when it cannot run and that is not
+/// declared. It needs root and the cgroup v1 controllers dbcage drives.
 pub fn skip() -> bool {
     if !nix::unistd::Uid::effective().is_root() {
-        println!("skipped: needs root");
-        return true;
+        return cannot_run("needs root");
     }
     let h = hierarchies();
     if let Some(c) = CONTROLLERS.iter().find(|c| !h.contains_key(**c)) {
-        println!("skipped: needs the cgroup v1 {c} controller mounted");
-        return true;
+        return cannot_run(&format!("needs the cgroup v1 {c} controller mounted"));
     }
     false
+}
+
+/// Where each skip is recorded (one line: test, `declared` or `UNDECLARED`, reason), so that
+/// `scripts/test.sh` can list them after the run: the test binary's output hides them.
+pub const SKIP_LOG: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/it-skips.tsv");
+
+/// The running test's name (libtest names each test's thread after it).
+pub fn test_name() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("(unnamed test)")
+        .to_string()
+}
+
+/// The test cannot run here because of `reason`. Returns true (the caller returns) when
+/// `skips::DECLARED` allows that test to skip for that reason; otherwise panics: a test that
+/// does not run is a failure unless declared. Either way it prints and records the skip in
+/// `SKIP_LOG`.
+pub fn cannot_run(reason: &str) -> bool {
+    let test = test_name();
+    let declared = crate::skips::declared(&test, reason);
+    let line = format!(
+        "{test}\t{}\t{reason}\n",
+        if declared.is_some() {
+            "declared"
+        } else {
+            "UNDECLARED"
+        }
+    );
+    // Best effort: an unprivileged run may not write the target dir; the panic still names it.
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(SKIP_LOG)
+    {
+        let _ = std::io::Write::write_all(&mut f, line.as_bytes());
+    }
+    match declared {
+        Some(why) => {
+            println!("skipped (declared: {why}): {reason}");
+            true
+        }
+        None => panic!(
+            "{test} could not run: {reason} (a skip is a failure unless declared in tests/it/skips.rs)"
+        ),
+    }
 }
 
 /// A tag unique to this test process and call: `T<pid><letters>` (letters, so that no tag is a

@@ -297,8 +297,7 @@ fn set_swaps_cpus_between_busy_tenants() {
         return;
     }
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if ncpu < 2 {
-        println!("skipped: needs 2 cpus");
+    if ncpu < 2 && cannot_run(&format!("needs 2 cpus (this host has {ncpu})")) {
         return;
     }
     let _m = measure_lock();

@@ -1,8 +1,10 @@
 //! `dbcage import-libcgroup` against libcgroup itself: the same cgconfig.conf is loaded by
 //! Debian's cgconfigparser (cgroup-tools) and, converted, applied by dbcage; the kernel values
 //! both leave behind must be equal. Groups are named dbcage-test-*, created in the test's own
-//! cgroup (the hierarchy root for cpu, cpuset and blkio here), and there is no memory block:
-//! cgconfigparser would create memory groups at the hierarchy root, which this host forbids.
+//! cgroup: cgconfigparser is given the same groups with the test's own path in each hierarchy
+//! as a prefix (one group per controller, since the paths may differ), and dbcage the file as a
+//! user would write it. There is no memory block: this host's memory hierarchy is not the
+//! test's to fill at its root, and the other controllers show the conversion.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -42,14 +44,8 @@ fn imported_policy_gives_the_kernel_values_cgconfigparser_gives() {
         return;
     }
     if Command::new("cgconfigparser").arg("-h").output().is_err() {
-        println!("skipped: needs cgconfigparser (apt-get install cgroup-tools)");
+        cannot_run("needs cgconfigparser (scripts/test.sh installs cgroup-tools)");
         return;
-    }
-    for c in ["cpu", "cpuset", "blkio"] {
-        if own_cgroups()[c] != "/" {
-            println!("skipped: cgconfigparser creates groups at the {c} hierarchy's root, and this test does not run there");
-            return;
-        }
     }
     let disk = LoopDisk::new(64);
     let dev = disk.devnum();
@@ -59,19 +55,39 @@ fn imported_policy_gives_the_kernel_values_cgconfigparser_gives() {
     let cgconfig = format!(
         "group {a} {{\n  cpuset {{\n    cpuset.cpus = 0;\n    cpuset.mems = 0;\n  }}\n  cpu {{\n    cpu.shares = 512;\n    cpu.cfs_quota_us = 50000;\n    cpu.cfs_period_us = 100000;\n  }}\n  blkio {{\n    blkio.throttle.read_iops_device = \"{dev} 10\";\n    blkio.throttle.write_bps_device = \"{dev} 1048576\";\n  }}\n}}\n\ngroup {b} {{\n  cpu {{\n    cpu.shares = 2048;\n    cpu.cfs_quota_us = 150000;\n  }}\n}}\n"
     );
+    // What cgconfigparser loads: the same values, each controller's groups under the test's
+    // own cgroup in that hierarchy (cgconfig group names are relative to the mount point).
+    let h = hierarchies();
+    let own_rel = |c: &str| -> String {
+        let own = own_dir(c);
+        let rel = own
+            .strip_prefix(&h[c].mount_point)
+            .unwrap()
+            .to_string_lossy();
+        if rel.is_empty() {
+            String::new()
+        } else {
+            format!("{rel}/")
+        }
+    };
+    let (pcs, pc, pb) = (own_rel("cpuset"), own_rel("cpu"), own_rel("blkio"));
+    let libcgroup_conf = format!(
+        "group {pcs}{a} {{\n  cpuset {{\n    cpuset.cpus = 0;\n    cpuset.mems = 0;\n  }}\n}}\n\ngroup {pc}{a} {{\n  cpu {{\n    cpu.shares = 512;\n    cpu.cfs_quota_us = 50000;\n    cpu.cfs_period_us = 100000;\n  }}\n}}\n\ngroup {pb}{a} {{\n  blkio {{\n    blkio.throttle.read_iops_device = \"{dev} 10\";\n    blkio.throttle.write_bps_device = \"{dev} 1048576\";\n  }}\n}}\n\ngroup {pc}{b} {{\n  cpu {{\n    cpu.shares = 2048;\n    cpu.cfs_quota_us = 150000;\n  }}\n}}\n"
+    );
     let cgrules = format!("*:{comm}  cpu,cpuset,blkio  {a}\n");
     let dir = tempfile::Builder::new()
         .prefix("dbcage-test-lc-")
         .tempdir()
         .unwrap();
     let cfg_path = dir.path().join("cgconfig.conf");
+    let libcgroup_path = dir.path().join("cgconfig-in-own-cgroup.conf");
+    std::fs::write(&libcgroup_path, &libcgroup_conf).unwrap();
     let rules_path = dir.path().join("cgrules.conf");
     std::fs::write(&cfg_path, &cgconfig).unwrap();
     std::fs::write(&rules_path, &cgrules).unwrap();
 
     // libcgroup's own result.
-    let h = hierarchies();
-    let lc = |c: &str, g: &str| h[c].mount_point.join(g);
+    let lc = |c: &str, g: &str| own_dir(c).join(g);
     let _groups = LibcgroupGroups(vec![
         lc("cpuset", &a),
         lc("cpu", &a),
@@ -80,7 +96,7 @@ fn imported_policy_gives_the_kernel_values_cgconfigparser_gives() {
     ]);
     let out = Command::new("cgconfigparser")
         .arg("-l")
-        .arg(&cfg_path)
+        .arg(&libcgroup_path)
         .output()
         .unwrap();
     assert!(

@@ -2,8 +2,10 @@
 //! own cgroups, places processes the tests start, and the tests measure what the kernel then
 //! does (IO throughput, IOPS, cpu time, OOM kills).
 //!
-//! They need root and cgroup v1 controllers; elsewhere each test prints "skipped: ..." and
-//! passes. Run them with `cargo test --test it -- --test-threads=2 --nocapture` to see the
+//! They need root and cgroup v1 controllers, and the tools scripts/test.sh installs. A test
+//! that cannot run here fails and names what it could not run, unless tests/it/skips.rs
+//! declares that skip (with a reason a user would accept); each skip is also recorded in
+//! `target/tmp/it-skips.tsv`, which scripts/test.sh lists after the run. Run them with `cargo test --test it -- --test-threads=2 --nocapture` to see the
 //! measured figures. Everything they create has `dbcage-test` in its name and is removed by
 //! guards even when a test fails (see `common`).
 
@@ -23,4 +25,5 @@ mod pg_repl;
 mod postgres;
 mod presets;
 mod probe;
+mod skips;
 mod throttle;

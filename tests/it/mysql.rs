@@ -78,9 +78,7 @@ fn mysql_preset_holds_a_real_mariadb_to_its_read_limit_on_every_thread() {
         return;
     }
     if !found("mariadbd") || !found("mariadb-install-db") || !found("sysbench") {
-        println!(
-            "skipped: needs mariadb-server and sysbench (apt-get install mariadb-server sysbench)"
-        );
+        cannot_run("needs mariadb-server and sysbench (scripts/test.sh installs them)");
         return;
     }
     let _m = measure_lock();

@@ -27,8 +27,7 @@ fn tenant_read_bytes(t: &Tenancy, tenant: &str) -> u64 {
 
 #[test]
 fn status_bytes_agree_with_fio() {
-    if skip() || !fio_available() {
-        eprintln!("skipped: needs root, cgroup v1 and fio");
+    if skip() || (!fio_available() && cannot_run("needs fio (scripts/test.sh installs it)")) {
         return;
     }
     let _m = measure_lock();
@@ -257,8 +256,10 @@ impl Drop for TmuxSession {
 
 #[test]
 fn top_marks_sorts_quits_and_restores_the_terminal() {
-    if skip() || Command::new("tmux").arg("-V").output().is_err() {
-        eprintln!("skipped: needs root, cgroup v1 and tmux");
+    if skip()
+        || (Command::new("tmux").arg("-V").output().is_err()
+            && cannot_run("needs tmux (scripts/test.sh installs it)"))
+    {
         return;
     }
     let _m = measure_lock();

@@ -6,8 +6,9 @@
 //!
 //! `deb_installs_checks_and_purges` (root): builds the .deb with scripts/build-deb.sh (or takes
 //! `DBCAGE_DEB`), installs it with dpkg into a fresh root made with `debootstrap
-//! --variant=minbase` (or, when the mirror is unreachable or `DBCAGE_TEST_ROOT=host`, an overlay
-//! of this machine's own root file system: a chroot of the machine's own packages), runs
+//! --variant=minbase` (or, only when asked with `DBCAGE_TEST_ROOT=host`, an overlay of this
+//! machine's own root file system: a chroot of the machine's own packages; a debootstrap that
+//! fails is a failure, not a fall-back), runs
 //! `dbcage --version` and `dbcage check` on the installed policy inside it (with /proc, /sys and
 //! the cgroup mounts bound read-only), `man -l` on each page, `systemd-analyze verify` on the
 //! installed unit, reinstalls over an edited conffile, removes and purges. Everything it creates
@@ -17,6 +18,8 @@ use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Instant;
+
+use crate::common::cannot_run;
 
 const MANIFEST: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -339,12 +342,17 @@ impl Drop for ApiMounts {
 }
 
 /// Makes the root: debootstrap minbase (with procps, which the package depends on for the
-/// unit's `kill`), or an overlay of this machine's root file system. Returns the root and what
-/// it is.
-fn make_root(dir: &TestDir) -> (PathBuf, String) {
+/// unit's `kill`), or when asked (`DBCAGE_TEST_ROOT=host`) an overlay of this machine's root
+/// file system. Returns the root and what it is, or None when debootstrap cannot make the root
+/// and the skip is declared (it is not: `cannot_run` fails the test).
+fn make_root(dir: &TestDir) -> Option<(PathBuf, String)> {
     let root = dir.path.join("dbcage-test-root");
     let want_host = std::env::var("DBCAGE_TEST_ROOT").is_ok_and(|v| v == "host");
-    if !want_host && have("debootstrap", &["--version"]) {
+    if !want_host {
+        if !have("debootstrap", &["--version"]) {
+            cannot_run("debootstrap is missing (scripts/test.sh installs it)");
+            return None;
+        }
         let os = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
         let suite = os
             .lines()
@@ -359,20 +367,21 @@ fn make_root(dir: &TestDir) -> (PathBuf, String) {
             .arg(&root)
             .arg(&mirror));
         if out.status.success() {
-            return (
+            return Some((
                 root,
                 format!("debootstrap --variant=minbase {suite} {mirror}"),
-            );
+            ));
         }
         let log = String::from_utf8_lossy(&out.stdout);
-        println!(
-            "debootstrap failed ({}), using an overlay of this machine's root instead: {}",
-            out.status,
-            log.lines().last().unwrap_or("")
-        );
         let _ = run(Command::new("rm")
             .args(["-rf", "--one-file-system"])
             .arg(&root));
+        cannot_run(&format!(
+            "debootstrap {suite} {mirror} failed ({}): {} (set DBCAGE_TEST_MIRROR to a reachable mirror)",
+            out.status,
+            log.lines().last().unwrap_or("")
+        ));
+        return None;
     }
     // The machine's own packages: its root file system as the lower layer, changes on a tmpfs.
     let layers = dir.path.join("dbcage-test-layers");
@@ -399,7 +408,7 @@ fn make_root(dir: &TestDir) -> (PathBuf, String) {
         !status.status.success(),
         "dbcage is installed on this machine; its overlay is no fresh root (use debootstrap)"
     );
-    (root, "overlay of this machine's root file system".into())
+    Some((root, "overlay of this machine's root file system".into()))
 }
 
 fn chroot(root: &Path, args: &[&str]) -> Command {
@@ -430,11 +439,11 @@ fn build_deb() -> PathBuf {
 #[test]
 fn deb_installs_checks_and_purges() {
     if !nix::unistd::Uid::effective().is_root() {
-        println!("skipped: needs root (dpkg into a chroot)");
+        cannot_run("needs root (dpkg into a chroot)");
         return;
     }
     if std::env::var("DBCAGE_DEB").is_err() && !have("cargo", &["deb", "--version"]) {
-        println!("skipped: cargo-deb is not installed (cargo install cargo-deb --locked)");
+        cannot_run("cargo-deb is not installed (scripts/test.sh installs it)");
         return;
     }
     for (program, arg) in [
@@ -443,7 +452,9 @@ fn deb_installs_checks_and_purges() {
         ("chroot", "--version"),
     ] {
         if !have(program, &[arg]) {
-            println!("skipped: {program} is missing (scripts/test.sh installs it)");
+            cannot_run(&format!(
+                "{program} is missing (scripts/test.sh installs it)"
+            ));
             return;
         }
     }
@@ -454,7 +465,9 @@ fn deb_installs_checks_and_purges() {
 
     let dir = TestDir::new();
     let t1 = Instant::now();
-    let (root, kind) = make_root(&dir);
+    let Some((root, kind)) = make_root(&dir) else {
+        return;
+    };
     let t_root = t1.elapsed();
     let t2 = Instant::now();
     let r = |p: &str| root.join(p.trim_start_matches('/'));
@@ -562,7 +575,11 @@ fn deb_installs_checks_and_purges() {
     }
 
     // systemd-analyze verify on the installed unit, its binary and man pages in the root.
-    if have("systemd-analyze", &["--version"]) {
+    if !have("systemd-analyze", &["--version"]) {
+        cannot_run("systemd-analyze is missing (scripts/test.sh installs systemd)");
+        return;
+    }
+    {
         let unit = std::fs::read_to_string(r("/lib/systemd/system/dbcage.service")).unwrap();
         let unit = unit.replace(
             "/usr/sbin/dbcage",

@@ -17,11 +17,11 @@ pub const BIN: &str = "/usr/lib/postgresql/15/bin";
 pub const POSTGRES: &str = "/usr/lib/postgresql/15/bin/postgres";
 pub const INITDB: &str = "/usr/lib/postgresql/15/bin/initdb";
 
-/// The `postgres` account, or None (printing why the test is skipped) when PostgreSQL 15 is not
-/// installed.
+/// The `postgres` account; fails the test (`cannot_run`, naming what is missing) when
+/// PostgreSQL 15 is not installed.
 pub fn pg_user() -> Option<nix::unistd::User> {
     let Ok(Some(u)) = nix::unistd::User::from_name("postgres") else {
-        println!("skipped: no postgres user");
+        cannot_run("no postgres user (scripts/test.sh installs postgresql-15)");
         return None;
     };
     for b in [
@@ -33,7 +33,9 @@ pub fn pg_user() -> Option<nix::unistd::User> {
         "psql",
     ] {
         if !Path::new(BIN).join(b).exists() {
-            println!("skipped: {BIN}/{b} is not installed");
+            cannot_run(&format!(
+                "{BIN}/{b} is not installed (scripts/test.sh installs postgresql-15)"
+            ));
             return None;
         }
     }

@@ -178,7 +178,7 @@ fn probe_agrees_with_fio_on_a_loop_device_and_a_file() {
         return;
     }
     if !have_fio() {
-        println!("skipped: needs fio");
+        cannot_run("needs fio (scripts/test.sh installs it)");
         return;
     }
     let _m = measure_lock();
