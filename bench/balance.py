@@ -163,7 +163,8 @@ def read_limits(leaf):
 
 
 class Sampler(threading.Thread):
-    """Reads the per-device limits about every millisecond; keeps the max sum and the count."""
+    """Reads the per-device limits about every millisecond; keeps the max sum, the count, and
+    the samples where a device had no limit at all (unlimited: the worst case, a violation)."""
 
     def __init__(self, leaf, devs):
         super().__init__(daemon=True)
@@ -171,13 +172,19 @@ class Sampler(threading.Thread):
         self.stop = False
         self.n = 0
         self.max_sum = 0
+        self.unlimited = 0
+        self.first_unlimited = None
 
     def run(self):
         while not self.stop:
             l = read_limits(self.leaf)
+            self.n += 1
             if all(d in l for d in self.devs):
-                self.n += 1
                 self.max_sum = max(self.max_sum, sum(l[d] for d in self.devs))
+            else:
+                self.unlimited += 1
+                if self.first_unlimited is None:
+                    self.first_unlimited = l
             time.sleep(0.001)
 
 
@@ -328,6 +335,8 @@ def main():
                 rates.join()
                 row["limit_samples"] = sampler.n
                 row["max_sum"] = sampler.max_sum
+                row["unlimited_samples"] = sampler.unlimited
+                row["first_unlimited"] = sampler.first_unlimited
                 row["total"] = total
                 results.append(row)
                 print(json.dumps(row), flush=True)
@@ -363,6 +372,15 @@ def main():
         with open(a.json, "a") as f:
             for r in results:
                 f.write(json.dumps(r) + "\n")
+    # The guarantee: the limits never sum above the total, and no device is ever unlimited.
+    bad = [r for r in results if r["max_sum"] > r["total"] or r["unlimited_samples"]]
+    for r in bad:
+        print("VIOLATION %s/%s: max sum %d > total %d, or %d of %d samples with a device "
+              "unlimited (first: %s)" % (r["split"], r["load"], r["max_sum"], r["total"],
+                                         r["unlimited_samples"], r["limit_samples"],
+                                         r["first_unlimited"]), file=sys.stderr)
+    if bad:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

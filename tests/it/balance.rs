@@ -2,7 +2,7 @@
 //! Three loop disks, a 12 MiB/s read total. Measured from the tenant's own counters
 //! (`blkio.throttle.io_service_bytes_recursive` of its `limited` leaf), while a thread reads
 //! the three `blkio.throttle.read_bps_device` lines about every millisecond and checks that
-//! their sum never exceeds the total.
+//! their sum never exceeds the total and that no device is ever without a line (unlimited).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -70,10 +70,43 @@ fn read_bytes(leaf: &Path) -> BTreeMap<String, u64> {
         .collect()
 }
 
-/// Reads the limits about every millisecond until stopped: (samples, max sum, changes seen).
+/// Reads the limits about every millisecond until stopped.
 struct Sampler {
     stop: Arc<AtomicBool>,
-    handle: std::thread::JoinHandle<(usize, u64, usize)>,
+    handle: std::thread::JoinHandle<Sampled>,
+}
+
+/// What a `Sampler` saw.
+#[derive(Debug, Default)]
+struct Sampled {
+    samples: usize,
+    /// The largest sum of the three limits.
+    max_sum: u64,
+    /// How often the limits changed between two samples.
+    changes: usize,
+    /// Samples where a device had no limit line (that device was unlimited).
+    unlimited: usize,
+    /// The first such sample's lines.
+    first_unlimited: Option<BTreeMap<String, u64>>,
+}
+
+impl Sampled {
+    /// Fails, with the figures, when a device was ever unlimited or the sum ever exceeded the
+    /// total.
+    fn assert_within_total(&self) {
+        assert!(
+            self.unlimited == 0,
+            "{} of {} samples had a device without a limit line (unlimited); first: {:?}",
+            self.unlimited,
+            self.samples,
+            self.first_unlimited
+        );
+        assert!(
+            self.max_sum <= TOTAL,
+            "sum of limits {} > total {TOTAL}",
+            self.max_sum
+        );
+    }
 }
 
 impl Sampler {
@@ -81,31 +114,33 @@ impl Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let handle = std::thread::spawn(move || {
-            let (mut n, mut max, mut changes) = (0usize, 0u64, 0usize);
+            let mut out = Sampled::default();
             let mut last: Option<Vec<u64>> = None;
             while !s.load(Ordering::Relaxed) {
                 let l = device_lines(&file);
+                out.samples += 1;
                 let vals: Vec<u64> = devs
                     .iter()
                     .map(|d| l.get(d).copied().unwrap_or(0))
                     .collect();
-                let sum: u64 = vals.iter().sum();
-                if vals.iter().all(|v| *v > 0) {
-                    n += 1;
-                    max = max.max(sum);
+                if vals.contains(&0) {
+                    out.unlimited += 1;
+                    out.first_unlimited.get_or_insert(l);
+                } else {
+                    out.max_sum = out.max_sum.max(vals.iter().sum());
                     if last.as_ref().is_some_and(|p| *p != vals) {
-                        changes += 1;
+                        out.changes += 1;
                     }
                     last = Some(vals);
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
-            (n, max, changes)
+            out
         });
         Sampler { stop, handle }
     }
 
-    fn finish(self) -> (usize, u64, usize) {
+    fn finish(self) -> Sampled {
         self.stop.store(true, Ordering::Relaxed);
         self.handle.join().expect("sampler")
     }
@@ -196,7 +231,13 @@ fn balance_demand_gives_one_busy_disk_the_total_and_equal_a_third() {
     let start = Instant::now();
     let series = rates(&leaf, &devs[0], 9.0);
     let r = one.load_result(LOAD_TIMEOUT);
-    let (samples, max_sum, changes) = sampler.finish();
+    let sampled = sampler.finish();
+    let Sampled {
+        samples,
+        max_sum,
+        changes,
+        ..
+    } = sampled;
     let reached = series
         .iter()
         .find(|(_, r)| *r >= 0.95 * 12.0)
@@ -227,7 +268,7 @@ fn balance_demand_gives_one_busy_disk_the_total_and_equal_a_third() {
         "{status:#}"
     );
     assert!(samples > 1000, "only {samples} samples");
-    assert!(max_sum <= TOTAL, "sum of limits {max_sum} > total {TOTAL}");
+    sampled.assert_within_total();
     assert!(reached.is_some_and(|s| s <= 4.0), "{series:?}");
     assert!(tail_avg >= 0.95 * 12.0, "{series:?}");
 
@@ -284,13 +325,20 @@ fn balance_redistribution_never_exceeds_the_total() {
         );
         last_limits.push(on);
     }
-    let (samples, max_sum, changes) = sampler.finish();
+    let sampled = sampler.finish();
+    let Sampled {
+        samples,
+        max_sum,
+        changes,
+        unlimited,
+        ..
+    } = sampled;
     println!(
-        "limits sampled {samples} times, {changes} changes, max sum {max_sum} (total {TOTAL})"
+        "limits sampled {samples} times, {changes} changes, max sum {max_sum} (total {TOTAL}), {unlimited} samples with a device unlimited"
     );
+    sampled.assert_within_total();
     assert!(samples > 5000, "only {samples} samples");
     assert!(changes >= 4, "the limits did not move ({changes} changes)");
-    assert!(max_sum <= TOTAL, "sum of limits {max_sum} > total {TOTAL}");
     assert!(
         last_limits.iter().all(|l| *l as f64 >= 0.9 * TOTAL as f64),
         "{last_limits:?}"
