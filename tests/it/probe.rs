@@ -118,52 +118,120 @@ fn within(what: &str, ours: f64, theirs: f64, tol: f64) {
     );
 }
 
+/// Runs `args` (dbcage probe or fio) inside tenant `db` of `t`, or directly without one, and
+/// parses its JSON output.
+fn run_json(t: Option<&Tenancy>, args: &[&str]) -> serde_json::Value {
+    match t {
+        Some(t) => t.json(&[&["exec", "db", "--"], args].concat()),
+        None => {
+            let out = Command::new(args[0])
+                .args(&args[1..])
+                .env_remove("DBCAGE_CONFIG")
+                .output()
+                .unwrap_or_else(|e| panic!("run {}: {e}", args[0]));
+            assert!(
+                out.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e})"))
+        }
+    }
+}
+
+/// IOPS, MiB/s, mean latency in µs.
+type Figures = (f64, f64, f64);
+
+/// What to measure: the same settings for dbcage probe and fio.
+struct Job<'a> {
+    target: &'a str,
+    rw: &'a str,
+    bs: &'a str,
+    jobs: usize,
+    /// More fio options (how the jobs split a file).
+    extra: &'a [&'a str],
+    secs: u64,
+    /// Run both under this (e.g. `chrt -f 10`).
+    wrapper: &'a [&'a str],
+}
+
+impl Job<'_> {
+    fn probe_args(&self) -> Vec<String> {
+        let mut a: Vec<String> = self.wrapper.iter().map(|s| s.to_string()).collect();
+        a.extend(
+            [
+                DBCAGE,
+                "probe",
+                self.target,
+                "--rw",
+                self.rw,
+                "--bs",
+                self.bs,
+                "--jobs",
+                &self.jobs.to_string(),
+                "--step-time",
+                &format!("{}s", self.secs),
+                "--ramp",
+                "1s",
+                "--json",
+            ]
+            .map(String::from),
+        );
+        a
+    }
+
+    fn fio_args(&self) -> Vec<String> {
+        let mut a: Vec<String> = self.wrapper.iter().map(|s| s.to_string()).collect();
+        a.extend([
+            "fio".to_string(),
+            "--name=dbcage-test".into(),
+            format!("--filename={}", self.target),
+            "--direct=1".into(),
+            "--ioengine=psync".into(),
+            "--thread".into(),
+            format!("--numjobs={}", self.jobs),
+            format!("--rw={}", self.rw),
+            format!("--bs={}", self.bs),
+            format!("--runtime={}", self.secs),
+            "--ramp_time=1".into(),
+            "--time_based".into(),
+            "--group_reporting".into(),
+            "--output-format=json".into(),
+        ]);
+        a.extend(self.extra.iter().map(|s| s.to_string()));
+        a
+    }
+
+    /// dbcage's figures, inside tenant `db` of `t` or without a tenant.
+    fn ours(&self, t: Option<&Tenancy>) -> Figures {
+        let args = self.probe_args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        dbcage_figures(&run_json(t, &args))
+    }
+
+    /// fio's figures, the same way.
+    fn theirs(&self, t: Option<&Tenancy>) -> Figures {
+        let args = self.fio_args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        fio_figures(&run_json(t, &args))
+    }
+}
+
 /// Runs fio and dbcage probe with the same settings inside tenant `db` and compares them.
 fn compare(t: &Tenancy, what: &str, target: &str, rw: &str, bs: &str, jobs: usize, extra: &[&str]) {
     let secs = 3;
-    let ours = t.json(&[
-        "exec",
-        "db",
-        "--",
-        DBCAGE,
-        "probe",
+    let job = Job {
         target,
-        "--rw",
         rw,
-        "--bs",
         bs,
-        "--jobs",
-        &jobs.to_string(),
-        "--step-time",
-        &format!("{secs}s"),
-        "--ramp",
-        "1s",
-        "--json",
-    ]);
-    let mut fio_args = vec![
-        "exec".to_string(),
-        "db".into(),
-        "--".into(),
-        "fio".into(),
-        "--name=dbcage-test".into(),
-        format!("--filename={target}"),
-        "--direct=1".into(),
-        "--ioengine=psync".into(),
-        "--thread".into(),
-        format!("--numjobs={jobs}"),
-        format!("--rw={rw}"),
-        format!("--bs={bs}"),
-        format!("--runtime={secs}"),
-        "--ramp_time=1".into(),
-        "--time_based".into(),
-        "--group_reporting".into(),
-        "--output-format=json".into(),
-    ];
-    fio_args.extend(extra.iter().map(|s| s.to_string()));
-    let fio_args: Vec<&str> = fio_args.iter().map(String::as_str).collect();
-    let theirs = t.json(&fio_args);
-    let (oi, om, ol) = dbcage_figures(&ours);
-    let (fi, fm, fl) = fio_figures(&theirs);
+        jobs,
+        extra,
+        secs,
+        wrapper: &[],
+    };
+    let (oi, om, ol) = job.ours(Some(t));
+    let (fi, fm, fl) = job.theirs(Some(t));
     println!(
         "{what} ({rw} bs={bs} numjobs={jobs} {secs}s): dbcage {oi:.0} IOPS {om:.2} MiB/s mean {ol:.0}us | fio {fi:.0} IOPS {fm:.2} MiB/s mean clat {fl:.0}us"
     );
@@ -205,6 +273,82 @@ fn probe_agrees_with_fio_on_a_loop_device_and_a_file() {
         2,
         &["--size=64m", "--offset_increment=64m"],
     );
+}
+
+/// Without any limit: 4 KiB random reads at depth 1 of a 128 MiB file on this host's disk
+/// (where the issue saw 33,240 vs 29,165 IOPS, 14% apart, in one run). Measured alone, either
+/// tool swings by 3x from run to run on a loaded 2-core host, so both run under SCHED_FIFO
+/// (`chrt -f 10`: the IO path, not the wait for a cpu, is measured; at depth 1 they sleep on
+/// each IO and cannot starve the host) in five fio, probe, probe, fio rounds (drift between
+/// rounds cancels); the median of the rounds' dbcage/fio ratios must be within 20% for IOPS and
+/// mean latency. One retry before failing.
+#[test]
+fn probe_agrees_with_fio_without_a_limit() {
+    if skip() {
+        return;
+    }
+    if !have_fio() {
+        cannot_run("needs fio (scripts/test.sh installs it)");
+        return;
+    }
+    let _m = measure_lock();
+    let dir = tempfile::Builder::new()
+        .prefix("dbcage-test-probe-")
+        .tempdir()
+        .unwrap();
+    let file = dir.path().join("dbcage-test-probe.dat");
+    let ok = Command::new("dd")
+        .arg("if=/dev/urandom")
+        .arg(format!("of={}", file.display()))
+        .args(["bs=1M", "count=128", "oflag=direct", "status=none"])
+        .status()
+        .unwrap();
+    assert!(ok.success(), "dd wrote no test file");
+    let job = Job {
+        target: file.to_str().unwrap(),
+        rw: "randread",
+        bs: "4k",
+        jobs: 1,
+        extra: &[],
+        secs: 1,
+        wrapper: &["chrt", "-f", "10"],
+    };
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let attempt = || -> Result<String, String> {
+        let mut rounds = Vec::new();
+        for _ in 0..5 {
+            let f1 = job.theirs(None);
+            let (o1, o2) = (job.ours(None), job.ours(None));
+            let f2 = job.theirs(None);
+            rounds.push((
+                (o1.0 + o2.0) / (f1.0 + f2.0),
+                (o1.2 + o2.2) / (f1.2 + f2.2),
+                o1,
+                f1,
+            ));
+        }
+        let iops = median(rounds.iter().map(|r| r.0).collect());
+        let lat = median(rounds.iter().map(|r| r.1).collect());
+        let text = format!(
+            "no limit, randread 4k depth 1, median dbcage/fio of 5 rounds: IOPS x{iops:.3}, mean latency x{lat:.3}; rounds (IOPS ratio, latency ratio, first probe, first fio): {rounds:.2?}"
+        );
+        if (iops - 1.0).abs() <= 0.20 && (lat - 1.0).abs() <= 0.20 {
+            Ok(text)
+        } else {
+            Err(text)
+        }
+    };
+    let result = attempt().or_else(|first| {
+        println!("{first}\nretrying once");
+        attempt().map_err(|second| format!("{first}\nretry: {second}"))
+    });
+    match result {
+        Ok(text) => println!("{text}"),
+        Err(text) => panic!("dbcage probe and fio disagree without a limit (allowed: IOPS and latency ±20%):\n{text}"),
+    }
 }
 
 #[test]
@@ -378,7 +522,26 @@ fn probe_a_new_file_with_histogram_plot_and_json() {
     }
     assert_eq!(j["target"]["kind"], "file");
     assert_eq!(j["rw"], "randwrite");
-    assert!(j["knees"][0]["parallelism"].is_number() || j["knees"][0]["parallelism"].is_null());
+    // The knee is there (a missing field would read as null) and is the one the steps give:
+    // the last parallelism before the first p99 at or over the target.
+    let target = j["latency_target_us"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no latency_target_us in {j:#}"));
+    let knee = j["knees"][0]
+        .as_object()
+        .unwrap_or_else(|| panic!("no knee in {j:#}"));
+    let p99 = |s: &serde_json::Value| s["latency_us"]["p99"].as_f64().unwrap();
+    let want = match steps.iter().position(|s| p99(s) >= target) {
+        Some(0) => serde_json::Value::Null,
+        Some(i) => steps[i - 1]["parallelism"].clone(),
+        None => steps[steps.len() - 1]["parallelism"].clone(),
+    };
+    assert_eq!(
+        knee.get("parallelism"),
+        Some(&want),
+        "knee {knee:?} for p99s {:?} and target {target} us",
+        steps.iter().map(p99).collect::<Vec<_>>()
+    );
 }
 
 #[test]

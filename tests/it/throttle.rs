@@ -127,8 +127,20 @@ fn throttle_read_bps_split_over_two_disks() {
         "read_bps 8MiB over 2 disks: both disks at once {total:.2} MiB/s (A {:.2}, B {:.2})",
         per[0], per[1]
     );
-    assert_near("disk A's share of 8 MiB/s (read MiB/s)", per[0], 4.0, 0.10, 0.10);
-    assert_near("disk B's share of 8 MiB/s (read MiB/s)", per[1], 4.0, 0.10, 0.10);
+    assert_near(
+        "disk A's share of 8 MiB/s (read MiB/s)",
+        per[0],
+        4.0,
+        0.10,
+        0.10,
+    );
+    assert_near(
+        "disk B's share of 8 MiB/s (read MiB/s)",
+        per[1],
+        4.0,
+        0.10,
+        0.10,
+    );
     assert_near("two-disk aggregate read MiB/s", total, 8.0, 0.10, 0.10);
 
     let status = t.json(&["status", "--json"]);
