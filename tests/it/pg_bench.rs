@@ -146,6 +146,12 @@ fn row(label: &str, b: &Bench, reference: &Bench, extra: &str) -> String {
     )
 }
 
+/// Bounds on B's service with A next to it, as fractions of B alone (see `pg_noisy_neighbour_cpu`).
+const PINNED_TPS: f64 = 0.7;
+const PINNED_P99: f64 = 2.0;
+const CAPPED_TPS: f64 = 0.6;
+const CAPPED_P99: f64 = 3.0;
+
 /// The mean of two runs (B alone before and after the others, so drift shows in neither).
 fn mean(x: &Bench, y: &Bench) -> Bench {
     Bench {
@@ -379,90 +385,146 @@ fn pg_noisy_neighbour_cpu() {
     )
     .finish(&b, timeout);
 
-    // B also outweighs whatever else runs on the host (cpu.shares 102400 against 1024 per
-    // process in the root group): with cpu 0 busy, the rest of the host moves to cpu 1.
-    t.set_policy(&policy("cpus = \"0\"", "cpus = \"1\"\nweight = 10000"));
-    let mut d = Daemon::start(&t, &[]);
-    let pinned_alone = b_alone();
-    let (pinned, a_pinned) = b_with_a();
-    let bpm = b.postmaster_pid().unwrap();
-    let allowed = status_field(bpm, "Cpus_allowed_list");
-    assert_eq!(
-        allowed.as_deref(),
-        Some("1"),
-        "B's postmaster is not on cpu 1"
-    );
+    // One measurement of every phase; returns the bounds B missed (empty: all held).
+    let measure = || -> Vec<String> {
+        // B also outweighs whatever else runs on the host (cpu.shares 102400 against 1024 per
+        // process in the root group): with cpu 0 busy, the rest of the host moves to cpu 1.
+        t.set_policy(&policy("cpus = \"0\"", "cpus = \"1\"\nweight = 10000"));
+        let mut d = Daemon::start(&t, &[]);
+        let pinned_alone = b_alone();
+        let (pinned, a_pinned) = b_with_a();
+        let bpm = b.postmaster_pid().unwrap();
+        let allowed = status_field(bpm, "Cpus_allowed_list");
+        assert_eq!(
+            allowed.as_deref(),
+            Some("1"),
+            "B's postmaster is not on cpu 1"
+        );
 
-    let apm = a.postmaster_pid().unwrap();
-    assert_eq!(
-        status_field(apm, "Cpus_allowed_list").as_deref(),
-        Some("0"),
-        "A's postmaster is not on cpu 0"
-    );
+        let apm = a.postmaster_pid().unwrap();
+        assert_eq!(
+            status_field(apm, "Cpus_allowed_list").as_deref(),
+            Some("0"),
+            "A's postmaster is not on cpu 0"
+        );
 
-    d.reload_with(&t, &policy("cores = 0.5", "weight = 100"));
-    let free_alone = b_alone();
-    let usage = || {
-        std::fs::read_to_string(t.tenant_dir("cpuacct", "a").join("cpuacct.usage"))
-            .unwrap()
-            .trim()
-            .parse::<u64>()
-            .unwrap()
+        d.reload_with(&t, &policy("cores = 0.5", "weight = 100"));
+        let free_alone = b_alone();
+        let usage = || {
+            std::fs::read_to_string(t.tenant_dir("cpuacct", "a").join("cpuacct.usage"))
+                .unwrap()
+                .trim()
+                .parse::<u64>()
+                .unwrap()
+        };
+        let (u0, c0) = (usage(), Instant::now());
+        let (capped, a_capped) = b_with_a();
+        let a_cores = (usage() - u0) as f64 / 1e9 / c0.elapsed().as_secs_f64();
+        d.reload_with(&t, &policy("weight = 100", "weight = 100"));
+        let (unlimited, a_unl) = b_with_a();
+        drop(d);
+
+        println!(
+            "noisy neighbour, CPU ({secs} s per phase; select-only pgbench, scale 2; B: 2 clients; A: 16 clients):"
+        );
+        println!(
+            "  phase                   B tps  B/ref   B p99 ms  p99/ref   A tps   (reference)"
+        );
+        println!(
+            "{}",
+            row("B alone, B on cpu 1", &pinned_alone, &pinned_alone, "")
+        );
+        println!(
+            "{}",
+            row(
+                "A on cpu 0, B on cpu 1",
+                &pinned,
+                &pinned_alone,
+                &format!("{:8.1}  B alone pinned", a_pinned.tps)
+            )
+        );
+        println!("{}", row("B alone, unpinned", &free_alone, &free_alone, ""));
+        println!(
+            "{}",
+            row(
+                "A cores = 0.5",
+                &capped,
+                &free_alone,
+                &format!("{:8.1}  B alone unpinned", a_capped.tps)
+            )
+        );
+        println!(
+            "{}",
+            row(
+                "A unconstrained",
+                &unlimited,
+                &free_alone,
+                &format!("{:8.1}  B alone unpinned", a_unl.tps)
+            )
+        );
+        println!(
+            "  B with A pinned vs B alone unpinned: {:.2}",
+            pinned.tps / free_alone.tps
+        );
+        println!("  A's cpu use under cores = 0.5: {a_cores:.2} cores (cpuacct.usage)");
+        assert!(
+            a_cores <= 0.55,
+            "A used {a_cores:.2} cores under cores = 0.5"
+        );
+        assert!(a_capped.tps > 0.0 && a_pinned.tps > 0.0 && unlimited.tps > 0.0);
+        // What dbcage promises B: pinned apart, B keeps most of what it does alone on its cpu;
+        // with A capped at half a core, B keeps most of what it does alone with both cpus.
+        // B's figures depend on what else runs on this shared 2-core host (other builds are not
+        // under the measure lock): the bounds are ones a calm host holds with room, and a miss
+        // is measured again once before it fails.
+        let mut missed = Vec::new();
+        let mut bound = |what: &str, value: f64, ok: bool, want: &str| {
+            if !ok {
+                missed.push(format!("{what} {value:.2} (want {want})"));
+            }
+        };
+        let (pt, pp) = (
+            pinned.tps / pinned_alone.tps,
+            pinned.p99_ms / pinned_alone.p99_ms,
+        );
+        let (ct, cp) = (
+            capped.tps / free_alone.tps,
+            capped.p99_ms / free_alone.p99_ms,
+        );
+        bound(
+            "B's tps with A pinned apart / B alone pinned",
+            pt,
+            pt >= PINNED_TPS,
+            &format!(">= {PINNED_TPS}"),
+        );
+        bound(
+            "B's p99 with A pinned apart / B alone pinned",
+            pp,
+            pp <= PINNED_P99,
+            &format!("<= {PINNED_P99}"),
+        );
+        bound(
+            "B's tps with A at cores = 0.5 / B alone",
+            ct,
+            ct >= CAPPED_TPS,
+            &format!(">= {CAPPED_TPS}"),
+        );
+        bound(
+            "B's p99 with A at cores = 0.5 / B alone",
+            cp,
+            cp <= CAPPED_P99,
+            &format!("<= {CAPPED_P99}"),
+        );
+        missed
     };
-    let (u0, c0) = (usage(), Instant::now());
-    let (capped, a_capped) = b_with_a();
-    let a_cores = (usage() - u0) as f64 / 1e9 / c0.elapsed().as_secs_f64();
-    d.reload_with(&t, &policy("weight = 100", "weight = 100"));
-    let (unlimited, a_unl) = b_with_a();
-    drop(d);
-
-    println!(
-        "noisy neighbour, CPU ({secs} s per phase; select-only pgbench, scale 2; B: 2 clients; A: 16 clients):"
-    );
-    println!("  phase                   B tps  B/ref   B p99 ms  p99/ref   A tps   (reference)");
-    println!(
-        "{}",
-        row("B alone, B on cpu 1", &pinned_alone, &pinned_alone, "")
-    );
-    println!(
-        "{}",
-        row(
-            "A on cpu 0, B on cpu 1",
-            &pinned,
-            &pinned_alone,
-            &format!("{:8.1}  B alone pinned", a_pinned.tps)
-        )
-    );
-    println!("{}", row("B alone, unpinned", &free_alone, &free_alone, ""));
-    println!(
-        "{}",
-        row(
-            "A cores = 0.5",
-            &capped,
-            &free_alone,
-            &format!("{:8.1}  B alone unpinned", a_capped.tps)
-        )
-    );
-    println!(
-        "{}",
-        row(
-            "A unconstrained",
-            &unlimited,
-            &free_alone,
-            &format!("{:8.1}  B alone unpinned", a_unl.tps)
-        )
-    );
-    println!(
-        "  B with A pinned vs B alone unpinned: {:.2}",
-        pinned.tps / free_alone.tps
-    );
-    println!("  A's cpu use under cores = 0.5: {a_cores:.2} cores (cpuacct.usage)");
-    // B's ratios depend on what else runs on this shared 2-core host (other builds are not
-    // under the measure lock), so they are reported, not asserted; the mechanisms are: the
-    // pinning (checked above) and the cap.
+    let first = measure();
+    if first.is_empty() {
+        return;
+    }
+    println!("B missed: {first:?}; measuring again once");
+    let second = measure();
     assert!(
-        a_cores <= 0.55,
-        "A used {a_cores:.2} cores under cores = 0.5"
+        second.is_empty(),
+        "B's service under a noisy neighbour, twice out of bounds: first {first:?}, then {second:?}"
     );
-    assert!(a_capped.tps > 0.0 && a_pinned.tps > 0.0 && unlimited.tps > 0.0);
 }
