@@ -215,3 +215,145 @@ fn status_shows_memory_charged_and_resident_after_a_move() {
     assert!(text.contains("MiB resident"), "{text}");
     drop(hold); // killed and reaped on drop
 }
+
+/// cpu.weight's effect, not only its file: two busy loops in two tenants pinned to the same
+/// cpu with weights 100 and 300 (cpu.shares 1024 and 3072) share that cpu 1:3, measured from
+/// their own utime + stime over 4 s.
+#[test]
+fn cpu_weight_shares_one_cpu_by_weight() {
+    if skip() {
+        return;
+    }
+    let _m = measure_lock();
+    let sid = sid();
+    let (lo, hi) = (format!("ora_p021_{sid}"), format!("ora_p022_{sid}"));
+    let tenant = |name: &str, proc_name: &str, weight: u32| {
+        format!(
+            "[[tenant]]\nname = \"{name}\"\nmatch = [{{ cmdline = \"{}\" }}]\n\n[tenant.cpu]\ncpus = \"1\"\nweight = {weight}\n\n",
+            name_rule(proc_name)
+        )
+    };
+    let t = Tenancy::new(
+        "weight",
+        &format!("{}{}", tenant("lo", &lo, 100), tenant("hi", &hi, 300)),
+    );
+    let spin = |name: &str| Child::named(name, "/bin/sh", &["-c", "while :; do :; done"]);
+    let (mut a, mut b) = (spin(&lo), spin(&hi));
+    t.ok(&["apply"]);
+    for (tenant, shares) in [("lo", "1024"), ("hi", "3072")] {
+        let f = t.tenant_dir("cpu", tenant).join("cpu.shares");
+        assert_eq!(
+            std::fs::read_to_string(&f).unwrap().trim(),
+            shares,
+            "{}",
+            f.display()
+        );
+    }
+    for p in [a.pid, b.pid] {
+        assert!(
+            wait_until(Duration::from_secs(5), || status_field(
+                p,
+                "Cpus_allowed_list"
+            )
+            .as_deref()
+                == Some("1")),
+            "{p} is not pinned to cpu 1"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let hz = clock_ticks() as f64;
+    let (t0, a0, b0) = (Instant::now(), cpu_ticks(a.pid), cpu_ticks(b.pid));
+    std::thread::sleep(Duration::from_secs(4));
+    let secs = t0.elapsed().as_secs_f64();
+    let (ua, ub) = (
+        (cpu_ticks(a.pid) - a0) as f64 / hz / secs,
+        (cpu_ticks(b.pid) - b0) as f64 / hz / secs,
+    );
+    assert!(a.alive() && b.alive());
+    let ratio = ub / ua.max(1e-9);
+    println!(
+        "weights 100 : 300 on one cpu: lo {ua:.3} cores, hi {ub:.3} cores, ratio {ratio:.2} (want 3)"
+    );
+    assert!(
+        (2.4..=3.75).contains(&ratio),
+        "weight 300 vs 100 on one cpu: used {ub:.3} vs {ua:.3} cores, ratio {ratio:.2} (want 3 within -20%/+25%)"
+    );
+}
+
+/// memory.high, memory.low and memory.swap_max on cgroup v1, read back and exercised: high is
+/// the soft limit (memory.soft_limit_in_bytes; v1 reclaims down to it only under host-wide
+/// pressure, so a process past it keeps running and keeps its pages), swap_max becomes
+/// memory.memsw.limit_in_bytes = max + swap, and low, which v1 lacks, is refused with a
+/// warning rather than silently dropped.
+#[test]
+fn memory_high_low_swap_max_read_back_and_past_high_not_killed() {
+    if skip() {
+        return;
+    }
+    let _m = measure_lock();
+    let name = format!("ora_p023_{}", sid());
+    let t = Tenancy::new(
+        "memhigh",
+        &format!(
+            "[[tenant]]\nname = \"a\"\nmatch = [{{ cmdline = \"{}\" }}]\n\n[tenant.memory]\nmax = \"256MiB\"\nhigh = \"64MiB\"\nlow = \"32MiB\"\nswap_max = \"16MiB\"\n",
+            name_rule(&name)
+        ),
+    );
+    let marker = t.marker("a", "limited");
+    let mut p = Child::ioload(
+        &name,
+        &[
+            "--controller",
+            "memory",
+            "--marker",
+            &marker,
+            "--delay",
+            "0.5",
+            "--mib",
+            "160",
+            "mem",
+        ],
+    );
+    let out = t.run(&["apply"]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "apply: {text}");
+    assert!(
+        text.contains("memory.low has no cgroup v1 equivalent"),
+        "no warning that memory.low is not applied on v1: {text}"
+    );
+    let dir = t.tenant_dir("memory", "a");
+    let read = |f: &str| -> u64 {
+        std::fs::read_to_string(dir.join(f))
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.join(f).display()))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(read("memory.limit_in_bytes"), 256 << 20, "memory.max");
+    assert_eq!(read("memory.soft_limit_in_bytes"), 64 << 20, "memory.high");
+    if dir.join("memory.memsw.limit_in_bytes").exists() {
+        assert_eq!(
+            read("memory.memsw.limit_in_bytes"),
+            (256 + 16) << 20,
+            "memory.swap_max (memsw = max + swap)"
+        );
+    }
+    let (status, out) = p.finish(Duration::from_secs(60));
+    let peak = read("memory.max_usage_in_bytes");
+    println!(
+        "memory high 64MiB (v1 soft limit), max 256MiB: a 160 MiB process exited {status}; the tenant's peak usage {:.1} MiB",
+        peak as f64 / (1 << 20) as f64
+    );
+    assert!(
+        status.success(),
+        "a process past memory.high (64MiB) but under max (256MiB) must not be killed: {status} {out}"
+    );
+    assert!(
+        peak >= 160 << 20,
+        "the tenant's peak usage {peak} is below the 160 MiB the process touched"
+    );
+}
