@@ -7,6 +7,7 @@
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -375,10 +376,13 @@ struct TestAccounts {
 
 impl TestAccounts {
     fn new() -> TestAccounts {
-        let a = TestAccounts {
-            user: "dbcage-test-ctl",
-            group: "dbcage-test-ctlg",
-        };
+        TestAccounts::named("dbcage-test-ctl", "dbcage-test-ctlg")
+    }
+
+    /// A user `user` (no home, no login shell, its own primary group is not made) and a group
+    /// `group` it is not a member of.
+    fn named(user: &'static str, group: &'static str) -> TestAccounts {
+        let a = TestAccounts { user, group };
         a.remove(); // left over from an interrupted run
         let ok = |c: &mut Command| {
             let o = c.output().unwrap();
@@ -728,4 +732,106 @@ fn completion_offers_tenants_and_the_keys_after_set() {
     );
     let status = ask("2", &["dbcage", "status", "p"]);
     assert_eq!(status.trim(), "pg15");
+}
+
+/// `user` and `group` match rules against real accounts made for the test (useradd/groupadd,
+/// removed after, also on failure): `apply` places a process running as the user in one tenant
+/// and one running with the group in the other; the daemon follows a process that becomes the
+/// user without exec (setresuid: the connector's uid event) and a new one started with the
+/// group (exec). Processes of neither stay where they are.
+#[test]
+fn user_and_group_rules_match_real_accounts() {
+    if skip() {
+        return;
+    }
+    let accounts = TestAccounts::named("dbcage-test-rules", "dbcage-test-rulesg");
+    let uid: u32 = accounts.id("-u").parse().unwrap();
+    let gid: u32 = String::from_utf8(
+        Command::new("getent")
+            .args(["group", accounts.group])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .split(':')
+    .nth(2)
+    .and_then(|g| g.trim().parse().ok())
+    .unwrap_or_else(|| panic!("no gid for {}", accounts.group));
+    let nobody = nix::unistd::User::from_name("nobody")
+        .unwrap()
+        .expect("user nobody");
+    let t = Tenancy::new(
+        "rules",
+        &format!(
+            "[[tenant]]\nname = \"byuser\"\nmatch = [{{ user = \"{}\" }}]\n\n[tenant.cpu]\ncores = 1\n\n\
+             [[tenant]]\nname = \"bygroup\"\nmatch = [{{ group = \"{}\" }}]\n\n[tenant.cpu]\ncores = 1\n",
+            accounts.user, accounts.group
+        ),
+    );
+    let sid = sid();
+    // `sleep` as (uid, gid), argv[0] = name.
+    let run_as = |name: &str, uid: u32, gid: u32| {
+        let mut c = Command::new("sleep");
+        c.arg0(name).arg("60").uid(uid).gid(gid);
+        Child::spawn(c, name)
+    };
+    let tenant_of = |pid: u32| -> Option<String> {
+        let cpu = proc_cgroups(pid).get("cpu").cloned().unwrap_or_default();
+        ["byuser", "bygroup"]
+            .into_iter()
+            .find(|tn| cpu.contains(&format!("/{}/{tn}/", t.root)))
+            .map(str::to_string)
+    };
+    let as_user = run_as(&format!("ora_u_{sid}"), uid, nobody.gid.as_raw());
+    let as_group = run_as(&format!("ora_g_{sid}"), nobody.uid.as_raw(), gid);
+    let neither = run_as(
+        &format!("ora_n_{sid}"),
+        nobody.uid.as_raw(),
+        nobody.gid.as_raw(),
+    );
+    t.ok(&["apply"]);
+    let placed = [as_user.pid, as_group.pid, neither.pid].map(tenant_of);
+    println!(
+        "apply: uid {uid} -> {:?}, gid {gid} -> {:?}, neither -> {:?}",
+        placed[0], placed[1], placed[2]
+    );
+    assert_eq!(
+        placed,
+        [
+            Some("byuser".to_string()),
+            Some("bygroup".to_string()),
+            None
+        ],
+        "user {} (uid {uid}), group {} (gid {gid}), neither",
+        accounts.user,
+        accounts.group
+    );
+
+    // The daemon: a root process that switches to the user without exec, and a new process
+    // started with the group.
+    let _d = Daemon::start(&t, &[]);
+    let switcher_name = format!("ora_s_{sid}");
+    let mut c = Command::new(python());
+    c.arg0(&switcher_name).args([
+        "-c",
+        &format!("import os, time\ntime.sleep(0.5)\nos.setresgid({0}, {0}, {0})\nos.setresuid({1}, {1}, {1})\ntime.sleep(60)", nobody.gid.as_raw(), uid),
+    ]);
+    let switcher = Child::spawn(c, &switcher_name);
+    let late_group = run_as(&format!("ora_h_{sid}"), nobody.uid.as_raw(), gid);
+    let ok = wait_until(Duration::from_secs(5), || {
+        tenant_of(switcher.pid).as_deref() == Some("byuser")
+            && tenant_of(late_group.pid).as_deref() == Some("bygroup")
+    });
+    assert!(
+        ok,
+        "daemon: the process that became uid {uid} is in {:?} (want byuser), the new one with gid {gid} in {:?} (want bygroup)",
+        tenant_of(switcher.pid),
+        tenant_of(late_group.pid)
+    );
+    assert_eq!(
+        tenant_of(neither.pid),
+        None,
+        "a process of neither account was taken"
+    );
 }
