@@ -224,6 +224,28 @@ fn set_applies_within_100ms_persists_resets_and_reload_reports_errors() {
     );
     assert_eq!(read_trim(&shares), "3072", "persisted values stay");
 
+    // ... and a daemon restart: the new daemon applies the drop-in (the kernel value is set
+    // back to 1024 by hand first, so only the drop-in can bring 3072 back), and a runtime
+    // override does not survive.
+    t.ok(&["set", "ctl", "cpu.cores=0.7"]);
+    assert_eq!(read_trim(&quota), "70000");
+    let (status, _) = d.stop(Duration::from_secs(5));
+    assert!(status.is_some_and(|s| s.success()), "{}", d.log());
+    std::fs::write(&shares, "1024").unwrap();
+    d = Daemon::start(&t, &[]);
+    let restored = wait_until(Duration::from_secs(5), || read_trim(&shares) == "3072");
+    assert!(
+        restored,
+        "after a daemon restart cpu.shares is {} (the persisted cpu.weight=300 is 3072); daemon log:\n{}",
+        read_trim(&shares),
+        d.log()
+    );
+    assert_eq!(
+        read_trim(&quota),
+        "100000",
+        "the runtime cpu.cores=0.7 must not survive a daemon restart"
+    );
+
     // reload with a broken policy: the errors with file:line:col, the running policy stays.
     t.set_policy(&tenant("ctl", &proc_name, "[tenant.cpu]\ncores = 0\n"));
     let o = t.run(&["reload"]);
