@@ -683,8 +683,24 @@ impl<'a> Daemon<'a> {
         Daemon::start_wrapped(t, &[], args)
     }
 
-    /// Runs it under `wrapper` (a program and its arguments, e.g. `setpriv ... --`).
+    /// Runs it under `wrapper` (a program and its arguments, e.g. `setpriv ... --`) and waits
+    /// until it says it runs (after its first apply).
     pub fn start_wrapped(t: &'a Tenancy, wrapper: &[&str], args: &[&str]) -> Daemon<'a> {
+        let mut d = Daemon::spawn(t, wrapper, args);
+        let ready = wait_until(Duration::from_secs(15), || {
+            d.log().contains("dbcage running") || !d.alive()
+        });
+        assert!(
+            ready && d.alive(),
+            "dbcage run did not start (exit {:?}); its log:\n{}",
+            d.status,
+            d.log()
+        );
+        d
+    }
+
+    /// Starts it without waiting for anything (a test that stops it in its first apply).
+    pub fn spawn(t: &'a Tenancy, wrapper: &[&str], args: &[&str]) -> Daemon<'a> {
         static N: AtomicUsize = AtomicUsize::new(0);
         let stats_path = t.dir().join(format!(
             "dbcage-test-stats-{}.json",
@@ -730,7 +746,7 @@ impl<'a> Daemon<'a> {
                 l.push('\n');
             }
         });
-        let mut d = Daemon {
+        Daemon {
             _tenancy: t,
             pid: inner.id(),
             inner,
@@ -738,17 +754,7 @@ impl<'a> Daemon<'a> {
             reader: Some(reader),
             stats_path,
             status: None,
-        };
-        let ready = wait_until(Duration::from_secs(15), || {
-            d.log().contains("dbcage running") || !d.alive()
-        });
-        assert!(
-            ready && d.alive(),
-            "dbcage run did not start (exit {:?}); its log:\n{}",
-            d.status,
-            d.log()
-        );
-        d
+        }
     }
 
     /// Everything it has written to stderr so far.

@@ -6,7 +6,7 @@
 //! tests that load the machine (2,000 processes, throughput measurements). Every daemon runs
 //! with `--metrics off` (see `Daemon`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -876,6 +876,144 @@ fn daemon_restart_after_sigkill_converges() {
         read_trim(&t.tenant_dir("cpu", "db").join("cpu.shares")),
         "3072"
     );
+}
+
+/// SIGKILL in the middle of a first apply that creates many groups and moves many processes:
+/// 40 tenants (each with its own cpu weight, cpu quota and memory limit), 10 processes each,
+/// all running before the daemon starts. The daemon is killed once some but not all of them
+/// are placed; a new daemon must converge: every process in its tenant's limited leaf in every
+/// hierarchy, exactly the tenants' groups (no duplicate root, no orphan or half-made tenant),
+/// nothing left in the root or tenant groups, and every limit as the policy says.
+#[test]
+fn daemon_sigkill_mid_apply_converges() {
+    if skip() {
+        return;
+    }
+    // Hundreds of processes and thousands of cgroup writes load the machine.
+    let _m = measure_lock();
+    const TENANTS: usize = 40;
+    const PER_TENANT: usize = 10;
+    let sid = sid();
+    let name = |i: usize| format!("ora_k{i:02}_{sid}");
+    let weight = |i: usize| 50 + 10 * i as u64;
+    let quota_us = |i: usize| 10_000 + 5_000 * i as u64;
+    let mem_mib = |i: usize| 64 + i as u64;
+    let body: String = (0..TENANTS)
+        .map(|i| {
+            tenant(
+                &format!("k{i:02}"),
+                &[cmd_rule(&name(i))],
+                &[],
+                &format!(
+                    "[tenant.cpu]\nweight = {}\ncores = {}\n\n[tenant.memory]\nmax = \"{}MiB\"\n",
+                    weight(i),
+                    quota_us(i) as f64 / 100_000.0,
+                    mem_mib(i)
+                ),
+            )
+        })
+        .collect();
+    let t = Tenancy::new("dkillmid", &body);
+    let kids: Vec<(usize, Child)> = (0..TENANTS)
+        .flat_map(|i| (0..PER_TENANT).map(move |_| i))
+        .map(|i| (i, sleeper(&name(i), "300")))
+        .collect();
+    let in_leaf = |i: usize, pid: u32| placed(&t, pid, &format!("k{i:02}"), "limited");
+    let count_placed = || kids.iter().filter(|(i, k)| in_leaf(*i, k.pid)).count();
+
+    // The first daemon: killed as soon as some processes are placed (its first apply creates
+    // 400 groups and makes 2,000 cgroup.procs writes).
+    let mut d1 = Daemon::spawn(&t, &[], &[]);
+    let started = Instant::now();
+    let some = wait_until(Duration::from_secs(30), || {
+        kids.iter()
+            .step_by(PER_TENANT)
+            .any(|(i, k)| in_leaf(*i, k.pid))
+    });
+    d1.kill();
+    let killed_at = started.elapsed();
+    let at_kill = count_placed();
+    let tenants_made = subdirs(&t.root_dir("cpu")).len();
+    println!(
+        "SIGKILL {:.0} ms into the first apply: {at_kill} of {} processes placed, {tenants_made} of {TENANTS} tenant groups in cpu",
+        ms(killed_at),
+        kids.len()
+    );
+    assert!(
+        some && at_kill < kids.len() && !d1.log().contains("dbcage running"),
+        "the daemon was not killed in the middle of its first apply ({at_kill} of {} placed); log:\n{}",
+        kids.len(),
+        d1.log()
+    );
+    drop(d1);
+
+    // The second daemon converges.
+    let t0 = Instant::now();
+    let d2 = Daemon::start(&t, &[]);
+    let all = wait_until(Duration::from_secs(30), || count_placed() == kids.len());
+    let converged = t0.elapsed();
+    let outside: Vec<(usize, u32, BTreeMap<String, String>)> = kids
+        .iter()
+        .filter(|(i, k)| !in_leaf(*i, k.pid))
+        .take(5)
+        .map(|(i, k)| (*i, k.pid, proc_cgroups(k.pid)))
+        .collect();
+    assert!(
+        all,
+        "after the restart {} of {} processes are placed; first outside: {outside:?}; log:\n{}",
+        count_placed(),
+        kids.len(),
+        d2.log()
+    );
+    println!(
+        "restart after SIGKILL mid-apply: all {} processes placed {:.0} ms after the new start",
+        kids.len(),
+        ms(converged)
+    );
+    let tenants: BTreeSet<String> = (0..TENANTS).map(|i| format!("k{i:02}")).collect();
+    let leaves: BTreeSet<String> = ["exempt", "limited"].map(String::from).into();
+    for c in CONTROLLERS {
+        let roots: Vec<String> = subdirs(&own_dir(c))
+            .into_iter()
+            .filter(|n| n.contains(&t.root))
+            .collect();
+        assert_eq!(roots, vec![t.root.clone()], "{c}: root groups");
+        assert_eq!(subdirs(&t.root_dir(c)), tenants, "{c}: tenant groups");
+        assert!(
+            procs_in(&t.root_dir(c)).is_empty(),
+            "{c}: processes in the root group"
+        );
+        for tn in &tenants {
+            assert_eq!(subdirs(&t.tenant_dir(c, tn)), leaves, "{c}: leaves of {tn}");
+            assert!(
+                procs_in(&t.tenant_dir(c, tn)).is_empty(),
+                "{c}: processes in tenant group {tn} itself"
+            );
+            assert!(
+                procs_in(&t.leaf_dir(c, tn, "exempt")).is_empty(),
+                "{c}: processes in {tn}/exempt"
+            );
+        }
+    }
+    let mut wrong = Vec::new();
+    for i in 0..TENANTS {
+        let tn = format!("k{i:02}");
+        for (c, file, want) in [
+            ("cpu", "cpu.shares", (weight(i) * 1024 / 100).to_string()),
+            ("cpu", "cpu.cfs_quota_us", quota_us(i).to_string()),
+            (
+                "memory",
+                "memory.limit_in_bytes",
+                (mem_mib(i) << 20).to_string(),
+            ),
+        ] {
+            let got = read_trim(&t.tenant_dir(c, &tn).join(file));
+            if got != want {
+                wrong.push(format!("{tn}/{file} = {got}, want {want}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "limits after the restart: {wrong:?}");
 }
 
 #[test]
