@@ -420,6 +420,15 @@ fn pg_noisy_neighbour_cpu() {
         let (u0, c0) = (usage(), Instant::now());
         let (capped, a_capped) = b_with_a();
         let a_cores = (usage() - u0) as f64 / 1e9 / c0.elapsed().as_secs_f64();
+        // A's usage is its group's: it says something only if A is in the group.
+        let a_cpu = proc_cgroups(a.postmaster_pid().unwrap())
+            .get("cpu")
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            a_cpu.ends_with(&t.marker("a", "limited")),
+            "A's postmaster is in cpu cgroup {a_cpu}, not tenant a's limited leaf"
+        );
         d.reload_with(&t, &policy("weight = 100", "weight = 100"));
         let (unlimited, a_unl) = b_with_a();
         drop(d);
