@@ -54,7 +54,9 @@ echo
 echo "== measured: DEMO's read rate as status measures it, over 3 s (limit 50 MiB/s)"
 # status samples the counters twice, --interval apart, and divides by the time between its own
 # samples. (Dividing two separate status calls' counters by 3 s overstated the rate by a third:
-# each call also waits its default 1 s interval.)
+# each call also waits its default 1 s interval.) It starts 1 s after apply: the reader's first
+# reads under the new limit come in a slice of their own.
+sleep 1
 "$bin" -c "$policy" status DEMO --json --interval 3s |
   python3 -c 'import json,sys; r=json.load(sys.stdin)["tenants"][0]["io"]["rates"]["read_bytes_per_second"]; print(f"DEMO read {r/1048576:.1f} MiB/s")'
 echo
