@@ -363,6 +363,15 @@ impl Tenancy {
     }
 
     /// A string that a process's cgroup path contains once it is in `tenant`'s `leaf`.
+    /// The cgroup layout dbcage finds for this policy on this host: tenants' limits read back
+    /// through it go through the driver of each hierarchy, whatever its cgroup version.
+    pub fn layout(&self) -> dbcage::cgroup::Layout {
+        let path = dbcage::policy::PolicyPath::new(&self.policy, Default::default());
+        dbcage::engine::layout_for(&path)
+            .unwrap_or_else(|e| panic!("the layout for {}: {e:#}", self.policy.display()))
+            .1
+    }
+
     pub fn marker(&self, tenant: &str, leaf: &str) -> String {
         format!("/{}/{tenant}/{leaf}", self.root)
     }

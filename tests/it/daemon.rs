@@ -995,22 +995,32 @@ fn daemon_sigkill_mid_apply_converges() {
             );
         }
     }
+    // The quota and the memory limit as the driver of each hierarchy reads them back (v1 or
+    // v2 alike); the weight has no driver reader, so its v1 file.
+    let layout = t.layout();
     let mut wrong = Vec::new();
     for i in 0..TENANTS {
         let tn = format!("k{i:02}");
-        for (c, file, want) in [
-            ("cpu", "cpu.shares", (weight(i) * 1024 / 100).to_string()),
-            ("cpu", "cpu.cfs_quota_us", quota_us(i).to_string()),
-            (
-                "memory",
-                "memory.limit_in_bytes",
-                (mem_mib(i) << 20).to_string(),
-            ),
-        ] {
-            let got = read_trim(&t.tenant_dir(c, &tn).join(file));
-            if got != want {
-                wrong.push(format!("{tn}/{file} = {got}, want {want}"));
-            }
+        let cores = layout.tenant_cpu(&tn).1;
+        let want_cores = quota_us(i) as f64 / 100_000.0;
+        if !cores.is_some_and(|c| (c - want_cores).abs() < 1e-6) {
+            wrong.push(format!(
+                "{tn}: cpu quota {cores:?} cores, want {want_cores}"
+            ));
+        }
+        let memory = layout.tenant_memory(&tn).1;
+        if memory != Some(mem_mib(i) << 20) {
+            wrong.push(format!(
+                "{tn}: memory limit {memory:?}, want {}",
+                mem_mib(i) << 20
+            ));
+        }
+        let shares = read_trim(&t.tenant_dir("cpu", &tn).join("cpu.shares"));
+        if shares != (weight(i) * 1024 / 100).to_string() {
+            wrong.push(format!(
+                "{tn}: cpu.shares {shares}, want {}",
+                weight(i) * 1024 / 100
+            ));
         }
     }
     assert!(wrong.is_empty(), "limits after the restart: {wrong:?}");
