@@ -146,6 +146,10 @@ pub enum Command {
     Probe(crate::probe::ProbeArgs),
     /// Check a tenant's IO limits by probing its devices from inside its limited group.
     Verify(crate::probe::verify::VerifyArgs),
+    /// Record each tenant's IO latency in the kernel (eBPF) for a while: per tenant and
+    /// operation p50/p99 and the share spent waiting in the throttle, or one tenant's
+    /// histogram. Needs a kernel with BTF and CAP_BPF with CAP_PERFMON (root has them).
+    Iolat(crate::iolat::command::IolatArgs),
     /// Write the man pages (dbcage(8), one per subcommand) into DIR; used when packaging.
     #[command(hide = true)]
     GenerateMan { dir: PathBuf },

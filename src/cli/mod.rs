@@ -295,6 +295,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Verify(args) => crate::probe::verify::verify_command(&config, &args, &mut out)
             .map(|()| ExitCode::SUCCESS),
+        Command::Iolat(args) => crate::iolat::command::iolat_command(&config, &args, &mut out)
+            .map(|()| ExitCode::SUCCESS),
     }
 }
 

@@ -1,0 +1,273 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * dbcage iolat: per cgroup, per disk and per operation, log2 histograms of how long each bio
+ * took from submission to completion, split into the wait before the block layer queued it
+ * (blk-throttle holds throttled bios there) and the service after it.
+ *
+ * Attribution is the bio's own blkcg (bio->bi_blkg->blkcg), the group the block layer charges
+ * and throttles, not the task that happens to run at submission or completion: the kernel
+ * sets it for writeback from the page owner's group (v2) and for the submitter otherwise.
+ *
+ *   fentry/submit_bio_noacct   every bio entering the block layer (before blk-throttle)
+ *   raw_tp/block_bio_queue     the bio passed the throttle and is being queued
+ *   raw_tp/block_rq_complete   a request completed: its bios are done (blk-mq devices)
+ *   raw_tp/block_bio_complete  a bio completed on a bio-based device (dm, md); blk-mq clears
+ *                              the flag that fires it, as block_rq_complete traces its bios
+ *
+ * The block layer has no tracepoint before blk-throttle, so the throttle's wait needs the
+ * fentry hook, which some kernels refuse (no ftrace direct calls, or an LSM policy). The
+ * loader then loads the two tracepoints alone: latency counts from the queue, and the
+ * `queued` histograms stay empty.
+ */
+#include "kernel_types.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Slot k holds [2^k, 2^(k+1)) us; slot 0 also holds < 1 us, the last slot everything above. */
+#define SLOTS 24
+
+/* Values of `enum iolat_op`, mirrored in src/iolat/mod.rs. */
+#define OP_READ 0
+#define OP_WRITE 1
+#define OP_FLUSH 2
+#define OP_DISCARD 3
+
+/* enum req_op (include/linux/blk_types.h); stable since 4.10. */
+#define REQ_OP_READ 0
+#define REQ_OP_WRITE 1
+#define REQ_OP_FLUSH 2
+#define REQ_OP_DISCARD 3
+#define REQ_OP_SECURE_ERASE 5
+#define REQ_OP_WRITE_ZEROES 9
+#define REQ_OP_MASK 0xff
+
+struct hist {
+	u64 slots[SLOTS];
+	u64 slot_ns[SLOTS];
+	u64 count;
+	u64 sum_ns;
+};
+
+struct hist_key {
+	u64 cgroup_id;
+	u32 dev; /* major << 20 | minor of the whole disk */
+	u32 op;
+};
+
+/* total = submit -> complete; queued = submit -> queued (throttle); service = queued -> complete */
+struct hist_val {
+	struct hist total;
+	struct hist queued;
+	struct hist service;
+};
+
+struct inflight {
+	u64 submit_ns;
+	u64 queue_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u64);
+	__type(value, struct inflight);
+} inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct hist_key);
+	__type(value, struct hist_val);
+} hists SEC(".maps");
+
+/* Event counts, for the loader's diagnostics (indices mirrored in loader.rs). */
+#define CNT_QUEUED 0     /* block_bio_queue events */
+#define CNT_COMPLETED 1  /* bios completed (through either completion tracepoint) */
+#define CNT_UNMATCHED 2  /* completions of bios not seen queued (queued before loading) */
+#define CNT_DROPPED 3    /* completions not recorded: `hists` was full */
+#define CNT_RQ 4         /* block_rq_complete events */
+#define CNT_MAX 5
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CNT_MAX);
+	__type(key, u32);
+	__type(value, u64);
+} counters SEC(".maps");
+
+static __always_inline void count(u32 idx)
+{
+	u64 *c = bpf_map_lookup_elem(&counters, &idx);
+
+	if (c)
+		__sync_fetch_and_add(c, 1);
+}
+
+static __always_inline u32 log2_u64(u64 v)
+{
+	u32 r = 0, shift;
+
+	shift = (v > 0xFFFFFFFFULL) << 5; v >>= shift; r |= shift;
+	shift = (v > 0xFFFF) << 4; v >>= shift; r |= shift;
+	shift = (v > 0xFF) << 3; v >>= shift; r |= shift;
+	shift = (v > 0xF) << 2; v >>= shift; r |= shift;
+	shift = (v > 0x3) << 1; v >>= shift; r |= shift;
+	r |= (v >> 1);
+	return r;
+}
+
+static __always_inline void record(struct hist *h, u64 ns)
+{
+	u64 us = ns / 1000;
+	u32 slot = us ? log2_u64(us) : 0;
+
+	if (slot >= SLOTS)
+		slot = SLOTS - 1;
+	__sync_fetch_and_add(&h->slots[slot], 1);
+	__sync_fetch_and_add(&h->slot_ns[slot], ns);
+	__sync_fetch_and_add(&h->count, 1);
+	__sync_fetch_and_add(&h->sum_ns, ns);
+}
+
+static __always_inline int classify(struct bio *bio)
+{
+	u32 opf = BPF_CORE_READ(bio, bi_opf);
+
+	switch (opf & REQ_OP_MASK) {
+	case REQ_OP_READ:
+		return OP_READ;
+	case REQ_OP_WRITE:
+		/* fsync's cache flush is an empty write with REQ_PREFLUSH */
+		return BPF_CORE_READ(bio, bi_iter.bi_size) == 0 ? OP_FLUSH : OP_WRITE;
+	case REQ_OP_WRITE_ZEROES:
+		return OP_WRITE;
+	case REQ_OP_FLUSH:
+		return OP_FLUSH;
+	case REQ_OP_DISCARD:
+	case REQ_OP_SECURE_ERASE:
+		return OP_DISCARD;
+	default:
+		return -1;
+	}
+}
+
+SEC("fentry/submit_bio_noacct")
+int BPF_PROG(iolat_submit, struct bio *bio)
+{
+	struct inflight f = { .submit_ns = bpf_ktime_get_ns() };
+	u64 key = (u64)bio;
+
+	/* A stacked device resubmits the same bio: keep the first submission. */
+	bpf_map_update_elem(&inflight, &key, &f, BPF_NOEXIST);
+	return 0;
+}
+
+SEC("raw_tp/block_bio_queue")
+int BPF_PROG(iolat_queue, struct bio *bio)
+{
+	u64 key = (u64)bio, now = bpf_ktime_get_ns();
+	struct inflight *f = bpf_map_lookup_elem(&inflight, &key);
+
+	count(CNT_QUEUED);
+	if (f) {
+		if (!f->queue_ns)
+			f->queue_ns = now;
+	} else {
+		/* Not seen at submission (no fentry hook): time it from here. */
+		struct inflight fresh = { .queue_ns = now };
+
+		bpf_map_update_elem(&inflight, &key, &fresh, BPF_NOEXIST);
+	}
+	return 0;
+}
+
+/*
+ * Records one completed bio. A global function: the verifier checks it once, not once per
+ * call site and loop iteration (the pointer travels as a number; all reads are CO-RE reads).
+ */
+__noinline int finish_bio(u64 bio_addr, u64 now)
+{
+	struct bio *bio = (struct bio *)bio_addr;
+	u64 key = bio_addr;
+	struct inflight *f = bpf_map_lookup_elem(&inflight, &key);
+	struct hist_key hk = {};
+	struct hist_val *v;
+	u64 submit_ns, queue_ns;
+	bool seen_at_submit;
+	int op;
+
+	count(CNT_COMPLETED);
+	if (!f) {
+		count(CNT_UNMATCHED);
+		return 0;
+	}
+	queue_ns = f->queue_ns ? f->queue_ns : f->submit_ns;
+	submit_ns = f->submit_ns ? f->submit_ns : queue_ns;
+	seen_at_submit = f->submit_ns != 0;
+	bpf_map_delete_elem(&inflight, &key);
+	op = classify(bio);
+	if (op < 0 || now < queue_ns)
+		return 0;
+
+	hk.op = op;
+	hk.cgroup_id = BPF_CORE_READ(bio, bi_blkg, blkcg, css.cgroup, kn, id);
+	hk.dev = ((u32)BPF_CORE_READ(bio, bi_bdev, bd_disk, major) << 20) |
+		 (u32)BPF_CORE_READ(bio, bi_bdev, bd_disk, first_minor);
+
+	v = bpf_map_lookup_elem(&hists, &hk);
+	if (!v) {
+		static const struct hist_val zero;
+
+		if (bpf_map_update_elem(&hists, &hk, &zero, BPF_NOEXIST) &&
+		    !bpf_map_lookup_elem(&hists, &hk)) {
+			count(CNT_DROPPED);
+			return 0;
+		}
+		v = bpf_map_lookup_elem(&hists, &hk);
+		if (!v)
+			return 0;
+	}
+	record(&v->total, now - submit_ns);
+	if (seen_at_submit)
+		record(&v->queued, queue_ns - submit_ns);
+	record(&v->service, now - queue_ns);
+	return 0;
+}
+
+SEC("raw_tp/block_bio_complete")
+int BPF_PROG(iolat_bio_complete, struct request_queue *q, struct bio *bio)
+{
+	finish_bio((u64)bio, bpf_ktime_get_ns());
+	return 0;
+}
+
+/* How many bios of one request are walked: merges of more are rare (and then undercounted). */
+#define MAX_BIOS_PER_RQ 64
+
+SEC("raw_tp/block_rq_complete")
+int BPF_PROG(iolat_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
+{
+	u64 now = bpf_ktime_get_ns();
+	struct bio *bio = BPF_CORE_READ(rq, bio);
+	u64 done = 0;
+	int i;
+
+	count(CNT_RQ);
+	/*
+	 * Fires before the bios are ended; a partial completion (nr_bytes short of the request)
+	 * ends only the bios it covers, and fires again for the rest. A flush without data
+	 * covers its one empty bio.
+	 */
+	for (i = 0; i < MAX_BIOS_PER_RQ && bio; i++) {
+		u32 size = BPF_CORE_READ(bio, bi_iter.bi_size);
+
+		if (size && done + size > nr_bytes)
+			break;
+		done += size;
+		finish_bio((u64)bio, now);
+		bio = BPF_CORE_READ(bio, bi_next);
+	}
+	return 0;
+}

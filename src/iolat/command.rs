@@ -1,0 +1,283 @@
+//! `dbcage iolat`: loads the program for a while, then prints what each tenant's IO waited:
+//! without a tenant one summary line per tenant and operation, with one the seed-000 table.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use super::loader::IoLatency;
+use super::render::{histogram_table, percentiles, secs_label};
+use super::{CgroupOwners, Dev, Hist, Op, Stages, TenantKey};
+use crate::cgroup::{Controller, Layout};
+
+/// `dbcage iolat` options.
+#[derive(Debug, Clone, clap::Args)]
+#[command(
+    after_help = "Examples:\n  dbcage iolat                  every tenant, 10 s\n  dbcage iolat DEMO --duration 60s --op read\n  dbcage iolat DEMO --stage throttled   only the wait in the throttle"
+)]
+pub struct IolatArgs {
+    /// Show this tenant's histogram (default: a summary line per tenant and operation).
+    pub tenant: Option<String>,
+    /// How long to record.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Only this operation: read, write, flush or discard.
+    #[arg(long)]
+    pub op: Option<Op>,
+    /// Only this disk (`loop3`, `/dev/sda`, or `8:0`).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Which time to show: total (submission to completion), throttled (waiting in the
+    /// throttle before the block layer queued the request) or service (queued to completion).
+    #[arg(long, value_enum, default_value_t = Stage::Total)]
+    pub stage: Stage,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stage {
+    Total,
+    Throttled,
+    Service,
+}
+
+impl Stage {
+    fn of(self, s: &Stages) -> &Hist {
+        match self {
+            Stage::Total => &s.total,
+            Stage::Throttled => &s.throttled,
+            Stage::Service => &s.service,
+        }
+    }
+}
+
+/// The disk's kernel name (`loop3`, `sda`) from /sys/dev/block, or `M:m` if it has none.
+pub fn dev_name(sys: &Path, dev: Dev) -> String {
+    std::fs::read_link(sys.join(format!("dev/block/{dev}")))
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| dev.to_string())
+}
+
+/// `--device`: a kernel name, a /dev path or `M:m`.
+fn parse_device(sys: &Path, s: &str) -> Result<Dev> {
+    if let Some((ma, mi)) = s.split_once(':') {
+        if let (Ok(major), Ok(minor)) = (ma.parse(), mi.parse()) {
+            return Ok(Dev { major, minor });
+        }
+    }
+    let name = s.strip_prefix("/dev/").unwrap_or(s);
+    let path = sys.join("class/block").join(name).join("dev");
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "--device {s}: no such block device (reading {})",
+            path.display()
+        )
+    })?;
+    let (ma, mi) = text.trim().split_once(':').context("malformed dev file")?;
+    Ok(Dev {
+        major: ma.parse()?,
+        minor: mi.parse()?,
+    })
+}
+
+/// Which tenant owns which cgroup id, for the tenants of a policy in its io hierarchy.
+pub fn owners(layout: &Layout, tenants: &[String]) -> CgroupOwners {
+    let Some(h) = layout.setup.hierarchy_of(Controller::Io) else {
+        return CgroupOwners::default();
+    };
+    let dirs: Vec<(&str, PathBuf)> = tenants
+        .iter()
+        .map(|t| (t.as_str(), layout.tenant_dir(h, t)))
+        .collect();
+    CgroupOwners::read(dirs.iter().map(|(t, d)| (*t, d.as_path())))
+}
+
+#[derive(Serialize)]
+struct JsonRow<'a> {
+    tenant: &'a str,
+    device: String,
+    op: Op,
+    stage: Stage,
+    count: u64,
+    mean_s: Option<f64>,
+    p50_s: Option<f64>,
+    p99_s: Option<f64>,
+    /// Share of the total time spent waiting in the throttle.
+    throttled_share: Option<f64>,
+    hist: &'a Hist,
+}
+
+pub fn iolat_command(config: &Path, args: &IolatArgs, out: &mut impl Write) -> Result<()> {
+    let ctx = crate::cli::prepare(config)?;
+    let names: Vec<String> = ctx
+        .loaded
+        .policy
+        .tenants
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    if let Some(t) = &args.tenant {
+        if !names.contains(t) {
+            anyhow::bail!("no tenant named `{t}` in {}", config.display());
+        }
+    }
+    let sys = Path::new("/sys");
+    let device = args
+        .device
+        .as_deref()
+        .map(|d| parse_device(sys, d))
+        .transpose()?;
+    let prog = IoLatency::load()?;
+    if let Some(why) = prog.no_throttle_split() {
+        eprintln!(
+            "dbcage: the throttle's wait is not measured on this kernel; latency counts from \
+             the block layer's queue ({why})"
+        );
+    }
+    std::thread::sleep(args.duration);
+    let snap = prog.read();
+    drop(prog);
+    tracing::debug!(
+        "iolat: {} bios queued, {} completed ({} unmatched, {} dropped), {} requests, {} keys",
+        snap.queued,
+        snap.completed,
+        snap.unmatched,
+        snap.dropped,
+        snap.requests,
+        snap.entries.len()
+    );
+    let by = snap.by_tenant(&owners(&ctx.layout, &names));
+    let keep = |k: &TenantKey| {
+        args.tenant.as_ref().is_none_or(|t| &k.tenant == t)
+            && args.op.is_none_or(|o| k.op == o)
+            && device.is_none_or(|d| k.dev == d)
+    };
+    let secs = args.duration.as_secs_f64();
+    if snap.dropped > 0 {
+        writeln!(
+            out,
+            "note: {} requests were not counted (the histogram map was full)",
+            snap.dropped
+        )?;
+    }
+
+    if args.json {
+        let rows: Vec<JsonRow> = by
+            .iter()
+            .filter(|(k, _)| keep(k))
+            .map(|(k, s)| {
+                let h = args.stage.of(s);
+                JsonRow {
+                    tenant: &k.tenant,
+                    device: dev_name(sys, k.dev),
+                    op: k.op,
+                    stage: args.stage,
+                    count: h.count,
+                    mean_s: h.mean(),
+                    p50_s: h.quantile(0.5),
+                    p99_s: h.quantile(0.99),
+                    throttled_share: (s.total.sum_ns > 0)
+                        .then(|| s.throttled.sum_ns as f64 / s.total.sum_ns as f64),
+                    hist: h,
+                }
+            })
+            .collect();
+        serde_json::to_writer_pretty(&mut *out, &rows)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+
+    match &args.tenant {
+        None => {
+            // One line per tenant and operation, all disks together.
+            let mut per: BTreeMap<(&str, Op), Stages> = BTreeMap::new();
+            for (k, s) in by.iter().filter(|(k, _)| keep(k)) {
+                per.entry((k.tenant.as_str(), k.op)).or_default().add(s);
+            }
+            writeln!(
+                out,
+                "{:<16} {:<7} {:>9} {:>8} {:>10} {:>10} {:>10} {:>9}",
+                "TENANT", "OP", "REQUESTS", "IOPS", "MEAN", "P50", "P99", "THROTTLED"
+            )?;
+            for ((tenant, op), s) in &per {
+                let h = args.stage.of(s);
+                let q = |q| h.quantile(q).map_or_else(|| "-".into(), secs_label);
+                writeln!(
+                    out,
+                    "{:<16} {:<7} {:>9} {:>8.0} {:>10} {:>10} {:>10} {:>8.0}%",
+                    tenant,
+                    op.as_str(),
+                    h.count,
+                    h.count as f64 / secs,
+                    h.mean().map_or_else(|| "-".into(), secs_label),
+                    q(0.5),
+                    q(0.99),
+                    throttled_share(s) * 100.0,
+                )?;
+            }
+            if per.is_empty() {
+                writeln!(
+                    out,
+                    "(no tenant's IO completed in {})",
+                    humantime::format_duration(args.duration)
+                )?;
+            }
+        }
+        Some(tenant) => {
+            let mut all = Stages::default();
+            let mut devs: Vec<String> = Vec::new();
+            for (k, s) in by.iter().filter(|(k, _)| keep(k)) {
+                all.add(s);
+                let name = dev_name(sys, k.dev);
+                if !devs.contains(&name) {
+                    devs.push(name);
+                }
+            }
+            let ops = args.op.map_or("read, write, flush, discard", Op::as_str);
+            writeln!(
+                out,
+                "{tenant}: {} requests in {} ({ops}; {}), {} time",
+                all.total.count,
+                humantime::format_duration(args.duration),
+                if devs.is_empty() {
+                    "no disk".into()
+                } else {
+                    devs.join(", ")
+                },
+                match args.stage {
+                    Stage::Total => "total (submission to completion)",
+                    Stage::Throttled => "waiting in the throttle",
+                    Stage::Service => "service (queued to completion)",
+                }
+            )?;
+            if all.total.count > 0 {
+                writeln!(
+                    out,
+                    "total {}; in the throttle {} ({:.0}% of the time); service {}",
+                    percentiles(&all.total),
+                    percentiles(&all.throttled),
+                    throttled_share(&all) * 100.0,
+                    percentiles(&all.service),
+                )?;
+            }
+            writeln!(out)?;
+            write!(out, "{}", histogram_table(args.stage.of(&all)))?;
+        }
+    }
+    Ok(())
+}
+
+fn throttled_share(s: &Stages) -> f64 {
+    if s.total.sum_ns == 0 {
+        0.0
+    } else {
+        s.throttled.sum_ns as f64 / s.total.sum_ns as f64
+    }
+}

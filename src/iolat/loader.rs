@@ -1,0 +1,322 @@
+//! Loads iolat.bpf.c (embedded, CO-RE) into the kernel with libbpf-rs, attaches it, and reads
+//! its maps into a `Snapshot`. Loading needs the kernel's BTF (/sys/kernel/btf/vmlinux) and
+//! CAP_BPF with CAP_PERFMON (or CAP_SYS_ADMIN); each missing piece is one `Unavailable`
+//! that says what to do. The program detaches when `IoLatency` is dropped.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use libbpf_rs::{Link, MapCore, MapFlags, Object, ObjectBuilder, PrintLevel};
+
+use super::{Dev, Hist, Key, Op, Snapshot, Stages, SLOTS};
+
+/// The compiled program (build.rs).
+const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/iolat.bpf.o"));
+
+/// The fentry program on submit_bio_noacct (see iolat.bpf.c).
+const SUBMIT_HOOK: &str = "iolat_submit";
+
+/// Indices of the `counters` map (iolat.bpf.c `CNT_*`).
+const CNT_QUEUED: u32 = 0;
+const CNT_COMPLETED: u32 = 1;
+const CNT_UNMATCHED: u32 = 2;
+const CNT_DROPPED: u32 = 3;
+const CNT_RQ: u32 = 4;
+
+const BTF: &str = "/sys/kernel/btf/vmlinux";
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+/// Why the histograms are not available. Callers report it once and go on without them.
+#[derive(Debug, thiserror::Error)]
+pub enum Unavailable {
+    #[error(
+        "the kernel has no BTF ({BTF} is missing): IO latency histograms need a kernel built \
+         with CONFIG_DEBUG_INFO_BTF=y (Debian, Ubuntu, RHEL 8.2+ and Fedora kernels are)"
+    )]
+    NoBtf,
+    #[error(
+        "this process lacks {missing} (effective capabilities {have:#x}): IO latency histograms \
+         need CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN); run as root or add them to the \
+         service's AmbientCapabilities"
+    )]
+    NoCapability { missing: String, have: u64 },
+    #[error("the kernel refused the IO latency program ({step}): {source}{log}")]
+    Refused {
+        step: &'static str,
+        source: libbpf_rs::Error,
+        /// The last lines libbpf logged (verifier or relocation messages).
+        log: String,
+    },
+}
+
+/// libbpf's own messages, kept so a refusal can say what libbpf saw.
+static LIBBPF_LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn libbpf_print(level: PrintLevel, msg: String) {
+    let msg = msg.trim_end().to_string();
+    tracing::debug!(target: "libbpf", "{msg}");
+    // A verifier log is thousands of lines; its last ones say why (run with
+    // DBCAGE_LOG=libbpf=debug for all of it).
+    let msg = match msg.rsplit_once("-- END PROG LOAD LOG --") {
+        Some((log, _)) => {
+            let tail: Vec<&str> = log.trim_end().lines().rev().take(3).collect();
+            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+        }
+        None => msg,
+    };
+    if level != PrintLevel::Debug {
+        if let Ok(mut log) = LIBBPF_LOG.lock() {
+            log.push(msg);
+            let excess = log.len().saturating_sub(8);
+            log.drain(..excess);
+        }
+    }
+}
+
+fn take_log() -> String {
+    let lines = LIBBPF_LOG
+        .lock()
+        .map(|mut l| std::mem::take(&mut *l))
+        .unwrap_or_default();
+    if lines.is_empty() {
+        String::new()
+    } else {
+        format!(" (libbpf: {})", lines.join("; "))
+    }
+}
+
+/// Effective capabilities from /proc/self/status (`CapEff`).
+fn effective_caps(proc_status: &str) -> Option<u64> {
+    proc_status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+}
+
+/// What is missing for loading, by the capability bits; `None` when loading may go ahead.
+fn missing_caps(caps: u64) -> Option<String> {
+    let has = |c: u32| caps & (1 << c) != 0;
+    if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
+        return None;
+    }
+    let missing: Vec<&str> = [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")]
+        .into_iter()
+        .filter(|(c, _)| !has(*c))
+        .map(|(_, n)| n)
+        .collect();
+    Some(missing.join(" and "))
+}
+
+/// The loaded, attached program.
+pub struct IoLatency {
+    // Links first: they detach before the object is closed.
+    _links: Vec<Link>,
+    object: Object,
+    no_throttle_split: Option<String>,
+}
+
+impl IoLatency {
+    /// Checks BTF and capabilities, loads the program and attaches its three hooks.
+    pub fn load() -> Result<IoLatency, Unavailable> {
+        if !Path::new(BTF).exists() {
+            return Err(Unavailable::NoBtf);
+        }
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        if let Some(caps) = effective_caps(&status) {
+            if let Some(missing) = missing_caps(caps) {
+                return Err(Unavailable::NoCapability {
+                    missing,
+                    have: caps,
+                });
+            }
+        }
+        libbpf_rs::set_print(Some((PrintLevel::Info, libbpf_print)));
+        // First with the submission hook (fentry), which measures the throttle's wait; a
+        // kernel that refuses it still gets the two tracepoints.
+        match Self::load_with(true) {
+            Ok(loaded) => Ok(loaded),
+            Err(first) => {
+                let mut loaded = Self::load_with(false).map_err(|e| match e {
+                    Unavailable::Refused { step, source, log } => Unavailable::Refused {
+                        step,
+                        source,
+                        log: format!("{log}; with the submission hook first: {first}"),
+                    },
+                    other => other,
+                })?;
+                loaded.no_throttle_split = Some(first.to_string());
+                Ok(loaded)
+            }
+        }
+    }
+
+    fn load_with(submit_hook: bool) -> Result<IoLatency, Unavailable> {
+        take_log();
+        let refused = |step, source| Unavailable::Refused {
+            step,
+            source,
+            log: take_log(),
+        };
+        let mut open = ObjectBuilder::default()
+            .open_memory(OBJECT)
+            .map_err(|e| refused("opening the object", e))?;
+        for mut prog in open.progs_mut() {
+            if prog.name() == SUBMIT_HOOK {
+                prog.set_autoload(submit_hook);
+            }
+        }
+        let object = open
+            .load()
+            .map_err(|e| refused("loading and verifying", e))?;
+        let mut links = Vec::new();
+        for prog in object.progs_mut() {
+            if prog.name() == SUBMIT_HOOK && !submit_hook {
+                continue;
+            }
+            links.push(prog.attach().map_err(|e| refused("attaching", e))?);
+        }
+        Ok(IoLatency {
+            _links: links,
+            object,
+            no_throttle_split: None,
+        })
+    }
+
+    /// Why the throttle's wait is not measured (the kernel refused the submission hook), or
+    /// `None` when it is. Without it latency counts from the block layer's queue.
+    pub fn no_throttle_split(&self) -> Option<&str> {
+        self.no_throttle_split.as_deref()
+    }
+
+    fn map(&self, name: &str) -> Option<libbpf_rs::Map<'_>> {
+        self.object.maps().find(|m| m.name() == name)
+    }
+
+    /// Everything counted since the program was loaded.
+    pub fn read(&self) -> Snapshot {
+        let mut snap = Snapshot::default();
+        if let Some(map) = self.map("hists") {
+            for key in map.keys() {
+                let Some(key_parsed) = parse_key(&key) else {
+                    continue;
+                };
+                if let Ok(Some(value)) = map.lookup(&key, MapFlags::ANY) {
+                    if let Some(stages) = parse_stages(&value) {
+                        snap.entries.insert(key_parsed, stages);
+                    }
+                }
+            }
+        }
+        if let Some(map) = self.map("counters") {
+            let at = |i: u32| {
+                map.lookup(&i.to_ne_bytes(), MapFlags::ANY)
+                    .ok()
+                    .flatten()
+                    .and_then(|v| u64_at(&v, 0))
+                    .unwrap_or(0)
+            };
+            snap.queued = at(CNT_QUEUED);
+            snap.completed = at(CNT_COMPLETED);
+            snap.unmatched = at(CNT_UNMATCHED);
+            snap.dropped = at(CNT_DROPPED);
+            snap.requests = at(CNT_RQ);
+        }
+        snap
+    }
+}
+
+fn u64_at(b: &[u8], i: usize) -> Option<u64> {
+    b.get(i * 8..i * 8 + 8)
+        .map(|s| u64::from_ne_bytes(s.try_into().expect("8 bytes")))
+}
+
+/// `struct hist_key { u64 cgroup_id; u32 dev; u32 op; }`
+fn parse_key(b: &[u8]) -> Option<Key> {
+    if b.len() != 16 {
+        return None;
+    }
+    let word = |i: usize| u32::from_ne_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+    Some(Key {
+        cgroup_id: u64_at(b, 0)?,
+        dev: Dev::from_kernel(word(8)),
+        op: Op::from_raw(word(12))?,
+    })
+}
+
+/// `struct hist { u64 slots[SLOTS]; u64 slot_ns[SLOTS]; u64 count; u64 sum_ns; }`
+const HIST_WORDS: usize = 2 * SLOTS + 2;
+
+fn parse_hist(b: &[u8], first: usize) -> Option<Hist> {
+    let mut h = Hist::default();
+    for i in 0..SLOTS {
+        h.slots[i] = u64_at(b, first + i)?;
+        h.slot_ns[i] = u64_at(b, first + SLOTS + i)?;
+    }
+    h.count = u64_at(b, first + 2 * SLOTS)?;
+    h.sum_ns = u64_at(b, first + 2 * SLOTS + 1)?;
+    Some(h)
+}
+
+/// `struct hist_val { struct hist total, queued, service; }`
+fn parse_stages(b: &[u8]) -> Option<Stages> {
+    if b.len() != 3 * HIST_WORDS * 8 {
+        return None;
+    }
+    Some(Stages {
+        total: parse_hist(b, 0)?,
+        throttled: parse_hist(b, HIST_WORDS)?,
+        service: parse_hist(b, 2 * HIST_WORDS)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capabilities_read_from_proc_status() {
+        assert_eq!(
+            effective_caps("Name:\tx\nCapEff:\t000001ffffffffff\n"),
+            Some(0x1ff_ffff_ffff)
+        );
+        assert_eq!(missing_caps(0x1ff_ffff_ffff), None);
+        assert_eq!(missing_caps(1 << CAP_SYS_ADMIN), None);
+        assert_eq!(
+            missing_caps((1 << CAP_BPF) | (1 << CAP_PERFMON)),
+            None,
+            "CAP_BPF with CAP_PERFMON suffices without CAP_SYS_ADMIN"
+        );
+        assert_eq!(missing_caps(1 << CAP_BPF).as_deref(), Some("CAP_PERFMON"));
+        assert_eq!(missing_caps(0).as_deref(), Some("CAP_BPF and CAP_PERFMON"));
+    }
+
+    #[test]
+    fn map_entries_parse_as_the_program_lays_them_out() {
+        let mut key = Vec::new();
+        key.extend_from_slice(&4242u64.to_ne_bytes());
+        key.extend_from_slice(&((7u32 << 20) | 3).to_ne_bytes());
+        key.extend_from_slice(&1u32.to_ne_bytes());
+        let k = parse_key(&key).unwrap();
+        assert_eq!(k.cgroup_id, 4242);
+        assert_eq!(k.dev, Dev { major: 7, minor: 3 });
+        assert_eq!(k.op, Op::Write);
+
+        let mut val = vec![0u8; 3 * HIST_WORDS * 8];
+        let mut put =
+            |word: usize, v: u64| val[word * 8..word * 8 + 8].copy_from_slice(&v.to_ne_bytes());
+        put(5, 10); // total.slots[5]
+        put(SLOTS + 5, 400_000); // total.slot_ns[5]
+        put(2 * SLOTS, 10); // total.count
+        put(HIST_WORDS + 2 * SLOTS + 1, 99); // throttled.sum_ns
+        put(2 * HIST_WORDS + 23, 1); // service.slots[23]
+        let s = parse_stages(&val).unwrap();
+        assert_eq!(s.total.slots[5], 10);
+        assert_eq!(s.total.slot_ns[5], 400_000);
+        assert_eq!(s.total.count, 10);
+        assert_eq!(s.throttled.sum_ns, 99);
+        assert_eq!(s.service.slots[23], 1);
+        assert!(parse_stages(&val[1..]).is_none());
+    }
+}

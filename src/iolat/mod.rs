@@ -1,0 +1,335 @@
+//! Per-tenant IO latency histograms from the kernel (eBPF).
+//!
+//! `bpf/iolat.bpf.c` records, for every bio, the time from submission to completion, split
+//! into the wait before the block layer queued it (blk-throttle holds throttled bios there)
+//! and the service after it, as log2 histograms keyed by the bio's own cgroup (its blkcg: the
+//! group the block layer charges and throttles, not the task that ran), disk and operation.
+//! `loader` loads it (libbpf-rs, CO-RE) and reads the maps; this module owns the data model
+//! (pure: merging per tenant, quantiles, Prometheus buckets) and `render` the text views.
+//! Nothing here writes to cgroups; without BTF or CAP_BPF the loader says why and callers go on.
+
+pub mod command;
+pub mod loader;
+pub mod render;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Serialize;
+
+/// Log2 slots: slot k holds [2^k, 2^(k+1)) microseconds; slot 0 also holds < 1 us and the
+/// last slot everything from 2^23 us (8.4 s) up. Mirrors `SLOTS` in iolat.bpf.c.
+pub const SLOTS: usize = 24;
+
+/// The operation of a bio, as iolat.bpf.c classifies it (`OP_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    Read,
+    Write,
+    /// A cache flush: fsync's empty write with REQ_PREFLUSH, or REQ_OP_FLUSH.
+    Flush,
+    /// Discard and secure erase.
+    Discard,
+}
+
+impl Op {
+    pub const ALL: [Op; 4] = [Op::Read, Op::Write, Op::Flush, Op::Discard];
+    pub fn from_raw(v: u32) -> Option<Op> {
+        Op::ALL.get(v as usize).copied()
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Read => "read",
+            Op::Write => "write",
+            Op::Flush => "flush",
+            Op::Discard => "discard",
+        }
+    }
+}
+
+impl std::str::FromStr for Op {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Op, String> {
+        Op::ALL
+            .into_iter()
+            .find(|o| o.as_str() == s)
+            .ok_or_else(|| format!("`{s}` is not an operation; use read, write, flush or discard"))
+    }
+}
+
+/// One log2 latency histogram.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct Hist {
+    pub slots: [u64; SLOTS],
+    /// Total time of the requests in each slot, in nanoseconds.
+    pub slot_ns: [u64; SLOTS],
+    pub count: u64,
+    pub sum_ns: u64,
+}
+
+/// Lower bound of a slot in microseconds (slot 0 starts at 0).
+pub fn slot_low_us(slot: usize) -> u64 {
+    if slot == 0 {
+        0
+    } else {
+        1 << slot
+    }
+}
+
+/// Upper bound of a slot in microseconds; `None` for the last (open) slot.
+pub fn slot_high_us(slot: usize) -> Option<u64> {
+    (slot + 1 < SLOTS).then(|| 1 << (slot + 1))
+}
+
+impl Hist {
+    pub fn add(&mut self, other: &Hist) {
+        for i in 0..SLOTS {
+            self.slots[i] += other.slots[i];
+            self.slot_ns[i] += other.slot_ns[i];
+        }
+        self.count += other.count;
+        self.sum_ns += other.sum_ns;
+    }
+
+    /// The counts since `earlier` (a histogram read before from the same map entry).
+    pub fn since(&self, earlier: &Hist) -> Hist {
+        let mut d = Hist::default();
+        for i in 0..SLOTS {
+            d.slots[i] = self.slots[i].saturating_sub(earlier.slots[i]);
+            d.slot_ns[i] = self.slot_ns[i].saturating_sub(earlier.slot_ns[i]);
+        }
+        d.count = self.count.saturating_sub(earlier.count);
+        d.sum_ns = self.sum_ns.saturating_sub(earlier.sum_ns);
+        d
+    }
+
+    /// The q-quantile (0..=1) in seconds, interpolated inside its log2 slot by the slot's mean
+    /// where that is all the slot can tell (one distinct value), else linearly; `None` when
+    /// empty. A slot is a factor of two wide, so this is an estimate within that slot.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let total: u64 = self.slots.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = (q.clamp(0.0, 1.0) * total as f64).max(1.0);
+        let mut seen = 0.0;
+        for (slot, &n) in self.slots.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            let n = n as f64;
+            if seen + n >= rank {
+                let low = slot_low_us(slot) as f64;
+                let high = slot_high_us(slot).map_or(low * 2.0, |h| h as f64);
+                let frac = (rank - seen) / n;
+                return Some((low + (high - low) * frac) / 1e6);
+            }
+            seen += n;
+        }
+        None
+    }
+
+    /// Mean in seconds.
+    pub fn mean(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum_ns as f64 / self.count as f64 / 1e9)
+    }
+}
+
+/// What the program keeps per (cgroup, disk, op): total time and its two parts.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct Stages {
+    /// Submission to completion: what the issuer waited.
+    pub total: Hist,
+    /// Submission until the block layer queued the bio: the throttle's wait (blk-throttle
+    /// holds a bio over its group's limit here), near zero for a bio that was not held.
+    pub throttled: Hist,
+    /// Queued to completion: the IO scheduler, the driver and the device.
+    pub service: Hist,
+}
+
+impl Stages {
+    pub fn add(&mut self, o: &Stages) {
+        self.total.add(&o.total);
+        self.throttled.add(&o.throttled);
+        self.service.add(&o.service);
+    }
+    pub fn since(&self, e: &Stages) -> Stages {
+        Stages {
+            total: self.total.since(&e.total),
+            throttled: self.throttled.since(&e.throttled),
+            service: self.service.since(&e.service),
+        }
+    }
+}
+
+/// A block device number as the kernel's `dev_t` (`major:minor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Dev {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl Dev {
+    /// From the kernel-internal encoding iolat.bpf.c uses (major << 20 | minor).
+    pub fn from_kernel(v: u32) -> Dev {
+        Dev {
+            major: v >> 20,
+            minor: v & ((1 << 20) - 1),
+        }
+    }
+}
+
+impl std::fmt::Display for Dev {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.major, self.minor)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key {
+    /// The cgroup's id: the inode number of its directory (v2, or the blkio hierarchy on v1).
+    pub cgroup_id: u64,
+    pub dev: Dev,
+    pub op: Op,
+}
+
+/// Everything the program has counted since it was loaded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub entries: BTreeMap<Key, Stages>,
+    /// Completions not recorded because the histogram map was full.
+    pub dropped: u64,
+    /// Bios the block layer queued and completed while the program ran.
+    pub queued: u64,
+    pub completed: u64,
+    /// Requests completed (blk-mq devices; one request holds one or more merged bios).
+    pub requests: u64,
+    /// Completions of bios queued before the program was loaded (not counted).
+    pub unmatched: u64,
+}
+
+impl Snapshot {
+    /// The counts since `earlier`.
+    pub fn since(&self, earlier: &Snapshot) -> Snapshot {
+        Snapshot {
+            entries: self
+                .entries
+                .iter()
+                .map(|(k, v)| {
+                    let d = earlier
+                        .entries
+                        .get(k)
+                        .map_or_else(|| v.clone(), |e| v.since(e));
+                    (*k, d)
+                })
+                .collect(),
+            dropped: self.dropped.saturating_sub(earlier.dropped),
+            queued: self.queued.saturating_sub(earlier.queued),
+            completed: self.completed.saturating_sub(earlier.completed),
+            requests: self.requests.saturating_sub(earlier.requests),
+            unmatched: self.unmatched.saturating_sub(earlier.unmatched),
+        }
+    }
+
+    /// Folds cgroups into tenants (cgroups no tenant owns are left out) and disks into names.
+    pub fn by_tenant(&self, owners: &CgroupOwners) -> BTreeMap<TenantKey, Stages> {
+        let mut out: BTreeMap<TenantKey, Stages> = BTreeMap::new();
+        for (k, v) in &self.entries {
+            if let Some(tenant) = owners.tenant_of(k.cgroup_id) {
+                out.entry(TenantKey {
+                    tenant: tenant.to_string(),
+                    dev: k.dev,
+                    op: k.op,
+                })
+                .or_default()
+                .add(v);
+            }
+        }
+        out
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TenantKey {
+    pub tenant: String,
+    pub dev: Dev,
+    pub op: Op,
+}
+
+/// Which tenant owns which cgroup id: the inode numbers of every directory under each tenant's
+/// group in the hierarchy that holds the io (v2) or blkio (v1) controller. The kernel's cgroup
+/// id is the kernfs node id, which is the directory's inode number.
+#[derive(Debug, Clone, Default)]
+pub struct CgroupOwners {
+    owner: BTreeMap<u64, String>,
+}
+
+impl CgroupOwners {
+    /// Walks each tenant's directory (`<io hierarchy>/<root>/<tenant>`, its leaves and any
+    /// groups below) and notes the inode numbers. A tenant without a directory owns nothing.
+    pub fn read<'a>(tenant_dirs: impl IntoIterator<Item = (&'a str, &'a Path)>) -> CgroupOwners {
+        use std::os::unix::fs::MetadataExt;
+        let mut owner = BTreeMap::new();
+        for (tenant, dir) in tenant_dirs {
+            let mut stack = vec![dir.to_path_buf()];
+            while let Some(d) = stack.pop() {
+                let Ok(meta) = std::fs::metadata(&d) else {
+                    continue;
+                };
+                owner.insert(meta.ino(), tenant.to_string());
+                if let Ok(entries) = std::fs::read_dir(&d) {
+                    for e in entries.flatten() {
+                        if e.file_type().is_ok_and(|t| t.is_dir()) {
+                            stack.push(e.path());
+                        }
+                    }
+                }
+            }
+        }
+        CgroupOwners { owner }
+    }
+
+    pub fn from_pairs(pairs: impl IntoIterator<Item = (u64, String)>) -> CgroupOwners {
+        CgroupOwners {
+            owner: pairs.into_iter().collect(),
+        }
+    }
+
+    pub fn tenant_of(&self, cgroup_id: u64) -> Option<&str> {
+        self.owner.get(&cgroup_id).map(String::as_str)
+    }
+}
+
+/// The Prometheus buckets of `dbcage_io_latency_seconds`: every second log2 slot boundary,
+/// 4 us .. 4.19 s (11 bounds) plus +Inf; 12 buckets, 14 series with _sum and _count per
+/// (tenant, device, op). The finer log2 view stays in `dbcage iolat`.
+pub const PROM_BOUNDS_US: [u64; 11] = [
+    4,
+    16,
+    64,
+    256,
+    1 << 10,
+    1 << 12,
+    1 << 14,
+    1 << 16,
+    1 << 18,
+    1 << 20,
+    1 << 22,
+];
+
+/// Cumulative counts at each of `PROM_BOUNDS_US` (requests below the bound), then the total.
+pub fn prom_buckets(h: &Hist) -> Vec<(f64, u64)> {
+    let mut out = Vec::with_capacity(PROM_BOUNDS_US.len());
+    for &bound in &PROM_BOUNDS_US {
+        // Slots that end at or below the bound; bounds are slot boundaries (powers of two).
+        let n: u64 = (0..SLOTS)
+            .filter(|&s| slot_high_us(s).is_some_and(|hi| hi <= bound))
+            .map(|s| h.slots[s])
+            .sum();
+        out.push((bound as f64 / 1e6, n));
+    }
+    out
+}
