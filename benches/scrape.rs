@@ -127,6 +127,7 @@ fn main() {
         fs,
         view: RwLock::new((loaded.policy, layout)),
         health: Health::default(),
+        iolat: None,
     });
 
     let first = dbcage::metrics::render(&shared);

@@ -823,12 +823,29 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     };
     let (live, loaded) = crate::control::Live::load(&opts.config)?;
     let ctx = engine::read_host(loaded, Scan::Rules)?;
+    let metrics_addr = opts.metrics.unwrap_or(ctx.loaded.policy.agent.metrics);
+    // The IO latency histograms exist only for the metrics endpoint; said once if unavailable.
+    let iolat = metrics_addr.and_then(|_| match crate::iolat::loader::IoLatency::load() {
+        Ok(prog) => {
+            match prog.no_throttle_split() {
+                None => info!("IO latency histograms on (eBPF), with the throttle's wait"),
+                Some(why) => {
+                    warn!("IO latency histograms on (eBPF), without the throttle's wait: {why}")
+                }
+            }
+            Some(prog)
+        }
+        Err(e) => {
+            warn!("running without IO latency histograms: {e}");
+            None
+        }
+    });
     let shared = Arc::new(metrics::Shared {
         fs: ctx.fs.clone(),
         view: RwLock::new((ctx.loaded.policy.clone(), ctx.layout.clone())),
         health: metrics::Health::default(),
+        iolat,
     });
-    let metrics_addr = opts.metrics.unwrap_or(ctx.loaded.policy.agent.metrics);
     if let Some(addr) = metrics_addr {
         match metrics::serve(addr, shared.clone()) {
             Ok(()) => info!(%addr, "metrics at http://{addr}/metrics"),

@@ -37,6 +37,8 @@ pub struct Shared {
     pub fs: HostFs,
     pub view: RwLock<(Policy, Layout)>,
     pub health: Health,
+    /// The IO latency program, when the daemon could load it (`crate::iolat`).
+    pub iolat: Option<crate::iolat::loader::IoLatency>,
 }
 
 #[derive(Debug)]
@@ -345,6 +347,20 @@ impl Collector for TenantCollector {
             Gauge,
             &[(none, get(&h.last_scan_ms) / 1000.0)],
         )?;
+        if let Some(prog) = &self.0.iolat {
+            let view = self.0.view.read().unwrap_or_else(|e| e.into_inner());
+            let (policy, layout) = &*view;
+            let names: Vec<String> = policy.tenants.iter().map(|t| t.name.clone()).collect();
+            let owners = crate::iolat::command::owners(layout, &names);
+            drop(view);
+            let by = prog.read().by_tenant(&owners);
+            crate::iolat::metrics::encode(
+                &mut enc,
+                &self.0.fs.path("/sys"),
+                &by,
+                prog.no_throttle_split().is_none(),
+            )?;
+        }
         Ok(())
     }
 }

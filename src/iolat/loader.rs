@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use libbpf_rs::{Link, MapCore, MapFlags, Object, ObjectBuilder, PrintLevel};
 
-use super::{Dev, Hist, Key, Op, Snapshot, Stages, SLOTS};
+use super::{Dev, Hist, Key, Op, Snapshot, Stages, FINE, SLOTS};
 
 /// The compiled program (build.rs).
 const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/iolat.bpf.o"));
@@ -115,6 +115,14 @@ pub struct IoLatency {
     _links: Vec<Link>,
     object: Object,
     no_throttle_split: Option<String>,
+}
+
+impl std::fmt::Debug for IoLatency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IoLatency")
+            .field("no_throttle_split", &self.no_throttle_split)
+            .finish_non_exhaustive()
+    }
 }
 
 impl IoLatency {
@@ -245,17 +253,20 @@ fn parse_key(b: &[u8]) -> Option<Key> {
     })
 }
 
-/// `struct hist { u64 slots[SLOTS]; u64 slot_ns[SLOTS]; u64 count; u64 sum_ns; }`
-const HIST_WORDS: usize = 2 * SLOTS + 2;
+/// `struct hist { u64 fine[SLOTS * SUB]; u64 slot_ns[SLOTS]; u64 count; u64 sum_ns; }`
+const HIST_WORDS: usize = FINE + SLOTS + 2;
 
 fn parse_hist(b: &[u8], first: usize) -> Option<Hist> {
-    let mut h = Hist::default();
-    for i in 0..SLOTS {
-        h.slots[i] = u64_at(b, first + i)?;
-        h.slot_ns[i] = u64_at(b, first + SLOTS + i)?;
+    let mut fine = [0u64; FINE];
+    for (i, f) in fine.iter_mut().enumerate() {
+        *f = u64_at(b, first + i)?;
     }
-    h.count = u64_at(b, first + 2 * SLOTS)?;
-    h.sum_ns = u64_at(b, first + 2 * SLOTS + 1)?;
+    let mut h = Hist::from_fine(fine);
+    for i in 0..SLOTS {
+        h.slot_ns[i] = u64_at(b, first + FINE + i)?;
+    }
+    h.count = u64_at(b, first + FINE + SLOTS)?;
+    h.sum_ns = u64_at(b, first + FINE + SLOTS + 1)?;
     Some(h)
 }
 
@@ -306,13 +317,14 @@ mod tests {
         let mut val = vec![0u8; 3 * HIST_WORDS * 8];
         let mut put =
             |word: usize, v: u64| val[word * 8..word * 8 + 8].copy_from_slice(&v.to_ne_bytes());
-        put(5, 10); // total.slots[5]
-        put(SLOTS + 5, 400_000); // total.slot_ns[5]
-        put(2 * SLOTS, 10); // total.count
-        put(HIST_WORDS + 2 * SLOTS + 1, 99); // throttled.sum_ns
-        put(2 * HIST_WORDS + 23, 1); // service.slots[23]
+        put(5 * 8 + 3, 10); // total.fine[slot 5, part 3]
+        put(FINE + 5, 400_000); // total.slot_ns[5]
+        put(FINE + SLOTS, 10); // total.count
+        put(HIST_WORDS + FINE + SLOTS + 1, 99); // throttled.sum_ns
+        put(2 * HIST_WORDS + FINE - 1, 1); // service.fine[last]
         let s = parse_stages(&val).unwrap();
         assert_eq!(s.total.slots[5], 10);
+        assert_eq!(s.total.fine[43], 10);
         assert_eq!(s.total.slot_ns[5], 400_000);
         assert_eq!(s.total.count, 10);
         assert_eq!(s.throttled.sum_ns, 99);

@@ -10,6 +10,7 @@
 
 pub mod command;
 pub mod loader;
+pub mod metrics;
 pub mod render;
 #[cfg(test)]
 mod tests;
@@ -22,6 +23,10 @@ use serde::Serialize;
 /// Log2 slots: slot k holds [2^k, 2^(k+1)) microseconds; slot 0 also holds < 1 us and the
 /// last slot everything from 2^23 us (8.4 s) up. Mirrors `SLOTS` in iolat.bpf.c.
 pub const SLOTS: usize = 24;
+/// Each slot is cut into `SUB` equal parts (`SUB` in iolat.bpf.c), so that percentiles are
+/// known to within 1/16 of their value.
+pub const SUB: usize = 8;
+pub const FINE: usize = SLOTS * SUB;
 
 /// The operation of a bio, as iolat.bpf.c classifies it (`OP_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -61,9 +66,13 @@ impl std::str::FromStr for Op {
 }
 
 /// One log2 latency histogram.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Hist {
+    /// Counts per log2 slot (the sum of its `fine` parts).
     pub slots: [u64; SLOTS],
+    /// Counts per eighth of a slot: `fine[slot * SUB + part]`.
+    #[serde(skip)]
+    pub fine: [u64; FINE],
     /// Total time of the requests in each slot, in nanoseconds.
     pub slot_ns: [u64; SLOTS],
     pub count: u64,
@@ -84,8 +93,50 @@ pub fn slot_high_us(slot: usize) -> Option<u64> {
     (slot + 1 < SLOTS).then(|| 1 << (slot + 1))
 }
 
+impl Default for Hist {
+    fn default() -> Hist {
+        Hist {
+            slots: [0; SLOTS],
+            fine: [0; FINE],
+            slot_ns: [0; SLOTS],
+            count: 0,
+            sum_ns: 0,
+        }
+    }
+}
+
+/// Bounds in microseconds of one fine bucket (slot 0 starts at 0; the last one is open, and
+/// reported as twice its start).
+fn fine_bounds_us(i: usize) -> (f64, f64) {
+    let (slot, part) = (i / SUB, i % SUB);
+    if slot == 0 {
+        // [0, 2) us: integer microseconds 0 and 1 land in parts 0 and 4.
+        let low = part as f64 * 2.0 / SUB as f64;
+        return (low, low + 2.0 / SUB as f64);
+    }
+    let base = (1u64 << slot) as f64;
+    let width = base / SUB as f64;
+    (base + part as f64 * width, base + (part + 1) as f64 * width)
+}
+
 impl Hist {
+    /// From the fine counts alone (tests; the loader reads the per-slot time too).
+    pub fn from_fine(fine: [u64; FINE]) -> Hist {
+        let mut h = Hist {
+            fine,
+            ..Hist::default()
+        };
+        for (i, n) in fine.iter().enumerate() {
+            h.slots[i / SUB] += n;
+            h.count += n;
+        }
+        h
+    }
+
     pub fn add(&mut self, other: &Hist) {
+        for i in 0..FINE {
+            self.fine[i] += other.fine[i];
+        }
         for i in 0..SLOTS {
             self.slots[i] += other.slots[i];
             self.slot_ns[i] += other.slot_ns[i];
@@ -97,6 +148,9 @@ impl Hist {
     /// The counts since `earlier` (a histogram read before from the same map entry).
     pub fn since(&self, earlier: &Hist) -> Hist {
         let mut d = Hist::default();
+        for i in 0..FINE {
+            d.fine[i] = self.fine[i].saturating_sub(earlier.fine[i]);
+        }
         for i in 0..SLOTS {
             d.slots[i] = self.slots[i].saturating_sub(earlier.slots[i]);
             d.slot_ns[i] = self.slot_ns[i].saturating_sub(earlier.slot_ns[i]);
@@ -106,24 +160,22 @@ impl Hist {
         d
     }
 
-    /// The q-quantile (0..=1) in seconds, interpolated inside its log2 slot by the slot's mean
-    /// where that is all the slot can tell (one distinct value), else linearly; `None` when
-    /// empty. A slot is a factor of two wide, so this is an estimate within that slot.
+    /// The q-quantile (0..=1) in seconds, interpolated linearly inside its bucket (an eighth
+    /// of a log2 slot); `None` when empty.
     pub fn quantile(&self, q: f64) -> Option<f64> {
-        let total: u64 = self.slots.iter().sum();
+        let total: u64 = self.fine.iter().sum();
         if total == 0 {
             return None;
         }
         let rank = (q.clamp(0.0, 1.0) * total as f64).max(1.0);
         let mut seen = 0.0;
-        for (slot, &n) in self.slots.iter().enumerate() {
+        for (i, &n) in self.fine.iter().enumerate() {
             if n == 0 {
                 continue;
             }
             let n = n as f64;
             if seen + n >= rank {
-                let low = slot_low_us(slot) as f64;
-                let high = slot_high_us(slot).map_or(low * 2.0, |h| h as f64);
+                let (low, high) = fine_bounds_us(i);
                 let frac = (rank - seen) / n;
                 return Some((low + (high - low) * frac) / 1e6);
             }
@@ -304,8 +356,8 @@ impl CgroupOwners {
 }
 
 /// The Prometheus buckets of `dbcage_io_latency_seconds`: every second log2 slot boundary,
-/// 4 us .. 4.19 s (11 bounds) plus +Inf; 12 buckets, 14 series with _sum and _count per
-/// (tenant, device, op). The finer log2 view stays in `dbcage iolat`.
+/// 4 us .. 4.19 s (11 bounds) plus +Inf: 12 `_bucket` series, 14 with `_sum` and `_count`, per
+/// (tenant, device, op). The finer view stays in `dbcage iolat`.
 pub const PROM_BOUNDS_US: [u64; 11] = [
     4,
     16,
@@ -320,16 +372,21 @@ pub const PROM_BOUNDS_US: [u64; 11] = [
     1 << 22,
 ];
 
-/// Cumulative counts at each of `PROM_BOUNDS_US` (requests below the bound), then the total.
+/// Per-bucket (not cumulative) counts at each of `PROM_BOUNDS_US` in seconds, then the rest
+/// at `f64::MAX` (+Inf), as `prometheus_client`'s histogram encoder takes them. A bound is a
+/// slot boundary, so a bucket holds whole slots: requests below the bound (Prometheus' `le`
+/// differs only for a request of exactly the bound).
 pub fn prom_buckets(h: &Hist) -> Vec<(f64, u64)> {
-    let mut out = Vec::with_capacity(PROM_BOUNDS_US.len());
+    let mut out = Vec::with_capacity(PROM_BOUNDS_US.len() + 1);
+    let mut slot = 0;
     for &bound in &PROM_BOUNDS_US {
-        // Slots that end at or below the bound; bounds are slot boundaries (powers of two).
-        let n: u64 = (0..SLOTS)
-            .filter(|&s| slot_high_us(s).is_some_and(|hi| hi <= bound))
-            .map(|s| h.slots[s])
-            .sum();
+        let mut n = 0;
+        while slot < SLOTS && slot_high_us(slot).is_some_and(|hi| hi <= bound) {
+            n += h.slots[slot];
+            slot += 1;
+        }
         out.push((bound as f64 / 1e6, n));
     }
+    out.push((f64::MAX, h.slots[slot..].iter().sum()));
     out
 }

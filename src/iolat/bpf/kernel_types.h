@@ -35,6 +35,10 @@ enum bpf_map_type {
 };
 
 enum {
+	BPF_F_NO_PREALLOC = 1,
+};
+
+enum {
 	BPF_ANY = 0,
 	BPF_NOEXIST = 1,
 	BPF_EXIST = 2,
