@@ -11,6 +11,13 @@ if ! cargo deb --version >/dev/null 2>&1; then
   cargo install cargo-deb --locked --quiet >&2
 fi
 command -v gzip >/dev/null || { echo "build-deb.sh: gzip is missing" >&2; exit 1; }
+# The eBPF program (src/iolat/bpf/) is compiled by clang; libbpf needs libelf and zlib headers.
+for need in clang pkg-config /usr/include/libelf.h /usr/include/zlib.h; do
+  command -v "$need" >/dev/null 2>&1 || [ -e "$need" ] || {
+    echo "build-deb.sh: $need is missing: apt-get install clang pkg-config libelf-dev zlib1g-dev" >&2
+    exit 1
+  }
+done
 
 cargo build --release --quiet >&2
 out=target/dbcage-deb

@@ -11,6 +11,13 @@ for pair in fio:fio mkfs.ext4:e2fsprogs losetup:mount /usr/bin/python3:python3 q
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || missing+=(python3-prometheus-client)
+# Building: clang compiles the eBPF program (src/iolat/bpf/); libbpf (vendored by libbpf-sys)
+# needs libelf, zlib, pkg-config and make.
+for pair in clang:clang pkg-config:pkg-config make:make; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+done
+[ -e /usr/include/libelf.h ] || missing+=(libelf-dev)
+[ -e /usr/include/zlib.h ] || missing+=(zlib1g-dev)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null

@@ -342,7 +342,8 @@ impl Drop for ApiMounts {
 }
 
 /// Makes the root: debootstrap minbase (with procps, which the package depends on for the
-/// unit's `kill`), or when asked (`DBCAGE_TEST_ROOT=host`) an overlay of this machine's root
+/// unit's `kill`, and libelf1, which libbpf in the binary links to), or when asked
+/// (`DBCAGE_TEST_ROOT=host`) an overlay of this machine's root
 /// file system. Returns the root and what it is, or None when debootstrap cannot make the root
 /// and the skip is declared (it is not: `cannot_run` fails the test).
 fn make_root(dir: &TestDir) -> Option<(PathBuf, String)> {
@@ -363,7 +364,7 @@ fn make_root(dir: &TestDir) -> Option<(PathBuf, String)> {
         let mirror = std::env::var("DBCAGE_TEST_MIRROR")
             .unwrap_or_else(|_| "http://deb.debian.org/debian".into());
         let out = run(Command::new("debootstrap")
-            .args(["--variant=minbase", "--include=procps", &suite])
+            .args(["--variant=minbase", "--include=procps,libelf1", &suite])
             .arg(&root)
             .arg(&mirror));
         if out.status.success() {
