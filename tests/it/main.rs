@@ -15,6 +15,7 @@ mod control;
 mod cpu_mem;
 mod daemon;
 mod import;
+mod iolat;
 mod lifecycle;
 mod mysql;
 mod observe;
