@@ -1,5 +1,6 @@
 //! The Prometheus families of the IO latency histograms, encoded from a loaded program's maps
-//! at each scrape: `dbcage_io_latency_seconds` (histogram; labels tenant, device, op) and,
+//! at each scrape: `dbcage_io_latency_seconds` (histogram; labels tenant,
+//! device (`MAJ:MIN`), name, op) and,
 //! where the kernel lets the submission hook load, `dbcage_io_throttle_wait_seconds_total`.
 
 use std::collections::BTreeMap;
@@ -43,10 +44,12 @@ pub fn encode(
         return Ok(());
     }
     let names: BTreeMap<_, String> = by.keys().map(|k| (k.dev, dev_name(sys, k.dev))).collect();
-    let labels = |k: &TenantKey| -> [(&'static str, String); 3] {
+    // device and name as the other dbcage_io_* families label them, so that queries join.
+    let labels = |k: &TenantKey| -> [(&'static str, String); 4] {
         [
             ("tenant", k.tenant.clone()),
-            ("device", names[&k.dev].clone()),
+            ("device", k.dev.to_string()),
+            ("name", names[&k.dev].clone()),
             ("op", k.op.as_str().to_string()),
         ]
     };

@@ -156,6 +156,24 @@ fn metrics_endpoint_parses_with_the_reference_parser() {
     )
     .len()
         == 1));
+    // 64 direct reads in the tenant, for the IO latency histogram.
+    let dd = Command::new(DBCAGE)
+        .arg("-c")
+        .arg(&t.policy)
+        .args([
+            "exec",
+            "db",
+            "--",
+            "dd",
+            "bs=4k",
+            "count=64",
+            "iflag=direct",
+            "of=/dev/null",
+        ])
+        .arg(format!("if={}", disk.dev()))
+        .output()
+        .expect("dd");
+    assert!(dd.status.success(), "dd: {dd:?}");
     let start = std::time::Instant::now();
     let text =
         scrape(&addr).unwrap_or_else(|| panic!("no answer at {addr}; daemon log:\n{}", d.log()));
@@ -186,6 +204,33 @@ fn metrics_endpoint_parses_with_the_reference_parser() {
         100.0
     );
     assert_eq!(value("dbcage_cpu_quota_cores", &db), 1.5);
+    // The kernel-side latency histogram of those reads (eBPF; this host's kernel has BTF).
+    assert_eq!(
+        fams["dbcage_io_latency_seconds"]["type"], "histogram",
+        "{text}"
+    );
+    let on_disk = |l: &serde_json::Value| {
+        db(l)
+            && l["op"] == "read"
+            && l["device"] == disk.devnum().as_str()
+            && l["name"] == disk.name().as_str()
+    };
+    let sample = |name: &str, pred: &dyn Fn(&serde_json::Value) -> bool| -> f64 {
+        fams["dbcage_io_latency_seconds"]["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s[0] == name && pred(&s[1]))
+            .unwrap_or_else(|| panic!("no matching {name}:\n{text}"))[2]
+            .as_f64()
+            .unwrap()
+    };
+    assert_eq!(sample("dbcage_io_latency_seconds_count", &on_disk), 64.0);
+    assert_eq!(
+        sample("dbcage_io_latency_seconds_bucket", &|l| on_disk(l)
+            && l["le"] == "+Inf"),
+        64.0
+    );
     assert_eq!(value("dbcage_memory_limit_bytes", &db), (256 << 20) as f64);
     assert!(
         value("dbcage_events", &|_| true) >= 1.0,
