@@ -135,6 +135,7 @@ pub fn iolat_command(config: &Path, args: &IolatArgs, out: &mut impl Write) -> R
         .map(|d| parse_device(sys, d))
         .transpose()?;
     let prog = IoLatency::load()?;
+    let throttle_measured = prog.no_throttle_split().is_none();
     if let Some(why) = prog.no_throttle_split() {
         eprintln!(
             "dbcage: the throttle's wait is not measured on this kernel; latency counts from \
@@ -196,33 +197,37 @@ pub fn iolat_command(config: &Path, args: &IolatArgs, out: &mut impl Write) -> R
 
     match &args.tenant {
         None => {
-            // One line per tenant and operation, all disks together.
-            let mut per: BTreeMap<(&str, Op), Stages> = BTreeMap::new();
-            for (k, s) in by.iter().filter(|(k, _)| keep(k)) {
-                per.entry((k.tenant.as_str(), k.op)).or_default().add(s);
-            }
+            // One line per tenant, disk and operation: a disk under another (a loop device's
+            // file, a dm target's disks) is charged to the tenant too, so disks are not summed.
             writeln!(
                 out,
-                "{:<16} {:<7} {:>9} {:>8} {:>10} {:>10} {:>10} {:>9}",
-                "TENANT", "OP", "REQUESTS", "IOPS", "MEAN", "P50", "P99", "THROTTLED"
+                "{:<16} {:<8} {:<7} {:>9} {:>8} {:>10} {:>10} {:>10} {:>9}",
+                "TENANT", "DEVICE", "OP", "REQUESTS", "IOPS", "MEAN", "P50", "P99", "THROTTLED"
             )?;
-            for ((tenant, op), s) in &per {
+            let mut any = false;
+            for (k, s) in by.iter().filter(|(k, _)| keep(k)) {
+                any = true;
                 let h = args.stage.of(s);
                 let q = |q| h.quantile(q).map_or_else(|| "-".into(), secs_label);
                 writeln!(
                     out,
-                    "{:<16} {:<7} {:>9} {:>8.0} {:>10} {:>10} {:>10} {:>8.0}%",
-                    tenant,
-                    op.as_str(),
+                    "{:<16} {:<8} {:<7} {:>9} {:>8.0} {:>10} {:>10} {:>10} {:>9}",
+                    k.tenant,
+                    dev_name(sys, k.dev),
+                    k.op.as_str(),
                     h.count,
                     h.count as f64 / secs,
                     h.mean().map_or_else(|| "-".into(), secs_label),
                     q(0.5),
                     q(0.99),
-                    throttled_share(s) * 100.0,
+                    if throttle_measured {
+                        format!("{:.0}%", throttled_share(s) * 100.0)
+                    } else {
+                        "-".into()
+                    },
                 )?;
             }
-            if per.is_empty() {
+            if !any {
                 writeln!(
                     out,
                     "(no tenant's IO completed in {})",
@@ -231,44 +236,54 @@ pub fn iolat_command(config: &Path, args: &IolatArgs, out: &mut impl Write) -> R
             }
         }
         Some(tenant) => {
-            let mut all = Stages::default();
-            let mut devs: Vec<String> = Vec::new();
+            // One histogram per disk, all operations (or --op) together.
+            let mut per_dev: BTreeMap<Dev, Stages> = BTreeMap::new();
             for (k, s) in by.iter().filter(|(k, _)| keep(k)) {
-                all.add(s);
-                let name = dev_name(sys, k.dev);
-                if !devs.contains(&name) {
-                    devs.push(name);
-                }
+                per_dev.entry(k.dev).or_default().add(s);
             }
             let ops = args.op.map_or("read, write, flush, discard", Op::as_str);
-            writeln!(
-                out,
-                "{tenant}: {} requests in {} ({ops}; {}), {} time",
-                all.total.count,
-                humantime::format_duration(args.duration),
-                if devs.is_empty() {
-                    "no disk".into()
-                } else {
-                    devs.join(", ")
-                },
-                match args.stage {
-                    Stage::Total => "total (submission to completion)",
-                    Stage::Throttled => "waiting in the throttle",
-                    Stage::Service => "service (queued to completion)",
-                }
-            )?;
-            if all.total.count > 0 {
+            if per_dev.is_empty() {
                 writeln!(
                     out,
-                    "total {}; in the throttle {} ({:.0}% of the time); service {}",
-                    percentiles(&all.total),
-                    percentiles(&all.throttled),
-                    throttled_share(&all) * 100.0,
-                    percentiles(&all.service),
+                    "{tenant}: no IO completed in {} ({ops})",
+                    humantime::format_duration(args.duration)
                 )?;
             }
-            writeln!(out)?;
-            write!(out, "{}", histogram_table(args.stage.of(&all)))?;
+            for (i, (dev, all)) in per_dev.iter().enumerate() {
+                if i > 0 {
+                    writeln!(out)?;
+                }
+                writeln!(
+                    out,
+                    "{tenant} on {} ({dev}): {} requests in {} ({ops}), {} time",
+                    dev_name(sys, *dev),
+                    all.total.count,
+                    humantime::format_duration(args.duration),
+                    match args.stage {
+                        Stage::Total => "total (submission to completion)",
+                        Stage::Throttled => "waiting in the throttle",
+                        Stage::Service => "service (queued to completion)",
+                    }
+                )?;
+                if throttle_measured {
+                    writeln!(
+                        out,
+                        "total {}; in the throttle {} ({:.0}% of the time); service {}",
+                        percentiles(&all.total),
+                        percentiles(&all.throttled),
+                        throttled_share(all) * 100.0,
+                        percentiles(&all.service),
+                    )?;
+                } else {
+                    writeln!(
+                        out,
+                        "{} (from the block layer's queue: the throttle's wait is not measured on this kernel)",
+                        percentiles(&all.total)
+                    )?;
+                }
+                writeln!(out)?;
+                write!(out, "{}", histogram_table(args.stage.of(all)))?;
+            }
         }
     }
     Ok(())
