@@ -17,11 +17,8 @@ const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/iolat.bpf.o"));
 const SUBMIT_HOOK: &str = "iolat_submit";
 
 /// Indices of the `counters` map (iolat.bpf.c `CNT_*`).
-const CNT_QUEUED: u32 = 0;
-const CNT_COMPLETED: u32 = 1;
-const CNT_UNMATCHED: u32 = 2;
-const CNT_DROPPED: u32 = 3;
-const CNT_RQ: u32 = 4;
+const CNT_UNMATCHED: u32 = 0;
+const CNT_DROPPED: u32 = 1;
 
 const BTF: &str = "/sys/kernel/btf/vmlinux";
 const CAP_SYS_ADMIN: u32 = 21;
@@ -175,6 +172,14 @@ impl IoLatency {
                 prog.set_autoload(submit_hook);
             }
         }
+        // `const volatile bool submit_hook` in its own section (iolat.bpf.c).
+        for mut map in open.maps_mut() {
+            if map.name().to_string_lossy().ends_with(".rodata.hook") {
+                if let Some(value) = map.initial_value_mut() {
+                    value[0] = u8::from(submit_hook);
+                }
+            }
+        }
         let object = open
             .load()
             .map_err(|e| refused("loading and verifying", e))?;
@@ -198,6 +203,51 @@ impl IoLatency {
         self.no_throttle_split.as_deref()
     }
 
+    /// Asks the kernel to time every run of its BPF programs (BPF_ENABLE_STATS: on while the
+    /// returned descriptor is open, for every program on the host; a few tens of ns per run).
+    pub fn enable_run_stats() -> std::io::Result<std::os::fd::OwnedFd> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain syscall wrapper; a non-negative result is a new descriptor we own.
+        let fd = unsafe {
+            libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME)
+        };
+        if fd < 0 {
+            return Err(std::io::Error::from_raw_os_error(-fd));
+        }
+        // SAFETY: fd is a fresh descriptor returned by the kernel.
+        Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// Per loaded program: (name, runs, total run time in ns), as the kernel counted them
+    /// while run statistics were enabled.
+    pub fn run_stats(&self) -> Vec<(String, u64, u64)> {
+        use std::os::fd::AsRawFd;
+        let mut out = Vec::new();
+        for prog in self.object.progs() {
+            if !prog.autoload() {
+                continue;
+            }
+            let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
+            let mut len = std::mem::size_of_val(&info) as u32;
+            // SAFETY: info is a properly sized, zeroed bpf_prog_info and len says its size.
+            let rc = unsafe {
+                libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(
+                    std::os::fd::AsFd::as_fd(&prog).as_raw_fd(),
+                    &mut info,
+                    &mut len,
+                )
+            };
+            if rc == 0 {
+                out.push((
+                    prog.name().to_string_lossy().into_owned(),
+                    info.run_cnt,
+                    info.run_time_ns,
+                ));
+            }
+        }
+        out
+    }
+
     fn map(&self, name: &str) -> Option<libbpf_rs::Map<'_>> {
         self.object.maps().find(|m| m.name() == name)
     }
@@ -210,11 +260,20 @@ impl IoLatency {
                 let Some(key_parsed) = parse_key(&key) else {
                     continue;
                 };
-                if let Ok(Some(value)) = map.lookup(&key, MapFlags::ANY) {
-                    if let Some(stages) = parse_stages(&value) {
-                        snap.entries.insert(key_parsed, stages);
+                let Ok(Some(per_cpu)) = map.lookup_percpu(&key, MapFlags::ANY) else {
+                    continue;
+                };
+                let mut stages = Stages::default();
+                for value in &per_cpu {
+                    if let Some(s) = parse_stages(value) {
+                        stages.add(&s);
                     }
                 }
+                if self.no_throttle_split.is_some() {
+                    // The program records only the total then (see iolat.bpf.c).
+                    stages.service = stages.total.clone();
+                }
+                snap.entries.insert(key_parsed, stages);
             }
         }
         if let Some(map) = self.map("counters") {
@@ -225,11 +284,8 @@ impl IoLatency {
                     .and_then(|v| u64_at(&v, 0))
                     .unwrap_or(0)
             };
-            snap.queued = at(CNT_QUEUED);
-            snap.completed = at(CNT_COMPLETED);
             snap.unmatched = at(CNT_UNMATCHED);
             snap.dropped = at(CNT_DROPPED);
-            snap.requests = at(CNT_RQ);
         }
         snap
     }

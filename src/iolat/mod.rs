@@ -254,16 +254,16 @@ pub struct Snapshot {
     pub entries: BTreeMap<Key, Stages>,
     /// Completions not recorded because the histogram map was full.
     pub dropped: u64,
-    /// Bios the block layer queued and completed while the program ran.
-    pub queued: u64,
-    pub completed: u64,
-    /// Requests completed (blk-mq devices; one request holds one or more merged bios).
-    pub requests: u64,
     /// Completions of bios queued before the program was loaded (not counted).
     pub unmatched: u64,
 }
 
 impl Snapshot {
+    /// Requests completed and recorded, over every cgroup, disk and operation.
+    pub fn completed(&self) -> u64 {
+        self.entries.values().map(|s| s.total.count).sum()
+    }
+
     /// The counts since `earlier`.
     pub fn since(&self, earlier: &Snapshot) -> Snapshot {
         Snapshot {
@@ -279,9 +279,6 @@ impl Snapshot {
                 })
                 .collect(),
             dropped: self.dropped.saturating_sub(earlier.dropped),
-            queued: self.queued.saturating_sub(earlier.queued),
-            completed: self.completed.saturating_sub(earlier.completed),
-            requests: self.requests.saturating_sub(earlier.requests),
             unmatched: self.unmatched.saturating_sub(earlier.unmatched),
         }
     }

@@ -9,9 +9,9 @@
  * sets it for writeback from the page owner's group (v2) and for the submitter otherwise.
  *
  *   fentry/submit_bio_noacct   every bio entering the block layer (before blk-throttle)
- *   raw_tp/block_bio_queue     the bio passed the throttle and is being queued
- *   raw_tp/block_rq_complete   a request completed: its bios are done (blk-mq devices)
- *   raw_tp/block_bio_complete  a bio completed on a bio-based device (dm, md); blk-mq clears
+ *   tp_btf/block_bio_queue     the bio passed the throttle and is being queued
+ *   tp_btf/block_rq_complete   a request completed: its bios are done (blk-mq devices)
+ *   tp_btf/block_bio_complete  a bio completed on a bio-based device (dm, md); blk-mq clears
  *                              the flag that fires it, as block_rq_complete traces its bios
  *
  * The block layer has no tracepoint before blk-throttle, so the throttle's wait needs the
@@ -82,21 +82,19 @@ struct {
 	__type(value, struct inflight);
 } inflight SEC(".maps");
 
+/* Per CPU, so that recording needs no atomic instructions; the loader sums the CPUs. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 4096);
 	__type(key, struct hist_key);
 	__type(value, struct hist_val);
 } hists SEC(".maps");
 
-/* Event counts, for the loader's diagnostics (indices mirrored in loader.rs). */
-#define CNT_QUEUED 0     /* block_bio_queue events */
-#define CNT_COMPLETED 1  /* bios completed (through either completion tracepoint) */
-#define CNT_UNMATCHED 2  /* completions of bios not seen queued (queued before loading) */
-#define CNT_DROPPED 3    /* completions not recorded: `hists` was full */
-#define CNT_RQ 4         /* block_rq_complete events */
-#define CNT_MAX 5
+/* Rare events, for the loader's diagnostics (indices mirrored in loader.rs). */
+#define CNT_UNMATCHED 0  /* completions of bios not seen queued (queued before loading) */
+#define CNT_DROPPED 1    /* completions not recorded: `hists` was full */
+#define CNT_MAX 2
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, CNT_MAX);
@@ -141,22 +139,22 @@ static __always_inline void record(struct hist *h, u64 ns)
 	idx = slot * SUB + sub;
 	if (idx >= SLOTS * SUB) /* for the verifier: it cannot follow the arithmetic above */
 		idx = SLOTS * SUB - 1;
-	__sync_fetch_and_add(&h->fine[idx], 1);
-	__sync_fetch_and_add(&h->slot_ns[slot], ns);
-	__sync_fetch_and_add(&h->count, 1);
-	__sync_fetch_and_add(&h->sum_ns, ns);
+	/* this CPU's copy, and tracepoint programs do not nest on a CPU: plain adds */
+	h->fine[idx] += 1;
+	h->slot_ns[slot] += ns;
+	h->count += 1;
+	h->sum_ns += ns;
 }
 
-static __always_inline int classify(struct bio *bio)
+/* The operation from a bio's flags and size (direct loads: the bio is a BTF pointer). */
+static __always_inline int classify(u32 opf, u32 size)
 {
-	u32 opf = BPF_CORE_READ(bio, bi_opf);
-
 	switch (opf & REQ_OP_MASK) {
 	case REQ_OP_READ:
 		return OP_READ;
 	case REQ_OP_WRITE:
 		/* fsync's cache flush is an empty write with REQ_PREFLUSH */
-		return BPF_CORE_READ(bio, bi_iter.bi_size) == 0 ? OP_FLUSH : OP_WRITE;
+		return size == 0 ? OP_FLUSH : OP_WRITE;
 	case REQ_OP_WRITE_ZEROES:
 		return OP_WRITE;
 	case REQ_OP_FLUSH:
@@ -167,6 +165,46 @@ static __always_inline int classify(struct bio *bio)
 	default:
 		return -1;
 	}
+}
+
+/* The owner (cgroup id) and whole disk (major << 20 | minor) of a bio. */
+static __always_inline u64 bio_cgroup(struct bio *bio)
+{
+	struct blkcg_gq *blkg = bio->bi_blkg;
+	struct blkcg *blkcg;
+	struct cgroup *cg;
+	struct kernfs_node *kn;
+
+	if (!blkg)
+		return 0;
+	blkcg = blkg->blkcg;
+	if (!blkcg)
+		return 0;
+	cg = blkcg->css.cgroup;
+	if (!cg)
+		return 0;
+	kn = cg->kn;
+	return kn ? kn->id : 0;
+}
+
+static __always_inline u32 bio_disk(struct bio *bio)
+{
+	struct block_device *bdev = bio->bi_bdev;
+	struct gendisk *disk = bdev ? bdev->bd_disk : 0;
+
+	return disk ? ((u32)disk->major << 20) | (u32)disk->first_minor : 0;
+}
+
+/*
+ * A bio's address as a number, for a map key: the verifier keeps a pointer's type through
+ * casts, and a global function takes no BTF pointers, so the value goes through the stack.
+ */
+static __always_inline u64 bio_addr(struct bio *bio)
+{
+	u64 addr = 0;
+
+	bpf_probe_read_kernel(&addr, sizeof(addr), &bio);
+	return addr;
 }
 
 SEC("fentry/submit_bio_noacct")
@@ -180,18 +218,39 @@ int BPF_PROG(iolat_submit, struct bio *bio)
 	return 0;
 }
 
-SEC("raw_tp/block_bio_queue")
+/* Set by the loader before loading: whether iolat_submit is loaded (it has its own section,
+ * so that the loader finds it without knowing the layout of .rodata). */
+const volatile bool submit_hook SEC(".rodata.hook") = false;
+
+SEC("tp_btf/block_bio_queue")
 int BPF_PROG(iolat_queue, struct bio *bio)
 {
-	u64 key = (u64)bio, now = bpf_ktime_get_ns();
-	struct inflight *f = bpf_map_lookup_elem(&inflight, &key);
+	u64 key = (u64)bio, now;
+	struct inflight *f;
 
-	count(CNT_QUEUED);
-	if (f) {
-		if (!f->queue_ns)
-			f->queue_ns = now;
-	} else {
-		/* Not seen at submission (no fentry hook): time it from here. */
+	if (submit_hook) {
+		f = bpf_map_lookup_elem(&inflight, &key);
+		if (f) {
+			if (!f->queue_ns)
+				f->queue_ns = bpf_ktime_get_ns();
+			return 0;
+		}
+	}
+	/*
+	 * Not seen at submission. A blk-mq request keeps its own start time (start_time_ns,
+	 * set when it is allocated for this bio), which iolat_rq_complete reads: only bios of
+	 * bio-based devices (dm, md) need a map entry, and the common path stays map-free.
+	 */
+	{
+		struct block_device *bdev = bio->bi_bdev;
+		struct gendisk *disk = bdev ? bdev->bd_disk : 0;
+		struct request_queue *q = disk ? disk->queue : 0;
+
+		if (q && q->mq_ops)
+			return 0;
+	}
+	now = bpf_ktime_get_ns();
+	{
 		struct inflight fresh = { .queue_ns = now };
 
 		bpf_map_update_elem(&inflight, &key, &fresh, BPF_NOEXIST);
@@ -200,38 +259,40 @@ int BPF_PROG(iolat_queue, struct bio *bio)
 }
 
 /*
- * Records one completed bio. A global function: the verifier checks it once, not once per
- * call site and loop iteration (the pointer travels as a number; all reads are CO-RE reads).
+ * Records one completed bio, from values its caller read (a global function: the verifier
+ * checks it once, not once per call site and loop iteration; it gets numbers, not pointers).
+ * dev_op: the disk << 32 | the operation (BPF functions take five arguments); rq_start_ns:
+ * the request's start time, used when the bio has no map entry.
  */
-__noinline int finish_bio(u64 bio_addr, u64 now)
+__noinline int finish_bio(u64 key, u64 cgroup_id, u64 dev_op, u64 now, u64 rq_start_ns)
 {
-	struct bio *bio = (struct bio *)bio_addr;
-	u64 key = bio_addr;
-	struct inflight *f = bpf_map_lookup_elem(&inflight, &key);
+	u32 dev = dev_op >> 32, op = (u32)dev_op;
+	/* key 0: the caller knows there is no entry (a blk-mq bio without the submission hook) */
+	struct inflight *f = key ? bpf_map_lookup_elem(&inflight, &key) : 0;
 	struct hist_key hk = {};
 	struct hist_val *v;
 	u64 submit_ns, queue_ns;
 	bool seen_at_submit;
-	int op;
 
-	count(CNT_COMPLETED);
-	if (!f) {
+	if (f) {
+		queue_ns = f->queue_ns ? f->queue_ns : f->submit_ns;
+		submit_ns = f->submit_ns ? f->submit_ns : queue_ns;
+		seen_at_submit = f->submit_ns != 0;
+		bpf_map_delete_elem(&inflight, &key);
+	} else if (rq_start_ns) {
+		/* a blk-mq request's bio, timed from the request's allocation */
+		queue_ns = submit_ns = rq_start_ns;
+		seen_at_submit = false;
+	} else {
 		count(CNT_UNMATCHED);
 		return 0;
 	}
-	queue_ns = f->queue_ns ? f->queue_ns : f->submit_ns;
-	submit_ns = f->submit_ns ? f->submit_ns : queue_ns;
-	seen_at_submit = f->submit_ns != 0;
-	bpf_map_delete_elem(&inflight, &key);
-	op = classify(bio);
-	if (op < 0 || now < queue_ns)
+	if (op > OP_DISCARD || now < queue_ns)
 		return 0;
 
 	hk.op = op;
-	hk.cgroup_id = BPF_CORE_READ(bio, bi_blkg, blkcg, css.cgroup, kn, id);
-	hk.dev = ((u32)BPF_CORE_READ(bio, bi_bdev, bd_disk, major) << 20) |
-		 (u32)BPF_CORE_READ(bio, bi_bdev, bd_disk, first_minor);
-
+	hk.cgroup_id = cgroup_id;
+	hk.dev = dev;
 	v = bpf_map_lookup_elem(&hists, &hk);
 	if (!v) {
 		static const struct hist_val zero;
@@ -246,44 +307,57 @@ __noinline int finish_bio(u64 bio_addr, u64 now)
 			return 0;
 	}
 	record(&v->total, now - submit_ns);
-	if (seen_at_submit)
+	/* Without the submission hook total and service are the same time: the loader copies. */
+	if (seen_at_submit) {
 		record(&v->queued, queue_ns - submit_ns);
-	record(&v->service, now - queue_ns);
+		record(&v->service, now - queue_ns);
+	}
 	return 0;
 }
 
-SEC("raw_tp/block_bio_complete")
+SEC("tp_btf/block_bio_complete")
 int BPF_PROG(iolat_bio_complete, struct request_queue *q, struct bio *bio)
 {
-	finish_bio((u64)bio, bpf_ktime_get_ns());
+	u32 op = classify(bio->bi_opf, bio->bi_iter.bi_size);
+
+	finish_bio(bio_addr(bio), bio_cgroup(bio), ((u64)bio_disk(bio) << 32) | op,
+		   bpf_ktime_get_ns(), 0);
 	return 0;
 }
 
 /* How many bios of one request are walked: merges of more are rare (and then undercounted). */
-#define MAX_BIOS_PER_RQ 64
+#define MAX_BIOS_PER_RQ 32
 
-SEC("raw_tp/block_rq_complete")
+SEC("tp_btf/block_rq_complete")
 int BPF_PROG(iolat_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 {
 	u64 now = bpf_ktime_get_ns();
-	struct bio *bio = BPF_CORE_READ(rq, bio);
-	u64 done = 0;
+	struct bio *bio = rq->bio;
+	/* zero when the queue keeps no time stamps (iostats off, no scheduler) */
+	u64 start = rq->start_time_ns;
+	u64 done = 0, cgroup_id;
+	u32 dev;
 	int i;
 
-	count(CNT_RQ);
+	if (!bio)
+		return 0;
+	/* The bios of one request share their disk and their blkg (blk_cgroup_mergeable). */
+	cgroup_id = bio_cgroup(bio);
+	dev = bio_disk(bio);
 	/*
 	 * Fires before the bios are ended; a partial completion (nr_bytes short of the request)
 	 * ends only the bios it covers, and fires again for the rest. A flush without data
 	 * covers its one empty bio.
 	 */
 	for (i = 0; i < MAX_BIOS_PER_RQ && bio; i++) {
-		u32 size = BPF_CORE_READ(bio, bi_iter.bi_size);
+		u32 size = bio->bi_iter.bi_size;
 
 		if (size && done + size > nr_bytes)
 			break;
 		done += size;
-		finish_bio((u64)bio, now);
-		bio = BPF_CORE_READ(bio, bi_next);
+		finish_bio(submit_hook ? bio_addr(bio) : 0, cgroup_id,
+			   ((u64)dev << 32) | (u32)classify(bio->bi_opf, size), now, start);
+		bio = bio->bi_next;
 	}
 	return 0;
 }

@@ -30,6 +30,7 @@ enum { false = 0, true = 1 };
 enum bpf_map_type {
 	BPF_MAP_TYPE_HASH = 1,
 	BPF_MAP_TYPE_ARRAY = 2,
+	BPF_MAP_TYPE_PERCPU_HASH = 5,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_LRU_HASH = 9,
 };
@@ -66,9 +67,16 @@ struct blkcg_gq {
 	struct blkcg *blkcg;
 };
 
+struct blk_mq_ops;
+
+struct request_queue {
+	const struct blk_mq_ops *mq_ops;
+};
+
 struct gendisk {
 	int major;
 	int first_minor;
+	struct request_queue *queue;
 };
 
 struct block_device {
@@ -87,12 +95,9 @@ struct bio {
 	struct bvec_iter bi_iter;
 };
 
-struct request_queue {
-	int id;
-};
-
 struct request {
 	struct bio *bio;
+	u64 start_time_ns;
 };
 
 #pragma clang attribute pop
