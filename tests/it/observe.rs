@@ -311,16 +311,27 @@ fn top_marks_sorts_quits_and_restores_the_terminal() {
     let tag = sid();
     let busy = format!("ora_p001_{tag}");
     let idle = format!("ora_p002_{tag}");
+    let reader = format!("ora_p003_{tag}");
+    let disk = LoopDisk::new(128);
     let t = Tenancy::new(
         "top",
         &format!(
-            "[[tenant]]\nname = \"busy\"\nmatch = [{{ cmdline = \"{}\" }}]\n[tenant.cpu]\ncores = 0.3\n\n[[tenant]]\nname = \"idle\"\nmatch = [{{ cmdline = \"{}\" }}]\n",
+            "[[tenant]]\nname = \"busy\"\nmatch = [{{ cmdline = \"{}\" }}]\n[tenant.cpu]\ncores = 0.3\n\n[[tenant]]\nname = \"idle\"\nmatch = [{{ cmdline = \"{}\" }}]\n\n[[tenant]]\nname = \"io\"\nmatch = [{{ cmdline = \"{}\" }}]\nstorage = [\"{}\"]\n",
             name_rule(&busy),
-            name_rule(&idle)
+            name_rule(&idle),
+            name_rule(&reader),
+            disk.mount_str()
         ),
     );
     let _spin = Child::named(&busy, "sh", &["-c", "while :; do :; done"]);
     let _sleep = Child::named(&idle, "sleep", &["60"]);
+    // Direct reads for a minute: latency for `l` to show.
+    let file = disk.fill("dbcage-test-read.dat", 64);
+    let marker = t.marker("io", "limited");
+    let _reader = Child::ioload(
+        &reader,
+        &["--marker", &marker, "--duration", "60", "read", &file],
+    );
     t.ok(&["apply"]);
     let session = TmuxSession(format!("dbcage-test-top-{}", std::process::id()));
     tmux(&[
@@ -368,6 +379,26 @@ fn top_marks_sorts_quits_and_restores_the_terminal() {
         "reverse sort did not reorder:\n{}",
         screen()
     );
+    // `l`: the IOPS column shows each tenant's IO latency (eBPF) instead: the reader's as
+    // p50/p99 in ms, the others' `-`.
+    tmux(&["send-keys", "-t", &session.0, "l"]);
+    let io_latency = |s: &str| {
+        s.lines()
+            .find(|l| l.trim_start_matches('*').starts_with("io "))
+            .and_then(|l| l.split_whitespace().nth(4))
+            .and_then(|c| c.split_once('/'))
+            .and_then(|(a, b)| Some((a.parse::<f64>().ok()?, b.parse::<f64>().ok()?)))
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let s = screen();
+            s.contains("IO p50/99 ms")
+                && io_latency(&s).is_some_and(|(p50, p99)| p50 > 0.0 && p50 <= p99)
+        }),
+        "no IO latency for the reading tenant:\n{}",
+        screen()
+    );
+    assert!(screen().lines().all(|l| l.chars().count() <= 80));
     tmux(&["send-keys", "-t", &session.0, "q"]);
     // Back at the shell: the alternate screen is off and the prompt is usable.
     assert!(
