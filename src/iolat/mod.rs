@@ -4,8 +4,10 @@
 //! into the wait before the block layer queued it (blk-throttle holds throttled bios there)
 //! and the service after it, as log2 histograms keyed by the bio's own cgroup (its blkcg: the
 //! group the block layer charges and throttles, not the task that ran), disk and operation.
-//! `loader` loads it (libbpf-rs, CO-RE) and reads the maps; this module owns the data model
-//! (pure: merging per tenant, quantiles, Prometheus buckets) and `render` the text views.
+//! This module owns the data model (pure: merging per tenant, quantiles, Prometheus buckets);
+//! `loader` loads the program (libbpf-rs, CO-RE) and reads its maps, `render` draws the text
+//! views, `command` is `dbcage iolat`, `metrics` the Prometheus families. `top` and the
+//! daemon's metrics use it through `loader::IoLatency` and `command::owners`.
 //! Nothing here writes to cgroups; without BTF or CAP_BPF the loader says why and callers go on.
 
 pub mod command;
