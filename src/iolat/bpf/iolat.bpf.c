@@ -137,8 +137,16 @@ static __always_inline void record(struct hist *h, u64 ns)
 		sub = (us << (SUB_BITS - slot)) & (SUB - 1);
 	}
 	idx = slot * SUB + sub;
-	if (idx >= SLOTS * SUB) /* for the verifier: it cannot follow the arithmetic above */
-		idx = SLOTS * SUB - 1;
+	/*
+	 * For the verifier, which cannot follow the arithmetic above (6.1's loses the bounds of
+	 * a clamped value): checks on the very registers used as indices, never taken.
+	 */
+	barrier_var(idx);
+	if (idx >= SLOTS * SUB)
+		return;
+	barrier_var(slot);
+	if (slot >= SLOTS)
+		return;
 	/* this CPU's copy, and tracepoint programs do not nest on a CPU: plain adds */
 	h->fine[idx] += 1;
 	h->slot_ns[slot] += ns;
