@@ -126,7 +126,9 @@ static __always_inline u32 log2_u64(u64 v)
 static __always_inline void record(struct hist *h, u64 ns)
 {
 	u64 us = ns / 1000;
-	u32 slot = us ? log2_u64(us) : 0, sub, idx;
+	/* 64-bit indices: a 32-bit one is zero-extended into a copy the older verifiers do not
+	 * tie to the register that was bounds-checked */
+	u64 slot = us ? log2_u64(us) : 0, sub, idx;
 
 	if (slot >= SLOTS) {
 		slot = SLOTS - 1;
