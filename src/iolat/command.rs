@@ -178,7 +178,7 @@ pub fn iolat_command(config: &Path, args: &IolatArgs, out: &mut impl Write) -> R
     if snap.dropped > 0 {
         writeln!(
             out,
-            "note: {} requests were not counted (the histogram map was full)",
+            "note: requests not counted: {} (the histogram map holds 1024 tenant, disk and operation combinations)",
             snap.dropped
         )?;
     }

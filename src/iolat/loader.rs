@@ -260,15 +260,12 @@ impl IoLatency {
                 let Some(key_parsed) = parse_key(&key) else {
                     continue;
                 };
-                let Ok(Some(per_cpu)) = map.lookup_percpu(&key, MapFlags::ANY) else {
+                let Ok(Some(value)) = map.lookup(&key, MapFlags::ANY) else {
                     continue;
                 };
-                let mut stages = Stages::default();
-                for value in &per_cpu {
-                    if let Some(s) = parse_stages(value) {
-                        stages.add(&s);
-                    }
-                }
+                let Some(mut stages) = parse_stages(&value) else {
+                    continue;
+                };
                 if self.no_throttle_split.is_some() {
                     // The program records only the total then (see iolat.bpf.c).
                     stages.service = stages.total.clone();

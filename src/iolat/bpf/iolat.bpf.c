@@ -82,11 +82,14 @@ struct {
 	__type(value, struct inflight);
 } inflight SEC(".maps");
 
-/* Per CPU, so that recording needs no atomic instructions; the loader sums the CPUs. */
+/*
+ * Preallocated: completions run in interrupt context, where allocating an element can fail.
+ * Not per CPU: 1024 entries of 5 KiB are 5 MiB, per CPU they would be that times the CPUs.
+ * 1024 (cgroup, disk, op) combinations; completions beyond are counted in CNT_DROPPED.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 4096);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
 	__type(key, struct hist_key);
 	__type(value, struct hist_val);
 } hists SEC(".maps");
@@ -149,11 +152,10 @@ static __always_inline void record(struct hist *h, u64 ns)
 	barrier_var(slot);
 	if (slot >= SLOTS)
 		return;
-	/* this CPU's copy, and tracepoint programs do not nest on a CPU: plain adds */
-	h->fine[idx] += 1;
-	h->slot_ns[slot] += ns;
-	h->count += 1;
-	h->sum_ns += ns;
+	__sync_fetch_and_add(&h->fine[idx], 1);
+	__sync_fetch_and_add(&h->slot_ns[slot], ns);
+	__sync_fetch_and_add(&h->count, 1);
+	__sync_fetch_and_add(&h->sum_ns, ns);
 }
 
 /* The operation from a bio's flags and size (direct loads: the bio is a BTF pointer). */
