@@ -77,7 +77,7 @@ struct inflight {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 16384); /* bios in flight at once; LRU: a lost completion ages out */
 	__type(key, u64);
 	__type(value, struct inflight);
 } inflight SEC(".maps");
