@@ -119,10 +119,14 @@ struct JsonRow<'a> {
     hist: &'a Hist,
 }
 
-pub fn iolat_command(config: &Path, args: &IolatArgs, out: &mut impl Write) -> Result<()> {
-    let ctx = crate::cli::prepare(config)?;
-    let names: Vec<String> = ctx
-        .loaded
+pub fn iolat_command(
+    config: &crate::policy::PolicyPath,
+    args: &IolatArgs,
+    out: &mut impl Write,
+) -> Result<()> {
+    // Only the cgroup layout: the histograms are keyed by the tenants' group directories.
+    let (loaded, layout, _fs) = crate::engine::layout_for(config)?;
+    let names: Vec<String> = loaded
         .policy
         .tenants
         .iter()
@@ -130,7 +134,11 @@ pub fn iolat_command(config: &Path, args: &IolatArgs, out: &mut impl Write) -> R
         .collect();
     if let Some(t) = &args.tenant {
         if !names.contains(t) {
-            anyhow::bail!("no tenant named `{t}` in {}", config.display());
+            return Err(crate::usage::Invalid(format!(
+                "no tenant named `{t}` in {}",
+                config.path.display()
+            ))
+            .into());
         }
     }
     let sys = Path::new("/sys");
@@ -168,7 +176,7 @@ pub fn iolat_command(config: &Path, args: &IolatArgs, out: &mut impl Write) -> R
         snap.dropped,
         snap.entries.len()
     );
-    let by = snap.by_tenant(&owners(&ctx.layout, &names));
+    let by = snap.by_tenant(&owners(&layout, &names));
     let keep = |k: &TenantKey| {
         args.tenant.as_ref().is_none_or(|t| &k.tenant == t)
             && args.op.is_none_or(|o| k.op == o)
