@@ -16,6 +16,7 @@ use ratatui::Frame;
 
 use crate::cgroup::Layout;
 use crate::hostfs::HostFs;
+use crate::iolat::{self, loader::IoLatency};
 use crate::policy::Policy;
 use crate::status::{self, Sample, TenantStatus};
 
@@ -34,12 +35,24 @@ const COLUMNS: [&str; 8] = [
 /// Column widths: 73 plus 7 spaces between them make 80.
 const WIDTHS: [u16; 8] = [9, 4, 11, 11, 10, 10, 9, 9];
 
-fn sort_key(t: &TenantStatus, col: usize) -> f64 {
+/// The IOPS columns' other face (key `l`): each tenant's IO latency over the last interval.
+const LATENCY_COLUMNS: [&str; 2] = ["IO p50 ms", "IO p99 ms"];
+
+/// p50 and p99 of each tenant's IO in the last interval, in seconds, over its own disks.
+type Latencies = std::collections::BTreeMap<String, (f64, f64)>;
+
+fn sort_key(t: &TenantStatus, col: usize, lat: Option<&Latencies>) -> f64 {
     let r = t.io.rates.unwrap_or_default();
+    let p = |i: usize| {
+        lat.and_then(|l| l.get(&t.name))
+            .map_or(0.0, |p| if i == 0 { p.0 } else { p.1 })
+    };
     match col {
         1 => t.processes as f64,
         2 => r.read_bytes_per_second,
         3 => r.write_bytes_per_second,
+        4 if lat.is_some() => p(0),
+        5 if lat.is_some() => p(1),
         4 => r.read_iops,
         5 => r.write_iops,
         6 => t.cpu_cores_used.unwrap_or(0.0),
@@ -51,6 +64,52 @@ fn sort_key(t: &TenantStatus, col: usize) -> f64 {
 struct View {
     sort: usize,
     reverse: bool,
+    /// Show IO latency instead of IOPS.
+    latency: bool,
+}
+
+/// The IO latency program while `top` runs, or why there is none (said in the footer).
+struct LatencySource {
+    prog: Result<IoLatency, String>,
+    prev: iolat::Snapshot,
+    owners: iolat::CgroupOwners,
+}
+
+impl LatencySource {
+    fn start(layout: &Layout, policy: &Policy) -> LatencySource {
+        let names: Vec<String> = policy.tenants.iter().map(|t| t.name.clone()).collect();
+        let prog = IoLatency::load().map_err(|e| e.to_string());
+        let prev = prog.as_ref().map(IoLatency::read).unwrap_or_default();
+        LatencySource {
+            prog,
+            prev,
+            owners: iolat::command::owners(layout, &names),
+        }
+    }
+
+    /// p50/p99 per tenant since the last call, over the disks `status` lists for the tenant
+    /// (its storage; a disk below, such as a loop device's file, would count twice).
+    fn sample(&mut self, sample: &Sample) -> Latencies {
+        let Ok(prog) = &self.prog else {
+            return Latencies::new();
+        };
+        let snap = prog.read();
+        let delta = snap.since(&self.prev);
+        self.prev = snap;
+        let mut per: std::collections::BTreeMap<&str, iolat::Hist> = Default::default();
+        for (k, s) in delta.by_tenant(&self.owners) {
+            let Some(t) = sample.tenants.iter().find(|t| t.name == k.tenant) else {
+                continue;
+            };
+            let dev = k.dev.to_string();
+            if t.devices.is_empty() || t.devices.iter().any(|d| d.device == dev) {
+                per.entry(t.name.as_str()).or_default().add(&s.total);
+            }
+        }
+        per.into_iter()
+            .filter_map(|(t, h)| Some((t.to_string(), (h.quantile(0.5)?, h.quantile(0.99)?))))
+            .collect()
+    }
 }
 
 fn with_limit(v: Option<f64>, limit: Option<f64>, prec: usize) -> String {
@@ -63,7 +122,7 @@ fn with_limit(v: Option<f64>, limit: Option<f64>, prec: usize) -> String {
     }
 }
 
-fn row(t: &TenantStatus) -> Row<'static> {
+fn row(t: &TenantStatus, lat: Option<&Latencies>) -> Row<'static> {
     let r = t.io.rates;
     let mib = |b: Option<u64>| b.map(|b| b as f64 / 1048576.0);
     let at_limit = !t.at_limit.is_empty();
@@ -85,16 +144,26 @@ fn row(t: &TenantStatus) -> Row<'static> {
             mib(t.io.limits.write_bps),
             1,
         )),
-        Cell::from(with_limit(
-            r.map(|r| r.read_iops),
-            t.io.limits.read_iops.map(|l| l as f64),
-            0,
-        )),
-        Cell::from(with_limit(
-            r.map(|r| r.write_iops),
-            t.io.limits.write_iops.map(|l| l as f64),
-            0,
-        )),
+        Cell::from(match lat {
+            Some(l) => l
+                .get(&t.name)
+                .map_or("-".into(), |p| format!("{:.2}", p.0 * 1e3)),
+            None => with_limit(
+                r.map(|r| r.read_iops),
+                t.io.limits.read_iops.map(|l| l as f64),
+                0,
+            ),
+        }),
+        Cell::from(match lat {
+            Some(l) => l
+                .get(&t.name)
+                .map_or("-".into(), |p| format!("{:.2}", p.1 * 1e3)),
+            None => with_limit(
+                r.map(|r| r.write_iops),
+                t.io.limits.write_iops.map(|l| l as f64),
+                0,
+            ),
+        }),
         Cell::from(with_limit(t.cpu_cores_used, t.cpu_quota_cores, 2)),
         Cell::from(with_limit(
             t.memory.current_bytes.map(|b| b as f64 / 1048576.0),
@@ -117,7 +186,14 @@ pub struct Head<'a> {
     pub daemon: String,
 }
 
-fn draw(frame: &mut Frame, sample: &Sample, view: &View, head_line: &Head) {
+fn draw(
+    frame: &mut Frame,
+    sample: &Sample,
+    view: &View,
+    head_line: &Head,
+    latency: (&Latencies, Option<&str>),
+) {
+    let lat = view.latency.then_some(latency.0);
     let [head, body, foot] = Split::vertical([
         Constraint::Length(2),
         Constraint::Min(3),
@@ -144,12 +220,16 @@ fn draw(frame: &mut Frame, sample: &Sample, view: &View, head_line: &Head) {
     if view.sort == 0 {
         tenants.sort_by(|a, b| a.name.cmp(&b.name));
     } else {
-        tenants.sort_by(|a, b| sort_key(b, view.sort).total_cmp(&sort_key(a, view.sort)));
+        tenants.sort_by(|a, b| sort_key(b, view.sort, lat).total_cmp(&sort_key(a, view.sort, lat)));
     }
     if view.reverse {
         tenants.reverse();
     }
     let header = Row::new(COLUMNS.iter().enumerate().map(|(i, c)| {
+        let c = match (lat, i) {
+            (Some(_), 4 | 5) => &LATENCY_COLUMNS[i - 4],
+            _ => c,
+        };
         if i == view.sort {
             // Name ascending by default, figures descending; `r` turns it round.
             let descending = (i != 0) != view.reverse;
@@ -161,7 +241,7 @@ fn draw(frame: &mut Frame, sample: &Sample, view: &View, head_line: &Head) {
     }))
     .style(Style::default().add_modifier(Modifier::BOLD));
     let widths = WIDTHS.map(Constraint::Length);
-    let table = Table::new(tenants.into_iter().map(row), widths)
+    let table = Table::new(tenants.into_iter().map(|t| row(t, lat)), widths)
         .header(header)
         .column_spacing(1);
     frame.render_widget(table, body);
@@ -172,15 +252,20 @@ fn draw(frame: &mut Frame, sample: &Sample, view: &View, head_line: &Head) {
         " sort column  ".into(),
         "r".bold(),
         " reverse  ".into(),
+        "l".bold(),
+        " latency  ".into(),
         "*".bold(),
         " at a limit (value/limit)".into(),
     ]);
-    let notes: Vec<String> = sample
+    let mut notes: Vec<String> = sample
         .tenants
         .iter()
         .filter(|t| !t.at_limit.is_empty())
         .map(|t| format!("{}: {}", t.name, t.at_limit.join(",")))
         .collect();
+    if let (true, Some(why)) = (view.latency, latency.1) {
+        notes.insert(0, format!("no IO latency: {why}"));
+    }
     frame.render_widget(
         Paragraph::new(vec![keys, Line::from(notes.join("  "))]),
         foot,
@@ -208,7 +293,10 @@ pub fn run(
         let mut view = View {
             sort: 0,
             reverse: false,
+            latency: false,
         };
+        let mut latency_source: Option<LatencySource> = None;
+        let mut latencies = Latencies::new();
         let mut prev = status::collect(fs, layout, policy, &[], None);
         let mut cur = prev.clone();
         let mut next = Instant::now();
@@ -217,12 +305,18 @@ pub fn run(
                 let mut s = status::collect(fs, layout, policy, &[], None);
                 status::with_rates(&prev, &mut s);
                 prev = s.clone();
+                if let Some(src) = &mut latency_source {
+                    latencies = src.sample(&s);
+                }
                 cur = s;
                 head.clock = clock();
                 head.daemon = daemon();
                 next = Instant::now() + interval;
             }
-            terminal.draw(|f| draw(f, &cur, &view, &head))?;
+            let why = latency_source
+                .as_ref()
+                .and_then(|s| s.prog.as_ref().err().map(String::as_str));
+            terminal.draw(|f| draw(f, &cur, &view, &head, (&latencies, why)))?;
             let wait = next.saturating_duration_since(Instant::now());
             if event::poll(wait)? {
                 if let Event::Key(k) = event::read()? {
@@ -243,6 +337,13 @@ pub fn run(
                             view.sort = (view.sort + COLUMNS.len() - 1) % COLUMNS.len()
                         }
                         KeyCode::Char('r') => view.reverse = !view.reverse,
+                        KeyCode::Char('l') => {
+                            view.latency = !view.latency;
+                            // Loaded on first use; it stays for the rest of the run.
+                            if latency_source.is_none() {
+                                latency_source = Some(LatencySource::start(layout, policy));
+                            }
+                        }
                         KeyCode::Char(c @ '1'..='8') => view.sort = c as usize - '1' as usize,
                         _ => {}
                     }
@@ -267,7 +368,8 @@ mod tests {
             controllers: "blkio=v1 cpu=v1 cpuacct=v1 cpuset=v1 memory=v1",
             daemon: "running (pid 812, up 2h03m), placing processes as they start".into(),
         };
-        t.draw(|f| draw(f, sample, view, &head)).unwrap();
+        t.draw(|f| draw(f, sample, view, &head, (&Latencies::new(), None)))
+            .unwrap();
         let buf = t.backend().buffer().clone();
         let mut out = String::new();
         for y in 0..buf.area.height {
@@ -302,6 +404,7 @@ mod tests {
         let view = View {
             sort: 4,
             reverse: false,
+            latency: false,
         };
         let wide = screen(80, &sample, &view);
         for c in COLUMNS {

@@ -35,6 +35,7 @@ pub struct IolatArgs {
     /// throttle before the block layer queued the request) or service (queued to completion).
     #[arg(long, value_enum, default_value_t = Stage::Total)]
     pub stage: Stage,
+    /// Print one JSON object per tenant, disk and operation, with the full histogram.
     #[arg(long)]
     pub json: bool,
     /// Also show what the program cost: the kernel times each of its runs (BPF run

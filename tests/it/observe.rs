@@ -379,20 +379,24 @@ fn top_marks_sorts_quits_and_restores_the_terminal() {
         "reverse sort did not reorder:\n{}",
         screen()
     );
-    // `l`: the IOPS column shows each tenant's IO latency (eBPF) instead: the reader's as
-    // p50/p99 in ms, the others' `-`.
+    // `l`: the IOPS columns show each tenant's IO latency (eBPF) instead: the reader's p50
+    // and p99 in ms, the others' `-`.
     tmux(&["send-keys", "-t", &session.0, "l"]);
     let io_latency = |s: &str| {
-        s.lines()
-            .find(|l| l.trim_start_matches('*').starts_with("io "))
-            .and_then(|l| l.split_whitespace().nth(4))
-            .and_then(|c| c.split_once('/'))
-            .and_then(|(a, b)| Some((a.parse::<f64>().ok()?, b.parse::<f64>().ok()?)))
+        let cols: Vec<&str> = s
+            .lines()
+            .find(|l| l.trim_start_matches('*').starts_with("io "))?
+            .split_whitespace()
+            .collect();
+        Some((
+            cols.get(4)?.parse::<f64>().ok()?,
+            cols.get(5)?.parse::<f64>().ok()?,
+        ))
     };
     assert!(
         wait_until(Duration::from_secs(10), || {
             let s = screen();
-            s.contains("IO p50/99 ms")
+            s.contains("IO p50 ms")
                 && io_latency(&s).is_some_and(|(p50, p99)| p50 > 0.0 && p50 <= p99)
         }),
         "no IO latency for the reading tenant:\n{}",
