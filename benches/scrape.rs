@@ -9,13 +9,13 @@
 use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use dbcage::cgroup::{Layout, Setup};
 use dbcage::hostfs::HostFs;
 use dbcage::inventory::MountTable;
-use dbcage::metrics::{Health, Shared};
+use dbcage::metrics::Shared;
 
 struct Counting;
 static ALLOCATED: AtomicU64 = AtomicU64::new(0);
@@ -123,11 +123,7 @@ fn main() {
     let loaded = dbcage::policy::load(&fx.policy, &dbcage::policy::SystemAccounts).unwrap();
     let setup = Setup::detect(&fs, &MountTable::read(&fs).unwrap()).unwrap();
     let layout = Layout::new(setup, &loaded.policy.agent).unwrap();
-    let shared = Arc::new(Shared {
-        fs,
-        view: RwLock::new((loaded.policy, layout)),
-        health: Health::default(),
-    });
+    let shared = Arc::new(Shared::new(fs, loaded.policy, layout));
 
     let first = dbcage::metrics::render(&shared);
     let series = first.lines().filter(|l| !l.starts_with('#')).count();

@@ -76,20 +76,69 @@ fn status_bytes_agree_with_fio() {
     assert_near("status bytes / fio bytes", ratio, 1.0, 0.02, 0.02);
 }
 
-/// GET http://addr/metrics over a plain TCP connection.
+/// What Prometheus 2.x sends as its Accept header.
+pub(crate) const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// GET http://addr/metrics over a plain TCP connection, as Prometheus asks (OpenMetrics).
 pub(crate) fn scrape(addr: &str) -> Option<String> {
+    scrape_as(addr, Some(PROMETHEUS_ACCEPT)).map(|(_, body)| body)
+}
+
+/// GET http://addr/metrics with this Accept header (none: `None`): the Content-Type and body of
+/// a 200 answer.
+pub(crate) fn scrape_as(addr: &str, accept: Option<&str>) -> Option<(String, String)> {
     let mut s = std::net::TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n{accept}\r\n").ok()?;
     let mut text = String::new();
     s.read_to_string(&mut text).ok()?;
     let (head, body) = text.split_once("\r\n\r\n")?;
     let status_line = head.lines().next()?;
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-type")
+                .then(|| v.trim().to_string())
+        })
+        .unwrap_or_default();
     status_line
         .split_whitespace()
         .nth(1)
         .is_some_and(|c| c == "200")
-        .then(|| body.to_string())
+        .then(|| (content_type, body.to_string()))
+}
+
+/// Runs `promtool check metrics` on exposition text: its findings (empty when clean).
+pub(crate) fn promtool_findings(text: &str) -> String {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package; scripts/test.sh installs it)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let findings = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        out.status.success(),
+        findings.trim().is_empty(),
+        "promtool's status and output disagree: {findings}"
+    );
+    findings
 }
 
 /// Parses exposition text with the Python prometheus_client OpenMetrics parser and returns
@@ -149,7 +198,7 @@ fn metrics_endpoint_parses_with_the_reference_parser() {
         ),
     );
     let addr = format!("127.0.0.1:{}", 20000 + std::process::id() % 20000);
-    let d = Daemon::start(&t, &["--metrics", &addr]);
+    let mut d = Daemon::start(&t, &["--metrics", &addr, "--rescan-interval", "1s"]);
     let _sleeper = Child::named(&name, "sleep", &["30"]);
     assert!(wait_until(Duration::from_secs(5), || procs_in(
         &t.leaf_dir("cpu", "db", "limited")
@@ -181,7 +230,7 @@ fn metrics_endpoint_parses_with_the_reference_parser() {
         (8 << 20) as f64
     );
     assert_eq!(
-        value("dbcage_io_limit_iops", &|l| db(l)
+        value("dbcage_io_limit_operations_per_second", &|l| db(l)
             && l["direction"] == "write"),
         100.0
     );
@@ -238,6 +287,111 @@ fn metrics_endpoint_parses_with_the_reference_parser() {
     ] {
         assert!(fams.get(fam).is_some(), "family {fam} missing:\n{text}");
     }
+
+    // Without an Accept header: the Prometheus text format, clean for promtool.
+    let (ctype, om_text) = scrape_as(&addr, Some(PROMETHEUS_ACCEPT)).unwrap();
+    assert!(
+        ctype.starts_with("application/openmetrics-text; version=1.0.0"),
+        "{ctype}"
+    );
+    assert!(om_text.ends_with("# EOF\n"));
+    assert!(!om_text.contains("{}"), "an empty label set:\n{om_text}");
+    let text004 = || {
+        let (ctype, text) = scrape_as(&addr, None).expect("a text-format scrape");
+        assert_eq!(ctype, "text/plain; version=0.0.4; charset=utf-8");
+        text
+    };
+    let plain = text004();
+    let findings = promtool_findings(&plain);
+    assert!(
+        findings.is_empty(),
+        "promtool check metrics:\n{findings}\n{plain}"
+    );
+    assert!(
+        !plain.contains("{}"),
+        "a series with an empty label set:\n{plain}"
+    );
+    assert!(!plain.contains("# EOF"));
+    let line = |text: &str, series: &str| -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    let build = format!(
+        "dbcage_build_info{{version=\"{}\"}}",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(line(&plain, &build), Some(1.0), "{plain}");
+    assert_eq!(line(&plain, "dbcage_events_connected"), Some(1.0));
+    assert_eq!(line(&plain, "dbcage_policy_stale"), Some(0.0), "{plain}");
+    assert_eq!(
+        line(&plain, "dbcage_policy_last_reload_successful"),
+        Some(1.0)
+    );
+    let hash_of = |text: &str| -> String {
+        let l = text
+            .lines()
+            .find(|l| l.starts_with("dbcage_policy_info{hash=\""))
+            .unwrap_or_else(|| panic!("no dbcage_policy_info:\n{text}"));
+        l["dbcage_policy_info{hash=\"".len()..][..16].to_string()
+    };
+    let hash = hash_of(&plain);
+    // The same files read from another directory give the same hash: hosts that run the same
+    // policy agree.
+    let copy = tempfile::Builder::new()
+        .prefix("dbcage-test-hash-")
+        .tempdir()
+        .unwrap();
+    std::fs::copy(&t.policy, copy.path().join("dbcage.toml")).unwrap();
+    let sources = dbcage::policy::read_sources(&copy.path().join("dbcage.toml")).unwrap();
+    assert_eq!(dbcage::metrics::policy_hash(&sources), hash);
+
+    // A runtime override shows as a series.
+    t.ok(&["set", "db", "cpu.cores=1"]);
+    let over = "dbcage_override_info{tenant=\"db\",key=\"cpu.cores\",source=\"runtime\"}";
+    assert_eq!(line(&text004(), over), Some(1.0), "{}", text004());
+
+    // A limit changed behind the daemon's back is corrected by the next rescan, and counted.
+    let corrections = line(&plain, "dbcage_kernel_corrections_total").expect("corrections");
+    let quota_file = t.tenant_dir("cpu", "db").join("cpu.cfs_quota_us");
+    std::fs::write(&quota_file, "300000").unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || line(
+            &text004(),
+            "dbcage_kernel_corrections_total"
+        )
+        .is_some_and(|c| c > corrections)),
+        "no correction counted:\n{}",
+        d.log()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&quota_file).unwrap().trim(),
+        "100000"
+    );
+
+    // Files edited and not reloaded: stale, the same hash in force; reloaded: a new hash.
+    let body = std::fs::read_to_string(&t.policy).unwrap();
+    std::fs::write(&t.policy, format!("{body}\n# edited\n")).unwrap();
+    let edited = text004();
+    assert_eq!(line(&edited, "dbcage_policy_stale"), Some(1.0));
+    assert_eq!(hash_of(&edited), hash);
+    t.ok(&["reload"]);
+    let reloaded = text004();
+    assert_eq!(line(&reloaded, "dbcage_policy_stale"), Some(0.0));
+    assert_ne!(hash_of(&reloaded), hash);
+    assert_eq!(line(&reloaded, over), None, "reload ends runtime overrides");
+    // A refused reload: the old policy stays in force, and both gauges say so.
+    std::fs::write(&t.policy, format!("{body}\n[[tenant]]\nname = \"\"\n")).unwrap();
+    assert!(!t.run(&["reload"]).status.success());
+    let refused = text004();
+    assert_eq!(
+        line(&refused, "dbcage_policy_last_reload_successful"),
+        Some(0.0)
+    );
+    assert_eq!(line(&refused, "dbcage_policy_stale"), Some(1.0));
+    assert_eq!(line(&refused, "dbcage_reload_failures_total"), Some(1.0));
+    assert!(promtool_findings(&refused).is_empty());
+    d.stop(Duration::from_secs(5));
 }
 
 fn tmux(args: &[&str]) -> String {
