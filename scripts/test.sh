@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for pair in fio:fio promtool:prometheus mkfs.ext4:e2fsprogs losetup:mount /usr/bin/python3:python3 qemu-system-x86_64:qemu-system-x86 busybox:busybox-static tmux:tmux debootstrap:debootstrap man:man-db systemd-analyze:systemd mariadbd:mariadb-server sysbench:sysbench cgconfigparser:cgroup-tools /usr/lib/postgresql/15/bin/pgbench:postgresql-15 /usr/lib/postgresql/15/bin/pg_basebackup:postgresql-client-15 useradd:passwd gpasswd:passwd setpriv:util-linux cc:gcc; do
+for pair in fio:fio promtool:prometheus curl:curl openssl:openssl mkfs.ext4:e2fsprogs losetup:mount /usr/bin/python3:python3 qemu-system-x86_64:qemu-system-x86 busybox:busybox-static tmux:tmux debootstrap:debootstrap man:man-db systemd-analyze:systemd mariadbd:mariadb-server sysbench:sysbench cgconfigparser:cgroup-tools /usr/lib/postgresql/15/bin/pgbench:postgresql-15 /usr/lib/postgresql/15/bin/pg_basebackup:postgresql-client-15 useradd:passwd gpasswd:passwd setpriv:util-linux cc:gcc; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || missing+=(python3-prometheus-client)

@@ -44,6 +44,10 @@ pub struct AgentOptions {
     pub event_buffer: usize,
     /// Overrides the policy's `agent.metrics`: `Some(None)` turns the endpoint off.
     pub metrics: Option<Option<std::net::SocketAddr>>,
+    /// The metrics endpoint's web configuration file (TLS, basic auth).
+    pub web_config: Option<PathBuf>,
+    /// Serve metrics off loopback without a web configuration.
+    pub metrics_insecure: bool,
 }
 
 /// After a fork inside a tenant, the child is re-read this long after the fork, to catch
@@ -858,6 +862,21 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         }
     };
     let (live, loaded) = crate::control::Live::load(&opts.config)?;
+    // The endpoint's protection is settled before anything is applied: a daemon that would
+    // serve the host's tenants to the network unprotected does not start.
+    let metrics_addr = opts.metrics.unwrap_or(loaded.policy.agent.metrics);
+    let web = opts
+        .web_config
+        .as_deref()
+        .map(crate::web::WebConfig::load)
+        .transpose()?;
+    if let Some(addr) = metrics_addr {
+        if web.is_none() && crate::web::exposed(&addr) && !opts.metrics_insecure {
+            anyhow::bail!(
+                "metrics on {addr} would be served beyond this host without TLS or authentication: give a web configuration (`run --web-config-file web.yml` with tls_server_config and basic_auth_users), serve on 127.0.0.1, or pass --metrics-insecure to do it anyway"
+            );
+        }
+    }
     let ctx = engine::read_host(loaded, Scan::Rules)?;
     let shared = Arc::new(metrics::Shared::new(
         ctx.fs.clone(),
@@ -868,10 +887,14 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         .health
         .events_connected
         .store(u64::from(connector.is_some()), Ordering::Relaxed);
-    let metrics_addr = opts.metrics.unwrap_or(ctx.loaded.policy.agent.metrics);
     if let Some(addr) = metrics_addr {
-        match metrics::serve(addr, shared.clone()) {
-            Ok(()) => info!(%addr, "metrics at http://{addr}/metrics"),
+        let scheme = if web.as_ref().is_some_and(crate::web::Settings::tls) {
+            "https"
+        } else {
+            "http"
+        };
+        match metrics::serve(addr, shared.clone(), web) {
+            Ok(()) => info!(%addr, "metrics at {scheme}://{addr}/metrics"),
             Err(e) => warn!("{e:#}; running without the metrics endpoint"),
         }
     }

@@ -1,8 +1,7 @@
 //! Prometheus exposition from the daemon: per-tenant and per-device counters read from the
 //! kernel at each scrape (a `prometheus-client` Collector over `status::collect`), configured
-//! limits as gauges, and the daemon's own health. Served over HTTP by `tiny_http` on its own
-//! thread: it is small, blocking, and keeps the daemon's event loop free of any HTTP work
-//! (the crate is in maintenance mode; the server does one thing and needs nothing newer).
+//! limits as gauges, the policy in force, and the daemon's own health; in the Prometheus text
+//! format or OpenMetrics, as the scraper asks. Served by `web` (HTTP, TLS and basic auth).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -682,36 +681,20 @@ pub fn render_as(shared: &Arc<Shared>, format: Format) -> String {
     out
 }
 
-/// Serves `/metrics` on `addr` from a background thread.
-pub fn serve(addr: std::net::SocketAddr, shared: Arc<Shared>) -> anyhow::Result<()> {
-    let server = tiny_http::Server::http(addr)
-        .map_err(|e| anyhow::anyhow!("metrics: cannot listen on {addr}: {e}"))?;
-    std::thread::Builder::new()
-        .name("metrics".into())
-        .spawn(move || {
-            for req in server.incoming_requests() {
-                let response = if req.url() == "/metrics" {
-                    let accept = req
-                        .headers()
-                        .iter()
-                        .find(|h| h.field.equiv("Accept"))
-                        .map(|h| h.value.as_str());
-                    let format = Format::negotiate(accept);
-                    let content_type =
-                        tiny_http::Header::from_bytes(&b"Content-Type"[..], format.content_type())
-                            .expect("static header");
-                    tiny_http::Response::from_string(render_as(&shared, format))
-                        .with_header(content_type)
-                } else {
-                    tiny_http::Response::from_string("dbcage: metrics are at /metrics\n")
-                        .with_status_code(404)
-                };
-                if let Err(e) = req.respond(response) {
-                    tracing::debug!("metrics: responding failed: {e}");
-                }
-            }
-        })?;
-    Ok(())
+/// Serves `/metrics` on `addr` from a background thread, with the web configuration's TLS and
+/// basic auth when there is one (`web`).
+pub fn serve(
+    addr: std::net::SocketAddr,
+    shared: Arc<Shared>,
+    web: Option<crate::web::Settings>,
+) -> anyhow::Result<()> {
+    let handler = move |path: &str, accept: Option<&str>| {
+        (path == "/metrics").then(|| {
+            let format = Format::negotiate(accept);
+            (format.content_type(), render_as(&shared, format))
+        })
+    };
+    crate::web::serve(addr, web, Arc::new(handler)).map_err(|e| anyhow::anyhow!("metrics: {e:#}"))
 }
 
 #[cfg(test)]

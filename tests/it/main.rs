@@ -27,3 +27,4 @@ mod presets;
 mod probe;
 mod skips;
 mod throttle;
+mod web;
