@@ -286,7 +286,18 @@ fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
     let mut ooms = Vec::new();
     let (mut lag_bytes, mut lag_seconds, mut behind, mut raised) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut waiting, mut stalled) = (Vec::new(), Vec::new());
     for t in &sample.tenants {
+        if let Some(p) = &t.pressure {
+            for (resource, psi) in [("cpu", p.cpu), ("io", p.io), ("memory", p.memory)] {
+                let Some(psi) = psi else { continue };
+                let labels = || vec![("tenant", t.name.as_str()), ("resource", resource)];
+                waiting.push((labels(), psi.some_total_seconds));
+                if let Some(full) = psi.full_total_seconds {
+                    stalled.push((labels(), full));
+                }
+            }
+        }
         procs.push((tenant(t), t.processes as f64));
         if t.devices.len() > MAX_DEVICES_PER_TENANT {
             omitted.push((tenant(t), (t.devices.len() - MAX_DEVICES_PER_TENANT) as f64));
@@ -441,6 +452,20 @@ fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
         None,
         Counter,
         &ooms,
+    )?;
+    fam(
+        "dbcage_pressure_waiting",
+        "Time some of a tenant's tasks waited for a resource (PSI `some`; cgroup v2 only)",
+        Some(Unit::Seconds),
+        Counter,
+        &waiting,
+    )?;
+    fam(
+        "dbcage_pressure_stalled",
+        "Time all of a tenant's non-idle tasks stalled on a resource at once (PSI `full`; cgroup v2 only)",
+        Some(Unit::Seconds),
+        Counter,
+        &stalled,
     )?;
     fam(
         "dbcage_replication_lag",
