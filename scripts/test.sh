@@ -26,6 +26,9 @@ echo "== cargo fmt --check"
 cargo fmt --check
 echo "== cargo clippy"
 cargo clippy --all-targets --quiet -- -D warnings
+echo "== monitoring mixin: rules and their unit tests (every alert fires and does not)"
+promtool check rules dist/mixin/rules.yml dist/mixin/alerts.yml
+promtool test rules dist/mixin/tests.yml
 echo "== unit tests"
 cargo test --lib --quiet
 echo "== Debian package (tests/it/package.rs installs it into a debootstrap root)"
