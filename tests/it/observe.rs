@@ -310,7 +310,11 @@ fn metrics_endpoint_parses_with_the_reference_parser() {
         .tempdir()
         .unwrap();
     std::fs::copy(&t.policy, copy.path().join("dbcage.toml")).unwrap();
-    let sources = dbcage::policy::read_sources(&copy.path().join("dbcage.toml")).unwrap();
+    let sources = dbcage::policy::read_sources(
+        &copy.path().join("dbcage.toml"),
+        dbcage::policy::FileTrust::RootOnly,
+    )
+    .unwrap();
     assert_eq!(dbcage::metrics::policy_hash(&sources), hash);
 
     // A runtime override shows as a series.
