@@ -34,6 +34,8 @@ cargo test --lib --quiet
 echo "== Debian package (tests/it/package.rs installs it into a debootstrap root)"
 DBCAGE_DEB=$(scripts/build-deb.sh)
 export DBCAGE_DEB
+echo "== the Ansible role on the Debian 12 systemd guest (3 runs + a refused one; 10-18 min under TCG)"
+dist/ansible/test/run.sh "$DBCAGE_DEB"
 echo "== integration tests on this host's kernel (root)"
 # A test that cannot run fails unless tests/it/skips.rs declares the skip; every skip, declared
 # or not, is recorded in target/tmp/it-skips.tsv and listed here.
