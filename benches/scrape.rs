@@ -9,13 +9,13 @@
 use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use dbcage::cgroup::{Layout, Setup};
 use dbcage::hostfs::HostFs;
 use dbcage::inventory::MountTable;
-use dbcage::metrics::{Health, Shared};
+use dbcage::metrics::{render_as, Format, Shared};
 
 struct Counting;
 static ALLOCATED: AtomicU64 = AtomicU64::new(0);
@@ -123,42 +123,40 @@ fn main() {
     let loaded = dbcage::policy::load(&fx.policy, &dbcage::policy::SystemAccounts).unwrap();
     let setup = Setup::detect(&fs, &MountTable::read(&fs).unwrap()).unwrap();
     let layout = Layout::new(setup, &loaded.policy.agent).unwrap();
-    let shared = Arc::new(Shared {
-        fs,
-        view: RwLock::new((loaded.policy, layout)),
-        health: Health::default(),
-        iolat: None,
-    });
+    let shared = Arc::new(Shared::new(fs, loaded.policy, layout));
 
-    let first = dbcage::metrics::render(&shared);
-    let series = first.lines().filter(|l| !l.starts_with('#')).count();
-    let mut times = Vec::with_capacity(SCRAPES);
-    let (bytes0, count0) = (
-        ALLOCATED.load(Ordering::Relaxed),
-        ALLOCATIONS.load(Ordering::Relaxed),
-    );
-    for _ in 0..SCRAPES {
-        let start = Instant::now();
-        let text = dbcage::metrics::render(&shared);
-        times.push(start.elapsed());
-        std::hint::black_box(text);
+    // Both formats: the text format 0.0.4 (the default) and OpenMetrics (what Prometheus asks for).
+    for format in [Format::OpenMetrics, Format::Text004] {
+        let first = render_as(&shared, format);
+        let series = first.lines().filter(|l| !l.starts_with('#')).count();
+        let mut times = Vec::with_capacity(SCRAPES);
+        let (bytes0, count0) = (
+            ALLOCATED.load(Ordering::Relaxed),
+            ALLOCATIONS.load(Ordering::Relaxed),
+        );
+        for _ in 0..SCRAPES {
+            let start = Instant::now();
+            let text = render_as(&shared, format);
+            times.push(start.elapsed());
+            std::hint::black_box(text);
+        }
+        let bytes = (ALLOCATED.load(Ordering::Relaxed) - bytes0) / SCRAPES as u64;
+        let count = (ALLOCATIONS.load(Ordering::Relaxed) - count0) / SCRAPES as u64;
+        times.sort();
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
+        println!(
+            "{format:?} scrape of {TENANTS} tenants x {DEVICES} devices ({series} series, {} bytes of text): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms over {SCRAPES} scrapes; {count} allocations, {:.0} KiB allocated per scrape",
+            first.len(),
+            ms(times[SCRAPES / 2]),
+            ms(times[SCRAPES * 99 / 100]),
+            ms(times[SCRAPES - 1]),
+            bytes as f64 / 1024.0
+        );
+        println!(
+            "{{\"format\":\"{format:?}\",\"tenants\":{TENANTS},\"devices\":{DEVICES},\"series\":{series},\"p50_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3},\"allocations\":{count},\"allocated_bytes\":{bytes}}}",
+            ms(times[SCRAPES / 2]),
+            ms(times[SCRAPES * 99 / 100]),
+            ms(times[SCRAPES - 1])
+        );
     }
-    let bytes = (ALLOCATED.load(Ordering::Relaxed) - bytes0) / SCRAPES as u64;
-    let count = (ALLOCATIONS.load(Ordering::Relaxed) - count0) / SCRAPES as u64;
-    times.sort();
-    let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
-    println!(
-        "scrape of {TENANTS} tenants x {DEVICES} devices ({series} series, {} bytes of text): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms over {SCRAPES} scrapes; {count} allocations, {:.0} KiB allocated per scrape",
-        first.len(),
-        ms(times[SCRAPES / 2]),
-        ms(times[SCRAPES * 99 / 100]),
-        ms(times[SCRAPES - 1]),
-        bytes as f64 / 1024.0
-    );
-    println!(
-        "{{\"tenants\":{TENANTS},\"devices\":{DEVICES},\"series\":{series},\"p50_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3},\"allocations\":{count},\"allocated_bytes\":{bytes}}}",
-        ms(times[SCRAPES / 2]),
-        ms(times[SCRAPES * 99 / 100]),
-        ms(times[SCRAPES - 1])
-    );
 }

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for pair in fio:fio mkfs.ext4:e2fsprogs losetup:mount /usr/bin/python3:python3 qemu-system-x86_64:qemu-system-x86 busybox:busybox-static tmux:tmux debootstrap:debootstrap man:man-db systemd-analyze:systemd mariadbd:mariadb-server sysbench:sysbench cgconfigparser:cgroup-tools /usr/lib/postgresql/15/bin/pgbench:postgresql-15 /usr/lib/postgresql/15/bin/pg_basebackup:postgresql-client-15 useradd:passwd gpasswd:passwd setpriv:util-linux cc:gcc; do
+for pair in fio:fio promtool:prometheus curl:curl openssl:openssl mkfs.ext4:e2fsprogs losetup:mount /usr/bin/python3:python3 qemu-system-x86_64:qemu-system-x86 busybox:busybox-static tmux:tmux debootstrap:debootstrap man:man-db systemd-analyze:systemd mariadbd:mariadb-server sysbench:sysbench cgconfigparser:cgroup-tools /usr/lib/postgresql/15/bin/pgbench:postgresql-15 /usr/lib/postgresql/15/bin/pg_basebackup:postgresql-client-15 useradd:passwd gpasswd:passwd setpriv:util-linux cc:gcc; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || missing+=(python3-prometheus-client)
@@ -33,11 +33,16 @@ echo "== cargo fmt --check"
 cargo fmt --check
 echo "== cargo clippy"
 cargo clippy --all-targets --quiet -- -D warnings
+echo "== monitoring mixin: rules and their unit tests (every alert fires and does not)"
+promtool check rules dist/mixin/rules.yml dist/mixin/alerts.yml
+promtool test rules dist/mixin/tests.yml
 echo "== unit tests"
 cargo test --lib --quiet
 echo "== Debian package (tests/it/package.rs installs it into a debootstrap root)"
 DBCAGE_DEB=$(scripts/build-deb.sh)
 export DBCAGE_DEB
+echo "== the Ansible role on the Debian 12 systemd guest (3 runs + a refused one; 10-18 min under TCG)"
+dist/ansible/test/run.sh "$DBCAGE_DEB"
 echo "== integration tests on this host's kernel (root)"
 # A test that cannot run fails unless tests/it/skips.rs declares the skip; every skip, declared
 # or not, is recorded in target/tmp/it-skips.tsv and listed here.

@@ -30,7 +30,7 @@ use crate::metrics;
 use crate::plan::{self, Plan, Step};
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 pub struct AgentOptions {
     pub config: crate::policy::PolicyPath,
@@ -44,6 +44,10 @@ pub struct AgentOptions {
     pub event_buffer: usize,
     /// Overrides the policy's `agent.metrics`: `Some(None)` turns the endpoint off.
     pub metrics: Option<Option<std::net::SocketAddr>>,
+    /// The metrics endpoint's web configuration file (TLS, basic auth).
+    pub web_config: Option<PathBuf>,
+    /// Serve metrics off loopback without a web configuration.
+    pub metrics_insecure: bool,
 }
 
 /// After a fork inside a tenant, the child is re-read this long after the fork, to catch
@@ -240,6 +244,22 @@ impl Daemon {
     fn publish(&self) {
         let mut view = self.shared.view.write().unwrap_or_else(|e| e.into_inner());
         *view = (self.ctx.loaded.policy.clone(), self.ctx.layout.clone());
+        drop(view);
+        let hash = metrics::policy_hash(&self.live.sources);
+        let mut state = self
+            .shared
+            .policy
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        if state.hash != hash {
+            state.loaded_at = unix_ms() as f64 / 1000.0;
+        }
+        state.hash = hash;
+        state.config = Some(crate::policy::PolicyPath::new(
+            self.live.config.clone(),
+            self.live.trust,
+        ));
+        state.overrides = self.live.overrides(&self.ctx.loaded.policy);
     }
 
     /// The policy files this daemon runs on, for `status` and `top` when the files on disk no
@@ -269,7 +289,13 @@ impl Daemon {
             Ok((ctx, plan)) => {
                 self.ctx = ctx;
                 self.publish();
-                self.execute(&plan, None);
+                let (_, written) = self.execute(&plan, None);
+                // Plans write only values that differ from the kernel's: each write here
+                // corrects a drift from the policy in force.
+                self.shared
+                    .health
+                    .corrections
+                    .fetch_add(written as u64, Ordering::Relaxed);
                 self.refresh_members();
             }
             Err(e) => warn!("rescan ({why}) failed, keeping the previous state: {e:#}"),
@@ -293,8 +319,9 @@ impl Daemon {
         self.fields = classify::fields_needed(&self.ctx.loaded.policy.tenants);
     }
 
-    /// Runs a plan; false if any step failed (a vanished process is not a failure).
-    fn execute(&mut self, plan: &Plan, event_at: Option<EventTime>) -> bool {
+    /// Runs a plan: whether every step succeeded (a vanished process is not a failure), and
+    /// the number of control-file writes it made.
+    fn execute(&mut self, plan: &Plan, event_at: Option<EventTime>) -> (bool, usize) {
         let write_start = Instant::now();
         if let Some(at) = event_at {
             let _ = self
@@ -330,7 +357,7 @@ impl Daemon {
             }
         }
         self.record(&outcome);
-        outcome.errors.is_empty()
+        (outcome.errors.is_empty(), outcome.written)
     }
 
     /// Counts what a plan's execution did and logs its errors.
@@ -341,6 +368,10 @@ impl Daemon {
             .moves
             .fetch_add(outcome.moved as u64, Ordering::Relaxed);
         self.stats.vanished += outcome.vanished as u64;
+        self.shared
+            .health
+            .apply_errors
+            .fetch_add(outcome.errors.len() as u64, Ordering::Relaxed);
         for e in &outcome.errors {
             warn!("{e}");
         }
@@ -400,7 +431,7 @@ impl Daemon {
                 steps,
                 ..Plan::default()
             };
-            if !self.execute(&plan, Some(event_at)) {
+            if !self.execute(&plan, Some(event_at)).0 {
                 // Not known to be there: the next event or rescan looks again.
                 self.members.remove(&pid);
             }
@@ -445,6 +476,10 @@ impl Daemon {
             self.opts.fallback_rescan
         );
         self.connected = false;
+        self.shared
+            .health
+            .events_connected
+            .store(0, Ordering::Relaxed);
         waker.wake_before(Instant::now());
     }
 
@@ -499,6 +534,11 @@ impl Daemon {
         use crate::control::Op;
         self.stats.reloads += 1;
         let r = crate::control::handle(self, &Op::Reload {}, Instant::now());
+        self.shared
+            .policy
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .last_reload_ok = r.ok;
         if r.ok {
             info!("{}", r.message); // it names the files read
         } else {
@@ -822,8 +862,22 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         }
     };
     let (live, loaded) = crate::control::Live::load(&opts.config)?;
+    // The endpoint's protection is settled before anything is applied: a daemon that would
+    // serve the host's tenants to the network unprotected does not start.
+    let metrics_addr = opts.metrics.unwrap_or(loaded.policy.agent.metrics);
+    let web = opts
+        .web_config
+        .as_deref()
+        .map(crate::web::WebConfig::load)
+        .transpose()?;
+    if let Some(addr) = metrics_addr {
+        if web.is_none() && crate::web::exposed(&addr) && !opts.metrics_insecure {
+            anyhow::bail!(
+                "metrics on {addr} would be served beyond this host without TLS or authentication: give a web configuration (`run --web-config-file web.yml` with tls_server_config and basic_auth_users), serve on 127.0.0.1, or pass --metrics-insecure to do it anyway"
+            );
+        }
+    }
     let ctx = engine::read_host(loaded, Scan::Rules)?;
-    let metrics_addr = opts.metrics.unwrap_or(ctx.loaded.policy.agent.metrics);
     // The IO latency histograms exist only for the metrics endpoint; said once if unavailable.
     let iolat = metrics_addr.and_then(|_| match crate::iolat::loader::IoLatency::load() {
         Ok(prog) => {
@@ -840,15 +894,26 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             None
         }
     });
-    let shared = Arc::new(metrics::Shared {
-        fs: ctx.fs.clone(),
-        view: RwLock::new((ctx.loaded.policy.clone(), ctx.layout.clone())),
-        health: metrics::Health::default(),
-        iolat,
-    });
+    let shared = Arc::new(
+        metrics::Shared::new(
+            ctx.fs.clone(),
+            ctx.loaded.policy.clone(),
+            ctx.layout.clone(),
+        )
+        .with_iolat(iolat),
+    );
+    shared
+        .health
+        .events_connected
+        .store(u64::from(connector.is_some()), Ordering::Relaxed);
     if let Some(addr) = metrics_addr {
-        match metrics::serve(addr, shared.clone()) {
-            Ok(()) => info!(%addr, "metrics at http://{addr}/metrics"),
+        let scheme = if web.as_ref().is_some_and(crate::web::Settings::tls) {
+            "https"
+        } else {
+            "http"
+        };
+        match metrics::serve(addr, shared.clone(), web) {
+            Ok(()) => info!(%addr, "metrics at {scheme}://{addr}/metrics"),
             Err(e) => warn!("{e:#}; running without the metrics endpoint"),
         }
     }
@@ -877,6 +942,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         started: Instant::now(),
         move_log: MoveLog::default(),
     };
+    agent.publish();
     let first = engine::plan(&agent.ctx, &agent.adjust)?;
     agent.execute(&first, None);
     agent

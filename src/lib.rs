@@ -26,6 +26,7 @@ pub mod status;
 pub mod top;
 pub mod units;
 pub mod usage;
+pub mod web;
 
 #[cfg(test)]
 mod tests_architecture;

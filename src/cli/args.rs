@@ -92,6 +92,15 @@ pub enum Command {
         /// Serve Prometheus metrics here (IP:PORT), or `off`; overrides `agent.metrics`.
         #[arg(long, value_parser = parse_metrics_addr)]
         metrics: Option<MetricsAddr>,
+        /// The metrics endpoint's TLS certificate and basic-auth users, in the web configuration
+        /// format Prometheus exporters share (tls_server_config, basic_auth_users with bcrypt
+        /// hashes). Without it the endpoint serves plain HTTP to anyone who can connect.
+        #[arg(long, env = "DBCAGE_WEB_CONFIG_FILE", value_name = "web-config.yml")]
+        web_config_file: Option<PathBuf>,
+        /// Serve metrics on an address other than loopback (0.0.0.0, ::, a routable address)
+        /// without a web configuration: no TLS, no authentication. Refused otherwise.
+        #[arg(long)]
+        metrics_insecure: bool,
     },
     /// Change a tenant's limits live: the running daemon validates the values as it validates
     /// the policy and applies them at once. They last until `reload` or a restart, or, with

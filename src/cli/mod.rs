@@ -236,6 +236,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             stats_out,
             event_buffer,
             metrics,
+            web_config_file,
+            metrics_insecure,
         } => {
             crate::agent::run(crate::agent::AgentOptions {
                 config: config.clone(),
@@ -244,6 +246,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 stats_out,
                 event_buffer,
                 metrics: metrics.map(|m| m.0),
+                web_config: web_config_file,
+                metrics_insecure,
             })?;
             Ok(ExitCode::SUCCESS)
         }

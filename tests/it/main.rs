@@ -28,3 +28,4 @@ mod presets;
 mod probe;
 mod skips;
 mod throttle;
+mod web;

@@ -76,20 +76,69 @@ fn status_bytes_agree_with_fio() {
     assert_near("status bytes / fio bytes", ratio, 1.0, 0.02, 0.02);
 }
 
-/// GET http://addr/metrics over a plain TCP connection.
+/// What Prometheus 2.x sends as its Accept header.
+pub(crate) const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// GET http://addr/metrics over a plain TCP connection, as Prometheus asks (OpenMetrics).
 pub(crate) fn scrape(addr: &str) -> Option<String> {
+    scrape_as(addr, Some(PROMETHEUS_ACCEPT)).map(|(_, body)| body)
+}
+
+/// GET http://addr/metrics with this Accept header (none: `None`): the Content-Type and body of
+/// a 200 answer.
+pub(crate) fn scrape_as(addr: &str, accept: Option<&str>) -> Option<(String, String)> {
     let mut s = std::net::TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n{accept}\r\n").ok()?;
     let mut text = String::new();
     s.read_to_string(&mut text).ok()?;
     let (head, body) = text.split_once("\r\n\r\n")?;
     let status_line = head.lines().next()?;
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-type")
+                .then(|| v.trim().to_string())
+        })
+        .unwrap_or_default();
     status_line
         .split_whitespace()
         .nth(1)
         .is_some_and(|c| c == "200")
-        .then(|| body.to_string())
+        .then(|| (content_type, body.to_string()))
+}
+
+/// Runs `promtool check metrics` on exposition text: its findings (empty when clean).
+pub(crate) fn promtool_findings(text: &str) -> String {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package; scripts/test.sh installs it)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let findings = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        out.status.success(),
+        findings.trim().is_empty(),
+        "promtool's status and output disagree: {findings}"
+    );
+    findings
 }
 
 /// Parses exposition text with the Python prometheus_client OpenMetrics parser and returns
@@ -149,7 +198,7 @@ fn metrics_endpoint_parses_with_the_reference_parser() {
         ),
     );
     let addr = format!("127.0.0.1:{}", 20000 + std::process::id() % 20000);
-    let d = Daemon::start(&t, &["--metrics", &addr]);
+    let mut d = Daemon::start(&t, &["--metrics", &addr, "--rescan-interval", "1s"]);
     let _sleeper = Child::named(&name, "sleep", &["30"]);
     assert!(wait_until(Duration::from_secs(5), || procs_in(
         &t.leaf_dir("cpu", "db", "limited")
@@ -199,7 +248,7 @@ fn metrics_endpoint_parses_with_the_reference_parser() {
         (8 << 20) as f64
     );
     assert_eq!(
-        value("dbcage_io_limit_iops", &|l| db(l)
+        value("dbcage_io_limit_operations_per_second", &|l| db(l)
             && l["direction"] == "write"),
         100.0
     );
@@ -238,39 +287,6 @@ fn metrics_endpoint_parses_with_the_reference_parser() {
     );
     assert!(value("dbcage_moves", &|_| true) >= 1.0);
     assert!(value("dbcage_last_scan_timestamp_seconds", &|_| true) > 1.6e9);
-    // Every series the Grafana dashboard queries exists.
-    let dashboard = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/dist/grafana-dashboard.json"
-    ))
-    .unwrap();
-    let samples: std::collections::BTreeSet<String> = fams
-        .as_object()
-        .unwrap()
-        .values()
-        .flat_map(|f| {
-            f["samples"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|s| s[0].as_str().unwrap().to_string())
-        })
-        .collect();
-    let mut rest = dashboard.as_str();
-    while let Some(i) = rest.find("dbcage_") {
-        let name: String = rest[i..]
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        rest = &rest[i + name.len()..];
-        if name == "dbcage_tenants" {
-            continue; // the dashboard's uid
-        }
-        assert!(
-            samples.contains(&name),
-            "the dashboard queries {name}, which the endpoint does not serve"
-        );
-    }
     for fam in [
         "dbcage_io_bytes",
         "dbcage_io_operations",
@@ -283,6 +299,305 @@ fn metrics_endpoint_parses_with_the_reference_parser() {
     ] {
         assert!(fams.get(fam).is_some(), "family {fam} missing:\n{text}");
     }
+
+    // Without an Accept header: the Prometheus text format, clean for promtool.
+    let (ctype, om_text) = scrape_as(&addr, Some(PROMETHEUS_ACCEPT)).unwrap();
+    assert!(
+        ctype.starts_with("application/openmetrics-text; version=1.0.0"),
+        "{ctype}"
+    );
+    assert!(om_text.ends_with("# EOF\n"));
+    assert!(!om_text.contains("{}"), "an empty label set:\n{om_text}");
+    let text004 = || {
+        let (ctype, text) = scrape_as(&addr, None).expect("a text-format scrape");
+        assert_eq!(ctype, "text/plain; version=0.0.4; charset=utf-8");
+        text
+    };
+    let plain = text004();
+    let findings = promtool_findings(&plain);
+    assert!(
+        findings.is_empty(),
+        "promtool check metrics:\n{findings}\n{plain}"
+    );
+    assert!(
+        !plain.contains("{}"),
+        "a series with an empty label set:\n{plain}"
+    );
+    assert!(!plain.contains("# EOF"));
+    let line = |text: &str, series: &str| -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    let build = format!(
+        "dbcage_build_info{{version=\"{}\"}}",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(line(&plain, &build), Some(1.0), "{plain}");
+    assert_eq!(line(&plain, "dbcage_events_connected"), Some(1.0));
+    assert_eq!(line(&plain, "dbcage_policy_stale"), Some(0.0), "{plain}");
+    assert_eq!(
+        line(&plain, "dbcage_policy_last_reload_successful"),
+        Some(1.0)
+    );
+    let hash_of = |text: &str| -> String {
+        let l = text
+            .lines()
+            .find(|l| l.starts_with("dbcage_policy_info{hash=\""))
+            .unwrap_or_else(|| panic!("no dbcage_policy_info:\n{text}"));
+        l["dbcage_policy_info{hash=\"".len()..][..16].to_string()
+    };
+    let hash = hash_of(&plain);
+    // The same files read from another directory give the same hash: hosts that run the same
+    // policy agree.
+    let copy = tempfile::Builder::new()
+        .prefix("dbcage-test-hash-")
+        .tempdir()
+        .unwrap();
+    std::fs::copy(&t.policy, copy.path().join("dbcage.toml")).unwrap();
+    let sources = dbcage::policy::read_sources(
+        &copy.path().join("dbcage.toml"),
+        dbcage::policy::FileTrust::RootOnly,
+    )
+    .unwrap();
+    assert_eq!(dbcage::metrics::policy_hash(&sources), hash);
+
+    // A runtime override shows as a series.
+    t.ok(&["set", "db", "cpu.cores=1"]);
+    let over = "dbcage_override_info{tenant=\"db\",key=\"cpu.cores\",source=\"runtime\"}";
+    assert_eq!(line(&text004(), over), Some(1.0), "{}", text004());
+
+    // Every series the mixin's dashboards, recording rules and alerts query exists in a real
+    // scrape, and every expression parses.
+    let served: std::collections::BTreeSet<String> = text004()
+        .lines()
+        .chain(om_text.lines())
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(str::to_string)
+        .collect();
+    check_mixin_queries(&served);
+
+    // A limit changed behind the daemon's back is corrected by the next rescan, and counted.
+    let corrections = line(&plain, "dbcage_kernel_corrections_total").expect("corrections");
+    let quota_file = t.tenant_dir("cpu", "db").join("cpu.cfs_quota_us");
+    std::fs::write(&quota_file, "300000").unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || line(
+            &text004(),
+            "dbcage_kernel_corrections_total"
+        )
+        .is_some_and(|c| c > corrections)),
+        "no correction counted:\n{}",
+        d.log()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&quota_file).unwrap().trim(),
+        "100000"
+    );
+
+    // Files edited and not reloaded: stale, the same hash in force; reloaded: a new hash.
+    let body = std::fs::read_to_string(&t.policy).unwrap();
+    std::fs::write(&t.policy, format!("{body}\n# edited\n")).unwrap();
+    let edited = text004();
+    assert_eq!(line(&edited, "dbcage_policy_stale"), Some(1.0));
+    assert_eq!(hash_of(&edited), hash);
+    t.ok(&["reload"]);
+    let reloaded = text004();
+    assert_eq!(line(&reloaded, "dbcage_policy_stale"), Some(0.0));
+    assert_ne!(hash_of(&reloaded), hash);
+    assert_eq!(line(&reloaded, over), None, "reload ends runtime overrides");
+    // A refused reload: the old policy stays in force, and both gauges say so.
+    std::fs::write(&t.policy, format!("{body}\n[[tenant]]\nname = \"\"\n")).unwrap();
+    assert!(!t.run(&["reload"]).status.success());
+    let refused = text004();
+    assert_eq!(
+        line(&refused, "dbcage_policy_last_reload_successful"),
+        Some(0.0)
+    );
+    assert_eq!(line(&refused, "dbcage_policy_stale"), Some(1.0));
+    assert_eq!(line(&refused, "dbcage_reload_failures_total"), Some(1.0));
+    assert!(promtool_findings(&refused).is_empty());
+    d.stop(Duration::from_secs(5));
+}
+
+/// Series the mixin queries that a scrape of this host's test tenancy cannot show, and why.
+const NOT_IN_THIS_SCRAPE: [(&str, &str); 2] = [
+    (
+        "dbcage_pressure_",
+        "PSI is kept per cgroup on v2 only; this host's tenants are on v1",
+    ),
+    (
+        "dbcage_io_share_ratio",
+        "only with io.split = \"demand\", after the balancer's first round",
+    ),
+];
+
+/// Series the replication guard exports (checked in pg_repl's scrape, which runs a guard).
+const REPLICATION_SERIES: [&str; 4] = [
+    "dbcage_replication_lag_bytes",
+    "dbcage_replication_lag_seconds",
+    "dbcage_replication_behind",
+    "dbcage_replication_raised",
+];
+
+/// The mixin's dashboards and rules: every `dbcage_*` series they query is in `served` (or
+/// declared above), every recorded series they read is recorded by rules.yml, and every
+/// expression parses (`promtool check rules` over them, variables replaced).
+fn check_mixin_queries(served: &std::collections::BTreeSet<String>) {
+    let mixin = concat!(env!("CARGO_MANIFEST_DIR"), "/dist/mixin");
+    let read = |f: &str| std::fs::read_to_string(format!("{mixin}/{f}")).unwrap();
+    let rules = read("rules.yml");
+    let recorded: Vec<String> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- record: "))
+        .map(|r| r.trim().to_string())
+        .collect();
+    let mut exprs: Vec<String> = Vec::new();
+    for d in [
+        "dashboards/dbcage-fleet.json",
+        "dashboards/dbcage-tenant.json",
+    ] {
+        let json: serde_json::Value = serde_json::from_str(&read(d)).unwrap();
+        let panels = json["panels"].as_array().unwrap();
+        assert!(panels.len() > 5, "{d}");
+        for p in panels {
+            for t in p["targets"].as_array().into_iter().flatten() {
+                exprs.push(t["expr"].as_str().unwrap().to_string());
+            }
+        }
+        let vars: Vec<&str> = json["templating"]["list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            vars.contains(&"job") && vars.contains(&"instance"),
+            "{d}: {vars:?}"
+        );
+    }
+    let n_dashboard = exprs.len();
+    // Every alert links to its own section of the runbook.
+    let runbook = read("runbook.md");
+    let alerts = read("alerts.yml");
+    let names: Vec<&str> = alerts
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .collect();
+    let links: Vec<&str> = alerts
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("runbook_url: "))
+        .collect();
+    assert_eq!(names.len(), links.len(), "an alert without a runbook_url");
+    for (name, link) in names.iter().zip(&links) {
+        assert!(
+            link.ends_with(&format!("runbook.md#{}", name.to_lowercase())),
+            "{name}: {link}"
+        );
+        assert!(
+            runbook.lines().any(|l| l == format!("## {name}")),
+            "runbook.md has no section for {name}"
+        );
+    }
+    for f in ["rules.yml", "alerts.yml"] {
+        let text = read(f);
+        let mut lines = text.lines().peekable();
+        while let Some(l) = lines.next() {
+            let Some(e) = l.trim().strip_prefix("expr:") else {
+                continue;
+            };
+            let mut expr = e.trim().trim_start_matches('|').to_string();
+            while lines
+                .peek()
+                .is_some_and(|n| n.starts_with("          ") && !n.trim().contains(": "))
+            {
+                expr.push(' ');
+                expr.push_str(lines.next().unwrap().trim());
+            }
+            exprs.push(expr);
+        }
+    }
+    let mut queried = std::collections::BTreeSet::new();
+    for e in &exprs {
+        let mut chars = e.char_indices().peekable();
+        let mut prev: Option<char> = None;
+        while let Some((i, c)) = chars.next() {
+            let starts = (c.is_ascii_alphabetic() || c == '_' || c == ':')
+                && !prev
+                    .is_some_and(|p| p.is_ascii_alphanumeric() || p == '_' || p == ':' || p == '$');
+            prev = Some(c);
+            if !starts {
+                continue;
+            }
+            let mut end = i + c.len_utf8();
+            while let Some(&(j, d)) = chars.peek() {
+                if d.is_ascii_alphanumeric() || d == '_' || d == ':' {
+                    end = j + d.len_utf8();
+                    prev = Some(d);
+                    chars.next();
+                } else {
+                    break;
+                }
+            }
+            let name = &e[i..end];
+            if name.contains(':') && name.contains("dbcage_") {
+                assert!(
+                    recorded.iter().any(|r| r == name),
+                    "{name} is queried but rules.yml does not record it"
+                );
+            } else if name.starts_with("dbcage_") {
+                queried.insert(name.to_string());
+            }
+        }
+    }
+    for name in &queried {
+        if served.contains(name) || REPLICATION_SERIES.contains(&name.as_str()) {
+            continue;
+        }
+        let declared = NOT_IN_THIS_SCRAPE
+            .iter()
+            .find(|(prefix, _)| name.starts_with(prefix));
+        match declared {
+            Some((_, why)) => println!("{name}: not in this scrape ({why})"),
+            None => panic!("the mixin queries {name}, which the endpoint does not serve"),
+        }
+    }
+    println!(
+        "mixin: {} expressions ({n_dashboard} in dashboards), {} dbcage series, all served or declared",
+        exprs.len(),
+        queried.len()
+    );
+    // promtool parses every expression (as recording rules; Grafana's variables replaced).
+    let mut parse = String::from("groups:\n  - name: dbcage-test-parse\n    rules:\n");
+    for (i, e) in exprs.iter().enumerate() {
+        let e = e
+            .replace("$__rate_interval", "5m")
+            .replace("$job", "dbcage")
+            .replace("$instance", "a")
+            .replace("$tenant", "t");
+        parse.push_str(&format!(
+            "      - record: dbcage_test_parse_{i}\n        expr: '{}'\n",
+            e.replace('\'', "''")
+        ));
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("dbcage-test-mixin-")
+        .tempdir()
+        .unwrap();
+    let file = dir.path().join("exprs.yml");
+    std::fs::write(&file, parse).unwrap();
+    let out = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()
+        .expect("promtool");
+    assert!(
+        out.status.success(),
+        "a mixin expression does not parse:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn tmux(args: &[&str]) -> String {
