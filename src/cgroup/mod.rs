@@ -448,6 +448,7 @@ impl Snapshot {
                 snap.dirs.insert(dir);
             }
             driver.read_parent(&layout.parents[h], &hier.controllers, &mut snap);
+            driver.read_hierarchy_root(hier, &mut snap);
         }
         for &pid in pids {
             let Some(dirs) = proc_group_dirs(fs, layout, pid) else {
