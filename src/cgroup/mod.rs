@@ -415,6 +415,9 @@ pub struct Snapshot {
     /// cpus and memory nodes the parent allows (v1 cpuset.effective_*, v2 cpuset.*.effective).
     pub parent_cpus: Option<crate::kernel::CpuSet>,
     pub parent_mems: Option<crate::kernel::CpuSet>,
+    /// Whether the kernel has blk-iolatency (`io.latency` next to `io.max` in a group with the
+    /// io controller); `None` when no such group was seen.
+    pub io_latency: Option<bool>,
 }
 
 impl Snapshot {

@@ -335,7 +335,7 @@ impl Driver for V1 {
             return Vec::new();
         }
         vec![format!(
-            "tenant `{}`: {} {} no effect on this host: the IO controller is a cgroup v1 hierarchy (blkio), which has neither iocost weights nor latency targets (blkio.weight works only under the BFQ scheduler and dbcage does not set it); dbcage writes nothing for {}. It works with the io controller on cgroup v2 (boot with systemd.unified_cgroup_hierarchy=1, or leave io out of the v1 mounts so that a cgroup2 mount gets it) and, for io.weight, iocost enabled on the disk (`dbcage iocost DEVICE`)",
+            "tenant `{}`: {} {} no effect on this host: the IO controller is a cgroup v1 hierarchy (blkio), which has neither iocost weights nor latency targets (blkio.weight works only under the BFQ scheduler and dbcage does not set it); dbcage writes nothing for {}. It works with the io controller on cgroup v2 (boot with systemd.unified_cgroup_hierarchy=1, or leave io out of the v1 mounts so that a cgroup2 mount gets it) and, for io.weight, iocost enabled on the disk (`MAJ:MIN enable=1` in the root's io.cost.qos)",
             t.name,
             keys.join(" and "),
             if keys.len() == 1 { "has" } else { "have" },

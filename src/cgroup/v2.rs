@@ -473,12 +473,25 @@ impl Driver for V2 {
     }
 
     fn read_hierarchy_root(&self, hier: &Hierarchy, snap: &mut Snapshot) {
-        if hier.controllers.contains(&Controller::Io) {
-            let qos = hier.mount_point.join(IO_COST_QOS);
-            if let Ok(v) = std::fs::read_to_string(&qos) {
-                snap.files.insert(qos, v);
-            }
+        if !hier.controllers.contains(&Controller::Io) {
+            return;
         }
+        let qos = hier.mount_point.join(IO_COST_QOS);
+        if let Ok(v) = std::fs::read_to_string(&qos) {
+            snap.files.insert(qos, v);
+        }
+        // io.latency exists only in non-root groups, and only when the kernel has
+        // blk-iolatency (Debian's kernels do not): look at a top-level group with io enabled.
+        snap.io_latency = std::fs::read_dir(&hier.mount_point)
+            .ok()
+            .and_then(|entries| {
+                entries
+                    .flatten()
+                    .take(256)
+                    .map(|e| e.path())
+                    .find(|d| d.join(IO_MAX).exists())
+                    .map(|d| d.join(IO_LATENCY).exists())
+            });
     }
 
     fn io_protection_warnings(
@@ -488,15 +501,26 @@ impl Driver for V2 {
         layout: &Layout,
         snap: &Snapshot,
     ) -> Vec<String> {
-        let (Some(w), Some(hv)) = (&t.io_weight, hierarchy(layout)) else {
+        let Some(hv) = hierarchy(layout) else {
             return Vec::new();
+        };
+        let mut out = Vec::new();
+        if let (Some(l), Some(false)) = (&t.io_latency_target, snap.io_latency) {
+            out.push(format!(
+                "tenant `{}`: io.latency_target = {:?} has no effect on this host: its kernel has no blk-iolatency (groups with the io controller have no io.latency file: CONFIG_BLK_CGROUP_IOLATENCY is not set, as in Debian's kernels); dbcage writes nothing for it. A kernel built with it would honour the target; io.weight with iocost protects without it",
+                t.name, l.value
+            ));
+        }
+        let Some(w) = &t.io_weight else {
+            return out;
         };
         let qos_path = layout.setup.hierarchies[hv].mount_point.join(IO_COST_QOS);
         let Some(qos) = snap.file(&qos_path) else {
-            return vec![format!(
+            out.push(format!(
                 "tenant `{}`: io.weight = {} has no effect on this host: its kernel has no iocost controller ({} is missing: CONFIG_BLK_CGROUP_IOCOST), which is what honours io.weight; dbcage writes nothing for it. A kernel built with iocost would honour it (or use io.read_bps/io.write_bps caps here)",
                 t.name, w.value, qos_path.display()
-            )];
+            ));
+            return out;
         };
         let on = iocost_enabled(qos);
         let off: Vec<String> = devices
@@ -505,10 +529,10 @@ impl Driver for V2 {
             .map(|d| d.to_string())
             .collect();
         if off.is_empty() {
-            return Vec::new();
+            return out;
         }
-        vec![format!(
-            "tenant `{}`: io.weight = {} has no effect on {}: iocost is not enabled on {} (no `{} enable=1` in {}), so the kernel keeps io.weight but does not use it there. Enable it with `dbcage iocost DEVICE` or `echo \"{} enable=1\" > {}` (dm and md devices cannot have iocost: set storage_level = \"members\" so that the weight acts on the disks under them)",
+        out.push(format!(
+            "tenant `{}`: io.weight = {} has no effect on {}: iocost is not enabled on {} (no `{} enable=1` in {}), so the kernel keeps io.weight but does not use it there. Enable it with `echo \"{} enable=1\" > {}` (the kernel then models the disk itself; io.cost.model tunes it) (dm and md devices cannot have iocost: set storage_level = \"members\" so that the weight acts on the disks under them)",
             t.name,
             w.value,
             off.join(", "),
@@ -517,7 +541,8 @@ impl Driver for V2 {
             qos_path.display(),
             off[0],
             qos_path.display()
-        )]
+        ));
+        out
     }
 
     fn parent_warnings(&self, layout: &Layout, snap: &Snapshot) -> Vec<String> {
@@ -570,7 +595,8 @@ impl Driver for V2 {
             out.extend(
                 tenant_files(name, settings, has_swap)
                     .into_iter()
-                    .filter(|f| has_iocost || f.file != IO_WEIGHT),
+                    .filter(|f| has_iocost || f.file != IO_WEIGHT)
+                    .filter(|f| input.snap.io_latency != Some(false) || f.file != IO_LATENCY),
             );
         }
         out

@@ -492,3 +492,25 @@ fn v2_kernel_without_iocost_gets_no_weight_write_and_a_reason() {
         "{warn}"
     );
 }
+
+#[test]
+fn v2_kernel_without_iolatency_gets_no_latency_write_and_a_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = policy(&POLICY.replace("read_bps = \"8MiB\"", PROTECTED));
+    let l = layout(tmp.path(), &p, false);
+    let mut snap = snapshot(&l);
+    with_iocost_on_vdb(&l, &mut snap);
+    snap.io_latency = Some(false); // a group with io.max and no io.latency was seen
+    let plan = build(&p, &inventory(&p, &[vdb()]), &l, &snap).unwrap();
+    let w = writes(&plan.steps);
+    assert!(!w.iter().any(|(p, _)| p.ends_with("io.latency")), "{w:#?}");
+    assert!(w
+        .iter()
+        .any(|(p, v)| p.ends_with("bx1/io.weight") && v == "default 300"));
+    let warn = plan.warnings.join("\n");
+    assert!(
+        warn.contains("io.latency_target = 5ms has no effect on this host")
+            && warn.contains("CONFIG_BLK_CGROUP_IOLATENCY"),
+        "{warn}"
+    );
+}

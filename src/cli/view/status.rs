@@ -60,6 +60,21 @@ pub fn print_status_table(
                 r.memory.current_bytes.unwrap_or(0) >> 20
             ));
         }
+        // Only what differs from the kernel's defaults (weight 100, no target).
+        if let Some(w) = r.io_weight.filter(|w| *w != 100) {
+            notes.push(format!("io weight {w}"));
+        }
+        if !r.io_latency_target_us.is_empty() {
+            let targets: Vec<String> = r
+                .io_latency_target_us
+                .iter()
+                .map(|(d, us)| match us % 1000 {
+                    0 => format!("{d} {}ms", us / 1000),
+                    _ => format!("{d} {us}us"),
+                })
+                .collect();
+            notes.push(format!("io latency target {}", targets.join(", ")));
+        }
         if let Some(p) = &r.pressure {
             let psi: Vec<String> = [("io", p.io), ("cpu", p.cpu), ("mem", p.memory)]
                 .iter()
