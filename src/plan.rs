@@ -330,7 +330,25 @@ pub fn build_with(
             memory_high: t.memory.high,
             memory_low: t.memory.low,
             memory_swap_max: t.memory.swap_max,
+            io_weight: t.io_weight.as_ref().map(|w| w.value),
+            io_latency_us: t
+                .io_latency_target
+                .as_ref()
+                .map(|l| {
+                    let us = l.value.as_micros() as u64;
+                    devnums.iter().map(|d| (*d, us)).collect()
+                })
+                .unwrap_or_default(),
         };
+        if let Some((_, d)) = layout.setup.driver_of(Controller::Io) {
+            plan.warnings
+                .extend(d.io_protection_warnings(t, &devnums, layout, snap));
+        } else if t.io_weight.is_some() || t.io_latency_target.is_some() {
+            plan.warnings.push(format!(
+                "tenant `{}`: io.weight and io.latency_target have no effect: this host has no io controller dbcage can use; they need the io controller of cgroup v2",
+                t.name
+            ));
+        }
         if let Some(d) = memory_driver {
             plan.warnings.extend(d.memory_warnings(t, layout, snap));
         }

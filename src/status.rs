@@ -96,6 +96,12 @@ pub struct TenantStatus {
     /// for an instance moved in while running this is more than `memory.current_bytes`, and
     /// memory.max binds only what the tenant allocates after the move.
     pub memory_resident_bytes: Option<u64>,
+    /// `io.weight` in force (v2; absent where the kernel keeps none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io_weight: Option<u32>,
+    /// `io.latency` targets in force, in microseconds, by device (`MAJ:MIN`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub io_latency_target_us: BTreeMap<String, u64>,
     /// Pressure stall information; the kernel keeps it per cgroup on v2 only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pressure: Option<stats::PressureSet>,
@@ -263,6 +269,7 @@ pub fn collect(
         let (memory, memory_limit_bytes) = layout.tenant_memory(&t.name);
         let memory_high_bytes = layout.tenant_memory_high(&t.name);
         let pressure = layout.tenant_pressure(&t.name);
+        let protection = layout.tenant_io_protection(&t.name);
         let mut status = TenantStatus {
             name: t.name.clone(),
             processes: count,
@@ -277,6 +284,12 @@ pub fn collect(
             memory_limit_bytes,
             memory_high_bytes,
             memory_resident_bytes: resident,
+            io_weight: protection.weight,
+            io_latency_target_us: protection
+                .latency_us
+                .iter()
+                .map(|(d, us)| (d.to_string(), *us))
+                .collect(),
             pressure,
             at_limit: Vec::new(),
             replication: guarded.as_ref().and_then(|g| g.get(&t.name)).cloned(),
@@ -481,6 +494,8 @@ pub(crate) mod tests {
             memory_limit_bytes: None,
             memory_high_bytes: None,
             memory_resident_bytes: None,
+            io_weight: None,
+            io_latency_target_us: BTreeMap::new(),
             pressure: None,
             at_limit: Vec::new(),
             replication: None,

@@ -134,6 +134,19 @@ pub fn holds(file: &str, written: &str, got: &str) -> bool {
                 .and_then(|d| d.parse().ok())
                 .is_some_and(|d| want.get(&d) == have.get(&d))
         }
+        v2::IO_WEIGHT => v2::parse_io_weight(written) == v2::parse_io_weight(got),
+        v2::IO_LATENCY => {
+            let mut w = written.split_whitespace();
+            let dev = w.next().and_then(|d| d.parse().ok());
+            let target = w
+                .next()
+                .and_then(|t| t.strip_prefix("target="))
+                .map(|t| t.parse::<u64>().ok());
+            match (dev, target) {
+                (Some(d), Some(t)) => v2::parse_io_latency(got).get(&d).copied() == t,
+                _ => false,
+            }
+        }
         f if f.starts_with("blkio.throttle.") => {
             let have = v1::parse_device_lines(got);
             let mut w = written.split_whitespace();
@@ -197,5 +210,24 @@ mod read_back_tests {
         assert!(holds("memory.max", "33554432", "33554432\n"));
         assert!(!holds("memory.max", "33554432", "max\n"));
         assert!(holds("cpu.max", "50000 100000", "50000 100000\n"));
+        // io.weight reads back with per-device lines after the default one
+        assert!(holds(
+            "io.weight",
+            "default 300",
+            "default 300\n254:16 50\n"
+        ));
+        assert!(!holds("io.weight", "default 300", "default 100\n"));
+        // io.latency: a cleared target leaves no line
+        assert!(holds(
+            "io.latency",
+            "254:16 target=5000",
+            "254:16 target=5000\n"
+        ));
+        assert!(holds("io.latency", "254:16 target=max", ""));
+        assert!(!holds(
+            "io.latency",
+            "254:16 target=max",
+            "254:16 target=5000\n"
+        ));
     }
 }

@@ -16,9 +16,18 @@ use std::path::Path;
 
 use super::model::{FileSpec, TenantSettings};
 use super::stats::{CpuUsage, IoCounters, MemoryUsage, PressureSet};
-use super::{Controller, Layout, Snapshot};
+use super::{Controller, Hierarchy, Layout, Snapshot};
 use crate::kernel::{CpuSet, DevNum};
 use crate::policy::{IoLimits, Tenant};
+
+/// The proportional IO settings in force on a group (`io.weight`, `io.latency`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct IoProtection {
+    /// The group's default weight; `None` where the kernel has no weights (v1, no iocost).
+    pub weight: Option<u32>,
+    /// Per device, the latency target in microseconds.
+    pub latency_us: BTreeMap<DevNum, u64>,
+}
 
 /// One write the plan stages for a spec: `phase` orders writes across the whole plan (0 widen
 /// and enable, 1 set and lower, 2 narrow, 3 raise), `order` within a phase.
@@ -51,6 +60,9 @@ pub trait Driver: Sync {
     /// Reads what the plan needs of dbcage's parent group (the cpus and memory nodes it allows,
     /// swap accounting, the controllers it offers) into the snapshot.
     fn read_parent(&self, parent: &Path, controllers: &[Controller], snap: &mut Snapshot);
+    /// Reads host-wide settings of the hierarchy's root the plan's checks need (v2: whether
+    /// iocost is on for each disk).
+    fn read_hierarchy_root(&self, _hier: &Hierarchy, _snap: &mut Snapshot) {}
 
     // ---- plan
 
@@ -62,6 +74,15 @@ pub trait Driver: Sync {
     fn memory_warnings(&self, _t: &Tenant, _layout: &Layout, _snap: &Snapshot) -> Vec<String> {
         Vec::new()
     }
+    /// Why a tenant's `io.weight` or `io.latency_target` has no effect on some of its devices
+    /// (`devices`) here, and what would make it work.
+    fn io_protection_warnings(
+        &self,
+        t: &Tenant,
+        devices: &[DevNum],
+        layout: &Layout,
+        snap: &Snapshot,
+    ) -> Vec<String>;
     /// Every spec (a file or property of a group, and its desired value) for the root group and
     /// the tenants; the plan keeps those of controllers this driver has on this host.
     fn specs(&self, input: &SpecInput) -> Vec<FileSpec>;
@@ -87,6 +108,10 @@ pub trait Driver: Sync {
     fn memory_limit(&self, group: &Path) -> Option<u64>;
     /// The soft limit in force (`memory.high`; v1 memory.soft_limit_in_bytes).
     fn memory_high(&self, group: &Path) -> Option<u64>;
+    /// The proportional IO settings in force on a tenant's group.
+    fn io_protection(&self, _group: &Path) -> IoProtection {
+        IoProtection::default()
+    }
     /// Pressure stall information, where the kernel keeps it per cgroup.
     fn pressure(&self, group: &Path) -> Option<PressureSet>;
 }

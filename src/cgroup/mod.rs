@@ -415,6 +415,9 @@ pub struct Snapshot {
     /// cpus and memory nodes the parent allows (v1 cpuset.effective_*, v2 cpuset.*.effective).
     pub parent_cpus: Option<crate::kernel::CpuSet>,
     pub parent_mems: Option<crate::kernel::CpuSet>,
+    /// Whether the kernel has blk-iolatency (`io.latency` next to `io.max` in a group with the
+    /// io controller); `None` when no such group was seen.
+    pub io_latency: Option<bool>,
 }
 
 impl Snapshot {
@@ -448,6 +451,7 @@ impl Snapshot {
                 snap.dirs.insert(dir);
             }
             driver.read_parent(&layout.parents[h], &hier.controllers, &mut snap);
+            driver.read_hierarchy_root(hier, &mut snap);
         }
         for &pid in pids {
             let Some(dirs) = proc_group_dirs(fs, layout, pid) else {

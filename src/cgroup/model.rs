@@ -25,6 +25,10 @@ pub struct TenantSettings {
     pub memory_high: Option<u64>,
     pub memory_low: Option<u64>,
     pub memory_swap_max: Option<u64>,
+    /// `io.weight` (1..=10000); `None`: the kernel's default (100).
+    pub io_weight: Option<u32>,
+    /// `io.latency_target` in microseconds, per device of the tenant.
+    pub io_latency_us: BTreeMap<DevNum, u64>,
 }
 
 /// The period dbcage writes with a cpu quota (the kernel's default, 100 ms).
@@ -44,6 +48,12 @@ pub enum Desired {
     /// v2 `io.max`: per device, the four limits; compared device by device with a parse of the
     /// current file, and devices absent here are cleared (all four keys `max`).
     IoMax(BTreeMap<DevNum, IoLimits>),
+    /// v2 `io.weight`'s `default` line (`None`: 100, the kernel's default, written only to
+    /// undo a weight dbcage set).
+    IoWeight(Option<u32>),
+    /// v2 `io.latency`: per device, the target in microseconds; devices absent here are
+    /// cleared (`target=max`).
+    IoLatency(BTreeMap<DevNum, u64>),
     /// v2 `cgroup.subtree_control`: these controllers must be enabled (others are left alone).
     Controllers(Vec<&'static str>),
 }

@@ -80,4 +80,13 @@ impl Layout {
             .enumerate()
             .find_map(|(h, hier)| hier.driver().pressure(&self.tenant_dir(h, tenant)))
     }
+
+    /// A tenant's io.weight and io.latency targets, from the io controller's hierarchy (empty
+    /// where the driver has none: v1).
+    pub fn tenant_io_protection(&self, tenant: &str) -> super::driver::IoProtection {
+        self.setup
+            .driver_of(super::Controller::Io)
+            .map(|(h, d)| d.io_protection(&self.tenant_dir(h, tenant)))
+            .unwrap_or_default()
+    }
 }

@@ -317,6 +317,32 @@ impl Driver for V1 {
         }
     }
 
+    fn io_protection_warnings(
+        &self,
+        t: &Tenant,
+        _devices: &[DevNum],
+        _layout: &Layout,
+        _snap: &Snapshot,
+    ) -> Vec<String> {
+        let keys: Vec<&str> = [
+            ("io.weight", t.io_weight.is_some()),
+            ("io.latency_target", t.io_latency_target.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(k, set)| set.then_some(k))
+        .collect();
+        if keys.is_empty() {
+            return Vec::new();
+        }
+        vec![format!(
+            "tenant `{}`: {} {} no effect on this host: the IO controller is a cgroup v1 hierarchy (blkio), which has neither iocost weights nor latency targets (blkio.weight works only under the BFQ scheduler and dbcage does not set it); dbcage writes nothing for {}. It works with the io controller on cgroup v2 (boot with systemd.unified_cgroup_hierarchy=1, or leave io out of the v1 mounts so that a cgroup2 mount gets it) and, for io.weight, iocost enabled on the disk (`MAJ:MIN enable=1` in the root's io.cost.qos)",
+            t.name,
+            keys.join(" and "),
+            if keys.len() == 1 { "has" } else { "have" },
+            if keys.len() == 1 { "it" } else { "them" },
+        )]
+    }
+
     fn memory_warnings(&self, t: &Tenant, layout: &Layout, snap: &Snapshot) -> Vec<String> {
         let mut warnings = Vec::new();
         if t.memory.low.is_some() {

@@ -14,23 +14,35 @@
 //!
 //! Limits: `io.max` on the `limited` leaf (the exempt leaf keeps an empty io.max); `cpu.max`,
 //! `cpu.weight`, the cpuset and the memory files on the tenant, which bind both leaves.
+//! `io.weight` and `io.latency` are on the tenant too: both act between siblings (iocost splits
+//! a disk among the children of a group by weight; blk-iolatency throttles the peers of a group
+//! that misses its target), and the tenants are the siblings that compete. io.weight has effect
+//! only on disks where iocost is enabled (`MAJ:MIN enable=1` in the root's `io.cost.qos`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use super::driver::{Driver, SpecInput, Staged};
+use super::driver::{Driver, IoProtection, SpecInput, Staged};
 use super::model::{
     parse_memory, stage_common, stage_memory, Desired, FileSpec, TenantSettings, CPU_PERIOD_US,
 };
 use super::stats::{
     parse_flat_keyed, read_pressure, read_u64, CpuUsage, IoCounters, MemoryUsage, PressureSet,
 };
-use super::{Controller, GroupRef, Layout, Snapshot, Version};
+use super::{Controller, GroupRef, Hierarchy, Layout, Snapshot, Version};
 use crate::classify::Leaf;
 use crate::kernel::DevNum;
-use crate::policy::IoLimits;
+use crate::policy::{IoLimits, Tenant};
 
 pub const IO_MAX: &str = "io.max";
+pub const IO_WEIGHT: &str = "io.weight";
+pub const IO_LATENCY: &str = "io.latency";
+/// iocost's per-disk switch and QoS, on the hierarchy's root only.
+pub const IO_COST_QOS: &str = "io.cost.qos";
+/// iocost's per-disk cost model, on the hierarchy's root only.
+pub const IO_COST_MODEL: &str = "io.cost.model";
+/// io.weight's value when none is set.
+pub const DEFAULT_IO_WEIGHT: u32 = 100;
 pub const CPU_MAX: &str = "cpu.max";
 pub const CPU_WEIGHT: &str = "cpu.weight";
 pub const CPUS: &str = "cpuset.cpus";
@@ -54,7 +66,7 @@ pub fn managed_files(controllers: &[Controller]) -> Vec<&'static str> {
     let mut out = Vec::new();
     for c in controllers {
         out.extend_from_slice(match c {
-            Controller::Io => &[IO_MAX][..],
+            Controller::Io => &[IO_MAX, IO_WEIGHT, IO_LATENCY][..],
             Controller::Cpu => &[CPU_MAX, CPU_WEIGHT][..],
             Controller::Cpuset => &[CPUS, MEMS][..],
             Controller::Memory => &[MEM_MAX, MEM_HIGH, MEM_LOW, MEM_SWAP_MAX][..],
@@ -172,6 +184,18 @@ pub fn tenant_files(tenant: &str, s: &TenantSettings, has_swap: bool) -> Vec<Fil
         MEM_LOW,
         Desired::Memory(Some(s.memory_low.unwrap_or(0))),
     );
+    push(
+        Controller::Io,
+        &t,
+        IO_WEIGHT,
+        Desired::IoWeight(s.io_weight),
+    );
+    push(
+        Controller::Io,
+        &t,
+        IO_LATENCY,
+        Desired::IoLatency(s.io_latency_us.clone()),
+    );
     if has_swap || s.memory_swap_max.is_some() {
         push(
             Controller::Memory,
@@ -263,6 +287,34 @@ pub fn io_min(a: &IoLimits, b: &IoLimits) -> IoLimits {
         read_iops: m(a.read_iops, b.read_iops),
         write_iops: m(a.write_iops, b.write_iops),
     }
+}
+
+/// The `default` weight of an `io.weight` text (`default 100`, then `MAJ:MIN WEIGHT` lines).
+pub fn parse_io_weight(text: &str) -> Option<u32> {
+    text.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        (f.next()? == "default").then(|| f.next()?.parse().ok())?
+    })
+}
+
+/// `io.latency`: `MAJ:MIN target=USECS` per device with a target.
+pub fn parse_io_latency(text: &str) -> BTreeMap<DevNum, u64> {
+    device_lines(text)
+        .filter_map(|(dev, mut pairs)| {
+            pairs
+                .find(|(k, _)| *k == "target")
+                .and_then(|(_, v)| v.parse().ok())
+                .map(|v| (dev, v))
+        })
+        .collect()
+}
+
+/// The disks on which iocost is enabled, from the root's `io.cost.qos` (a disk is listed once
+/// iocost was configured for it, with `enable=0` or `enable=1`).
+pub fn iocost_enabled(qos: &str) -> BTreeSet<DevNum> {
+    device_lines(qos)
+        .filter_map(|(dev, mut pairs)| pairs.any(|kv| kv == ("enable", "1")).then_some(dev))
+        .collect()
 }
 
 /// The controllers a `cgroup.subtree_control` (or `cgroup.controllers`) text lists.
@@ -420,6 +472,79 @@ impl Driver for V2 {
         }
     }
 
+    fn read_hierarchy_root(&self, hier: &Hierarchy, snap: &mut Snapshot) {
+        if !hier.controllers.contains(&Controller::Io) {
+            return;
+        }
+        let qos = hier.mount_point.join(IO_COST_QOS);
+        if let Ok(v) = std::fs::read_to_string(&qos) {
+            snap.files.insert(qos, v);
+        }
+        // io.latency exists only in non-root groups, and only when the kernel has
+        // blk-iolatency (Debian's kernels do not): look at a top-level group with io enabled.
+        snap.io_latency = std::fs::read_dir(&hier.mount_point)
+            .ok()
+            .and_then(|entries| {
+                entries
+                    .flatten()
+                    .take(256)
+                    .map(|e| e.path())
+                    .find(|d| d.join(IO_MAX).exists())
+                    .map(|d| d.join(IO_LATENCY).exists())
+            });
+    }
+
+    fn io_protection_warnings(
+        &self,
+        t: &Tenant,
+        devices: &[DevNum],
+        layout: &Layout,
+        snap: &Snapshot,
+    ) -> Vec<String> {
+        let Some(hv) = hierarchy(layout) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if let (Some(l), Some(false)) = (&t.io_latency_target, snap.io_latency) {
+            out.push(format!(
+                "tenant `{}`: io.latency_target = {:?} has no effect on this host: its kernel has no blk-iolatency (groups with the io controller have no io.latency file: CONFIG_BLK_CGROUP_IOLATENCY is not set, as in Debian's kernels); dbcage writes nothing for it. A kernel built with it would honour the target; io.weight with iocost protects without it",
+                t.name, l.value
+            ));
+        }
+        let Some(w) = &t.io_weight else {
+            return out;
+        };
+        let qos_path = layout.setup.hierarchies[hv].mount_point.join(IO_COST_QOS);
+        let Some(qos) = snap.file(&qos_path) else {
+            out.push(format!(
+                "tenant `{}`: io.weight = {} has no effect on this host: its kernel has no iocost controller ({} is missing: CONFIG_BLK_CGROUP_IOCOST), which is what honours io.weight; dbcage writes nothing for it. A kernel built with iocost would honour it (or use io.read_bps/io.write_bps caps here)",
+                t.name, w.value, qos_path.display()
+            ));
+            return out;
+        };
+        let on = iocost_enabled(qos);
+        let off: Vec<String> = devices
+            .iter()
+            .filter(|d| !on.contains(d))
+            .map(|d| d.to_string())
+            .collect();
+        if off.is_empty() {
+            return out;
+        }
+        out.push(format!(
+            "tenant `{}`: io.weight = {} has no effect on {}: iocost is not enabled on {} (no `{} enable=1` in {}), so the kernel keeps io.weight but does not use it there. Enable it with `echo \"{} enable=1\" > {}` (the kernel then models the disk itself; io.cost.model tunes it) (dm and md devices cannot have iocost: set storage_level = \"members\" so that the weight acts on the disks under them)",
+            t.name,
+            w.value,
+            off.join(", "),
+            if off.len() == 1 { "that disk" } else { "those disks" },
+            off[0],
+            qos_path.display(),
+            off[0],
+            qos_path.display()
+        ));
+        out
+    }
+
     fn parent_warnings(&self, layout: &Layout, snap: &Snapshot) -> Vec<String> {
         let Some(hv) = hierarchy(layout) else {
             return Vec::new();
@@ -453,12 +578,26 @@ impl Driver for V2 {
         let enable = to_enable(input.layout, hv, input.snap);
         let names: Vec<&str> = input.tenants.iter().map(|(n, _)| *n).collect();
         let mut out = root_files(&enable, &names);
+        // Without iocost in the kernel there is no io.weight file to write (the check says so).
+        let has_iocost = input
+            .snap
+            .file(
+                &input.layout.setup.hierarchies[hv]
+                    .mount_point
+                    .join(IO_COST_QOS),
+            )
+            .is_some();
         for (name, settings) in &input.tenants {
             let has_swap = input
                 .snap
                 .file(&input.layout.tenant_dir(hv, name).join(MEM_SWAP_MAX))
                 .is_some();
-            out.extend(tenant_files(name, settings, has_swap));
+            out.extend(
+                tenant_files(name, settings, has_swap)
+                    .into_iter()
+                    .filter(|f| has_iocost || f.file != IO_WEIGHT)
+                    .filter(|f| input.snap.io_latency != Some(false) || f.file != IO_LATENCY),
+            );
         }
         out
     }
@@ -497,6 +636,39 @@ impl Driver for V2 {
                             order: 0,
                             value: io_max_line(d, w),
                         });
+                    }
+                }
+            }
+            Desired::IoWeight(want) => {
+                // An absent file is a group still to create (or a kernel without iocost, whose
+                // specs leave io.weight out): only a set weight is written to it.
+                let have = current.map(|c| parse_io_weight(c).unwrap_or(DEFAULT_IO_WEIGHT));
+                let target = want.unwrap_or(DEFAULT_IO_WEIGHT);
+                if have.unwrap_or(DEFAULT_IO_WEIGHT) != target || (have.is_none() && want.is_some())
+                {
+                    out.push(Staged {
+                        phase: 1,
+                        order: 0,
+                        value: format!("default {target}"),
+                    });
+                }
+            }
+            Desired::IoLatency(want) => {
+                let have = current.map(parse_io_latency).unwrap_or_default();
+                let devs: BTreeSet<DevNum> = want.keys().chain(have.keys()).copied().collect();
+                for d in devs {
+                    match (want.get(&d), have.get(&d)) {
+                        (Some(w), c) if Some(w) != c => out.push(Staged {
+                            phase: 1,
+                            order: 0,
+                            value: format!("{d} target={w}"),
+                        }),
+                        (None, Some(_)) => out.push(Staged {
+                            phase: 1,
+                            order: 0,
+                            value: format!("{d} target={UNLIMITED}"),
+                        }),
+                        _ => {}
                     }
                 }
             }
@@ -548,6 +720,16 @@ impl Driver for V2 {
 
     fn memory_high(&self, group: &Path) -> Option<u64> {
         parse_memory(&std::fs::read_to_string(group.join(MEM_HIGH)).ok()?).flatten()
+    }
+
+    fn io_protection(&self, group: &Path) -> IoProtection {
+        let read = |f: &str| std::fs::read_to_string(group.join(f)).ok();
+        IoProtection {
+            weight: read(IO_WEIGHT).and_then(|t| parse_io_weight(&t)),
+            latency_us: read(IO_LATENCY)
+                .map(|t| parse_io_latency(&t))
+                .unwrap_or_default(),
+        }
     }
 
     fn pressure(&self, group: &Path) -> Option<PressureSet> {

@@ -1106,3 +1106,32 @@ fn demand_floor_above_an_equal_share_is_a_located_problem() {
         "{msg}"
     );
 }
+
+#[test]
+fn v1_says_io_weight_and_latency_target_have_no_effect_and_writes_nothing_for_them() {
+    let p = policy(&FULL.replace(
+        "write_iops = 200",
+        "write_iops = 200\nweight = 300\nlatency_target = \"5ms\"",
+    ));
+    let host = Host::new(&p);
+    let plan = build(&p, &full_inventory(&p), &host.layout, &Snapshot::default()).unwrap();
+    let w = plan.warnings.join("\n");
+    assert!(
+        w.contains("tenant `bx1`: io.weight and io.latency_target have no effect")
+            && w.contains("cgroup v1")
+            && w.contains("cgroup v2"),
+        "{w}"
+    );
+    // the same plan as without the keys: nothing is written for them on v1
+    let without = policy(FULL);
+    let plain = build(
+        &without,
+        &full_inventory(&without),
+        &host.layout,
+        &Snapshot::default(),
+    )
+    .unwrap();
+    assert_eq!(plan.steps, plain.steps);
+    // and without the keys, no such warning
+    assert!(!plain.warnings.join("\n").contains("io.weight"));
+}

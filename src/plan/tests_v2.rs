@@ -163,6 +163,16 @@ fn run(l: &Layout, snap: &mut Snapshot, steps: &[Step]) {
                             .map(|(d, l)| format!("{}\n", v2::io_max_line(*d, l)))
                             .collect()
                     }
+                    v2::IO_LATENCY => {
+                        let mut m = v2::parse_io_latency(&old);
+                        let (dev, target) = value.split_once(" target=").unwrap();
+                        let dev: DevNum = dev.parse().unwrap();
+                        match target.parse::<u64>() {
+                            Ok(t) => m.insert(dev, t),
+                            Err(_) => m.remove(&dev),
+                        };
+                        m.iter().map(|(d, t)| format!("{d} target={t}\n")).collect()
+                    }
                     v2::SUBTREE_CONTROL => {
                         let mut have: Vec<String> =
                             old.split_whitespace().map(str::to_string).collect();
@@ -373,4 +383,134 @@ fn hybrid_memory_on_v1_gets_v1_files_and_no_v2_memory() {
         panic!("no move: {:#?}", plan.steps)
     };
     assert_eq!(targets.len(), 2);
+}
+
+/// The root's io.cost.qos with iocost enabled on vdb only (vdc configured, then switched off).
+fn with_iocost_on_vdb(l: &Layout, snap: &mut Snapshot) {
+    snap.files.insert(
+        l.setup.hierarchies[0].mount_point.join(v2::IO_COST_QOS),
+        "254:16 enable=1 ctrl=auto rpct=0.00 rlat=250000 wpct=0.00 wlat=250000 min=1.00 max=10000.00\n\
+         254:32 enable=0 ctrl=auto rpct=0.00 rlat=250000 wpct=0.00 wlat=250000 min=1.00 max=10000.00\n"
+            .into(),
+    );
+}
+
+const PROTECTED: &str = "read_bps = \"8MiB\"\nweight = 300\nlatency_target = \"5ms\"";
+
+#[test]
+fn v2_io_weight_and_latency_target_on_the_tenant_and_undone_when_removed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = policy(&POLICY.replace("read_bps = \"8MiB\"", PROTECTED));
+    let l = layout(tmp.path(), &p, false);
+    let inv = inventory(&p, &[vdb(), vdc()]);
+    let mut snap = snapshot(&l);
+    with_iocost_on_vdb(&l, &mut snap);
+    let plan = build(&p, &inv, &l, &snap).unwrap();
+    let w = writes(&plan.steps);
+    let tenant = l.tenant_dir(0, "bx1");
+    let at = |f: &str, v: &str| (tenant.join(f).display().to_string(), v.to_string());
+    // on the tenant (the groups that compete are the tenants), never on a leaf
+    assert!(w.contains(&at(v2::IO_WEIGHT, "default 300")), "{w:#?}");
+    assert!(w.contains(&at(v2::IO_LATENCY, "254:16 target=5000")));
+    assert!(w.contains(&at(v2::IO_LATENCY, "254:32 target=5000")));
+    assert!(!w
+        .iter()
+        .any(|(p, _)| p.contains("/limited/io.weight") || p.contains("/limited/io.latency")));
+    // the weight is after subtree_control enabled io for the tenant's children and the root's
+    let enable_root = w
+        .iter()
+        .position(|(p, _)| p.ends_with("dbcage/cgroup.subtree_control"))
+        .unwrap();
+    assert!(
+        w.iter()
+            .position(|x| *x == at(v2::IO_WEIGHT, "default 300"))
+            .unwrap()
+            > enable_root
+    );
+    // vdc has iocost switched off: the check names it, and only it, and says how to enable it
+    let warn = plan.warnings.join("\n");
+    assert!(
+        warn.contains("io.weight = 300 has no effect on 254:32:")
+            && warn.contains("254:32 enable=1")
+            && !warn.contains("254:16,"),
+        "{warn}"
+    );
+
+    // applied, the same policy plans nothing
+    run(&l, &mut snap, &plan.steps);
+    let again = build(&p, &inv, &l, &snap).unwrap();
+    assert!(
+        !writes(&again.steps)
+            .iter()
+            .any(|(p, _)| p.ends_with("io.weight") || p.ends_with("io.latency")),
+        "{:#?}",
+        again.steps
+    );
+
+    // the keys removed: the weight goes back to 100 and the targets are cleared
+    let plain = policy(POLICY);
+    let undo = writes(&build(&plain, &inv, &l, &snap).unwrap().steps);
+    assert!(
+        undo.contains(&at(v2::IO_WEIGHT, "default 100")),
+        "{undo:#?}"
+    );
+    assert!(undo.contains(&at(v2::IO_LATENCY, "254:16 target=max")));
+    assert!(undo.contains(&at(v2::IO_LATENCY, "254:32 target=max")));
+}
+
+#[test]
+fn v2_without_the_keys_writes_no_weight_or_latency() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = policy(POLICY);
+    let l = layout(tmp.path(), &p, false);
+    let mut snap = snapshot(&l);
+    with_iocost_on_vdb(&l, &mut snap);
+    let plan = build(&p, &inventory(&p, &[vdb(), vdc()]), &l, &snap).unwrap();
+    assert!(!writes(&plan.steps)
+        .iter()
+        .any(|(p, _)| p.ends_with("io.weight") || p.ends_with("io.latency")));
+    assert!(!plan.warnings.join("\n").contains("io.weight"));
+}
+
+#[test]
+fn v2_kernel_without_iocost_gets_no_weight_write_and_a_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = policy(&POLICY.replace("read_bps = \"8MiB\"", PROTECTED));
+    let l = layout(tmp.path(), &p, false);
+    let snap = snapshot(&l); // no io.cost.qos at the root
+    let plan = build(&p, &inventory(&p, &[vdb()]), &l, &snap).unwrap();
+    let w = writes(&plan.steps);
+    assert!(!w.iter().any(|(p, _)| p.ends_with("io.weight")), "{w:#?}");
+    // the latency target does not need iocost
+    assert!(w
+        .iter()
+        .any(|(p, v)| p.ends_with("bx1/io.latency") && v == "254:16 target=5000"));
+    let warn = plan.warnings.join("\n");
+    assert!(
+        warn.contains("io.weight = 300 has no effect on this host")
+            && warn.contains("CONFIG_BLK_CGROUP_IOCOST"),
+        "{warn}"
+    );
+}
+
+#[test]
+fn v2_kernel_without_iolatency_gets_no_latency_write_and_a_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = policy(&POLICY.replace("read_bps = \"8MiB\"", PROTECTED));
+    let l = layout(tmp.path(), &p, false);
+    let mut snap = snapshot(&l);
+    with_iocost_on_vdb(&l, &mut snap);
+    snap.io_latency = Some(false); // a group with io.max and no io.latency was seen
+    let plan = build(&p, &inventory(&p, &[vdb()]), &l, &snap).unwrap();
+    let w = writes(&plan.steps);
+    assert!(!w.iter().any(|(p, _)| p.ends_with("io.latency")), "{w:#?}");
+    assert!(w
+        .iter()
+        .any(|(p, v)| p.ends_with("bx1/io.weight") && v == "default 300"));
+    let warn = plan.warnings.join("\n");
+    assert!(
+        warn.contains("io.latency_target = 5ms has no effect on this host")
+            && warn.contains("CONFIG_BLK_CGROUP_IOLATENCY"),
+        "{warn}"
+    );
 }

@@ -83,6 +83,10 @@ pub struct Tenant {
     pub io_devices: Vec<DeviceOverride>,
     /// How the totals divide over the devices (`split`, `rebalance_interval`, `floor`, ...).
     pub io_split: IoSplit,
+    /// `io.weight`: the share of a contended disk (cgroup v2 with iocost on the disk).
+    pub io_weight: Option<Sourced<u32>>,
+    /// `io.latency_target`: the completion latency the tenant is protected at (cgroup v2).
+    pub io_latency_target: Option<Sourced<std::time::Duration>>,
     pub cpu: CpuPolicy,
     pub memory: MemoryPolicy,
     /// `[tenant.replication]`: the replication guard, if any.

@@ -163,6 +163,10 @@ pub struct RawIo {
     pub floor: Option<Loc<String>>,
     /// 0..1: weight of the previous usage estimate when a device's usage falls.
     pub smoothing: Option<Loc<Quantity>>,
+    /// 1..10000: the tenant's share of a contended disk (cgroup v2 `io.weight`, iocost).
+    pub weight: Option<Loc<Quantity>>,
+    /// `"5ms"`: the IO completion latency the tenant is protected at (cgroup v2 `io.latency`).
+    pub latency_target: Option<Loc<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -294,6 +298,8 @@ impl RawTenant {
                 take(&mut io.rebalance_interval, l.rebalance_interval);
                 take(&mut io.floor, l.floor);
                 take(&mut io.smoothing, l.smoothing);
+                take(&mut io.weight, l.weight);
+                take(&mut io.latency_target, l.latency_target);
                 if !l.devices.is_empty() {
                     io.devices = l.devices;
                 }

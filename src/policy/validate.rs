@@ -417,6 +417,10 @@ fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
         None => IoSplit::default(),
         Some(io) => validate_split(ctx, &name, io),
     };
+    let (io_weight, io_latency_target) = match &t.io {
+        None => (None, None),
+        Some(io) => validate_protection(ctx, &name, io),
+    };
     let (io, io_devices) = match &t.io {
         None => (IoLimits::default(), Vec::new()),
         Some(io) => {
@@ -497,6 +501,8 @@ fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
         io,
         io_devices,
         io_split,
+        io_weight,
+        io_latency_target,
         cpu,
         memory,
         replication,
@@ -577,8 +583,10 @@ fn validate_schedules(
                 || io.rebalance_interval.is_some()
                 || io.floor.is_some()
                 || io.smoothing.is_some()
+                || io.weight.is_some()
+                || io.latency_target.is_some()
             {
-                ctx.error(w, format!("{what}: a window may set io.read_bps, io.write_bps, io.read_iops and io.write_iops; io.device, io.split and its tuning belong in [tenant.io]"));
+                ctx.error(w, format!("{what}: a window may set io.read_bps, io.write_bps, io.read_iops and io.write_iops; io.device, io.split and its tuning, io.weight and io.latency_target belong in [tenant.io]"));
             }
             if !keys.is_empty() && !has_storage {
                 ctx.error(
@@ -658,13 +666,62 @@ fn validate_schedules(
     out
 }
 
-/// `"1s"`, `"500ms"`, `"2.5s"`, `"1m"` → a duration.
+/// The range of `io.latency_target`: blk-iolatency keeps whole microseconds; below 100 us no
+/// disk completes an IO, above 10 s nothing is protected.
+const LATENCY_TARGET_RANGE: (std::time::Duration, std::time::Duration) = (
+    std::time::Duration::from_micros(100),
+    std::time::Duration::from_secs(10),
+);
+
+/// `[tenant.io] weight` and `latency_target`.
+fn validate_protection(
+    ctx: &mut Ctx,
+    tenant: &str,
+    io: &super::raw::RawIo,
+) -> (Option<Sourced<u32>>, Option<Sourced<std::time::Duration>>) {
+    let weight = io.weight.as_ref().and_then(|q| match &q.value {
+        Quantity::Int(i) if (1..=10000).contains(i) => Some(Sourced {
+            value: *i as u32,
+            origin: ctx.origin(q),
+        }),
+        other => {
+            let shown = match other {
+                Quantity::Int(i) => i.to_string(),
+                Quantity::Float(f) => f.to_string(),
+                Quantity::Text(s) => format!("{s:?}"),
+            };
+            ctx.error(q, format!("tenant `{tenant}`: io.weight = {shown} is not valid; it must be a whole number from 1 to 10000 (default 100)"));
+            None
+        }
+    });
+    let latency = io.latency_target.as_ref().and_then(|l| {
+        let (lo, hi) = LATENCY_TARGET_RANGE;
+        match parse_duration(&l.value) {
+            Some(d) if d >= lo && d <= hi => Some(Sourced {
+                value: d,
+                origin: ctx.origin(l),
+            }),
+            Some(_) => {
+                ctx.error(l, format!("tenant `{tenant}`: io.latency_target `{}` is out of range (100us to 10s)", l.value));
+                None
+            }
+            None => {
+                ctx.error(l, format!("tenant `{tenant}`: io.latency_target `{}` is not a duration; write e.g. \"5ms\" or \"500us\"", l.value));
+                None
+            }
+        }
+    });
+    (weight, latency)
+}
+
+/// `"1s"`, `"500ms"`, `"250us"`, `"2.5s"`, `"1m"` → a duration.
 pub(crate) fn parse_duration(text: &str) -> Option<std::time::Duration> {
     let t = text.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
     let (num, unit) = t.split_at(split);
     let v: f64 = num.parse().ok()?;
     let secs = match unit.trim() {
+        "us" => v / 1e6,
         "ms" => v / 1000.0,
         "s" => v,
         "m" | "min" => v * 60.0,

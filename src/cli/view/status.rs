@@ -60,12 +60,31 @@ pub fn print_status_table(
                 r.memory.current_bytes.unwrap_or(0) >> 20
             ));
         }
+        // Only what differs from the kernel's defaults (weight 100, no target).
+        if let Some(w) = r.io_weight.filter(|w| *w != 100) {
+            notes.push(format!("io weight {w}"));
+        }
+        if !r.io_latency_target_us.is_empty() {
+            let targets: Vec<String> = r
+                .io_latency_target_us
+                .iter()
+                .map(|(d, us)| match us % 1000 {
+                    0 => format!("{d} {}ms", us / 1000),
+                    _ => format!("{d} {us}us"),
+                })
+                .collect();
+            notes.push(format!("io latency target {}", targets.join(", ")));
+        }
         if let Some(p) = &r.pressure {
             let psi: Vec<String> = [("io", p.io), ("cpu", p.cpu), ("mem", p.memory)]
                 .iter()
                 .filter_map(|(n, v)| {
                     v.filter(|v| v.some_avg10 > 0.0)
-                        .map(|v| format!("{n} {:.0}%", v.some_avg10))
+                        .map(|v| match v.full_avg10 {
+                            // some/full: the share of the last 10 s some (all) of its tasks stalled
+                            Some(full) => format!("{n} {:.0}%/{full:.0}%", v.some_avg10),
+                            None => format!("{n} {:.0}%", v.some_avg10),
+                        })
                 })
                 .collect();
             if !psi.is_empty() {
@@ -191,6 +210,12 @@ pub fn print_status(out: &mut impl std::io::Write, s: &StatusText) -> Result<()>
     writeln!(out, "cgroup controllers: {}", s.controllers)?;
     writeln!(out, "daemon: {}", s.daemon)?;
     print_status_table(out, s.tenants, s.devices)?;
+    if let Some(why) = pressure_unavailable(s.tenants) {
+        writeln!(
+            out,
+            "pressure: not available per tenant on this host: {why}"
+        )?;
+    }
     if !s.overrides.is_empty() {
         writeln!(
             out,
@@ -218,10 +243,56 @@ pub fn print_status(out: &mut impl std::io::Write, s: &StatusText) -> Result<()>
     Ok(())
 }
 
+/// Why no tenant has pressure stall information, when none has: the NOTES column then never
+/// shows `psi`, and saying so beats a silent blank.
+pub fn pressure_unavailable(rows: &[status::TenantStatus]) -> Option<&'static str> {
+    let none = |p: &crate::cgroup::stats::PressureSet| {
+        p.io.is_none() && p.cpu.is_none() && p.memory.is_none()
+    };
+    if rows.is_empty()
+        || rows
+            .iter()
+            .any(|r| r.pressure.as_ref().is_some_and(|p| !none(p)))
+    {
+        return None;
+    }
+    Some(if rows.iter().all(|r| r.pressure.is_none()) {
+        "cgroup v1 keeps pressure stall information per host only (/proc/pressure); cgroup v2 has it per group"
+    } else {
+        "the kernel's PSI is off (no io.pressure, cpu.pressure, memory.pressure in the tenants' groups): boot with psi=1"
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::tests_snapshot::assert_snapshot;
+
+    /// No tenant with pressure: the reason is v1 (no per-group PSI) or PSI off (v2, no files).
+    #[test]
+    fn pressure_unavailable_says_why() {
+        use crate::cgroup::stats::{Pressure, PressureSet};
+        let mut t = crate::status::tests::tenant(0, 10.0);
+        t.pressure = None;
+        let why = pressure_unavailable(std::slice::from_ref(&t)).unwrap();
+        assert!(why.contains("cgroup v1"), "{why}");
+        t.pressure = Some(PressureSet::default());
+        let why = pressure_unavailable(std::slice::from_ref(&t)).unwrap();
+        assert!(why.contains("PSI is off") && why.contains("psi=1"), "{why}");
+        t.pressure = Some(PressureSet {
+            io: Some(Pressure {
+                some_avg10: 12.0,
+                full_avg10: Some(3.0),
+                ..Pressure::default()
+            }),
+            ..PressureSet::default()
+        });
+        assert_eq!(pressure_unavailable(std::slice::from_ref(&t)), None);
+        let mut out = Vec::new();
+        print_status_table(&mut out, &[t], false).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("psi io 12%/3%"), "{text}");
+    }
 
     /// An instance moved in while running: 213 MiB resident, nothing charged to the tenant
     /// (issue 21): the table says both, and why.

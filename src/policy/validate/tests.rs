@@ -1437,3 +1437,47 @@ fn conninfo_password_in_a_readable_policy_warns() {
     );
     assert!(load(&policy("postgresql://rep@localhost/postgres"), 0o644).is_empty());
 }
+
+#[test]
+fn io_weight_and_latency_target_parse_and_their_errors_are_located() {
+    let base = "[[tenant]]\nname = \"a\"\nmatch = [{ comm = \"x\" }]\nstorage = [\"/data\"]\n";
+    let l = ok(&format!(
+        "{base}[tenant.io]\nweight = 300\nlatency_target = \"500us\"\n"
+    ));
+    let t = &l.policy.tenants[0];
+    assert_eq!(t.io_weight.as_ref().map(|w| w.value), Some(300));
+    assert_eq!(
+        t.io_latency_target.as_ref().map(|d| d.value),
+        Some(std::time::Duration::from_micros(500))
+    );
+    let l = ok(&format!("{base}[tenant.io]\nread_bps = \"1MiB\"\n"));
+    assert!(l.policy.tenants[0].io_weight.is_none());
+    assert!(l.policy.tenants[0].io_latency_target.is_none());
+
+    let e = errors(&format!(
+        "{base}[tenant.io]\nweight = 0\nlatency_target = \"soon\"\n"
+    ));
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(
+        e[0].starts_with("dbcage.toml:6:10:") && e[0].contains("io.weight = 0 is not valid"),
+        "{e:?}"
+    );
+    assert!(
+        e[1].starts_with("dbcage.toml:7:18:") && e[1].contains("not a duration"),
+        "{e:?}"
+    );
+    let e = errors(&format!(
+        "{base}[tenant.io]\nweight = 10001\nlatency_target = \"20s\"\n"
+    ));
+    assert!(e[0].contains("from 1 to 10000"), "{e:?}");
+    assert!(e[1].contains("out of range (100us to 10s)"), "{e:?}");
+    // a window cannot set them
+    let e = errors(&format!(
+        "{base}[[tenant.schedule]]\ndays = \"Mon-Fri\"\nfrom = \"09:00\"\nto = \"17:00\"\nio.weight = 50\n"
+    ));
+    assert!(
+        e.iter()
+            .any(|m| m.contains("io.weight and io.latency_target belong in [tenant.io]")),
+        "{e:?}"
+    );
+}
