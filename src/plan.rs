@@ -532,6 +532,8 @@ pub fn moves(
     out
 }
 
+pub mod numa;
+
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -189,6 +189,7 @@ fn inventory(policy: &Policy, devices: &[Vec<DevNum>], procs: Vec<ProcInfo>) -> 
         numa: NumaTopology {
             nodes: [(0, "0-1".parse().unwrap())].into_iter().collect(),
             online_cpus: "0-1".parse().unwrap(),
+            memory: Default::default(),
         },
         procs,
         mounts: Default::default(),
@@ -574,6 +575,7 @@ fn idempotent_with_several_tenants_and_numa() {
             .into_iter()
             .collect(),
         online_cpus: "0-3".parse().unwrap(),
+            memory: Default::default(),
     };
     let mut snap = Snapshot::default();
     host.at_root(&mut snap, &[100, 101, 102, 103, 200, 201]);
@@ -951,6 +953,7 @@ fn numa_nodes_without_an_allowed_cpu_are_an_error() {
             .into_iter()
             .collect(),
         online_cpus: "0-3".parse().unwrap(),
+            memory: Default::default(),
     };
     let snap = Snapshot {
         parent_cpus: Some("0-1".parse().unwrap()),
@@ -975,6 +978,7 @@ fn two_nodes(inv: &mut Inventory) {
             .into_iter()
             .collect(),
         online_cpus: "0-3".parse().unwrap(),
+            memory: Default::default(),
     };
 }
 
