@@ -164,8 +164,7 @@ pub fn place(needs: &[Need], nodes: &[Node]) -> Result<Vec<Choice>, Refusal> {
             }
         } else {
             // the fewest nodes: largest free memory first, then most free cpus
-            let mut by_size: Vec<(u32, Free)> =
-                free.iter().map(|(i, f)| (*i, f.clone())).collect();
+            let mut by_size: Vec<(u32, Free)> = free.iter().map(|(i, f)| (*i, f.clone())).collect();
             by_size.sort_by(|(ia, a), (ib, b)| {
                 b.memory_left()
                     .cmp(&a.memory_left())
@@ -247,16 +246,28 @@ mod tests {
         let needs: Vec<Need> = (0..4).map(|i| need(&format!("db{i}"), 1.0, 3)).collect();
         let c = place(&needs, &four_nodes()).unwrap();
         assert_eq!(nodes_of(&c), ["0", "1", "2", "3"]);
-        assert!(c[0].reason.contains("node 0 holds it alone"), "{}", c[0].reason);
+        assert!(
+            c[0].reason.contains("node 0 holds it alone"),
+            "{}",
+            c[0].reason
+        );
     }
 
     #[test]
     fn a_tenant_too_big_for_one_node_spills_onto_two_and_the_rest_still_fit() {
-        let needs = vec![need("small", 1.0, 2), need("big", 2.0, 6), need("other", 1.0, 3)];
+        let needs = vec![
+            need("small", 1.0, 2),
+            need("big", 2.0, 6),
+            need("other", 1.0, 3),
+        ];
         let c = place(&needs, &four_nodes()).unwrap();
         assert_eq!(c[1].tenant, "big");
         assert_eq!(c[1].nodes.len(), 2, "{:?}", c);
-        assert!(c[1].reason.contains("no single node holds it"), "{}", c[1].reason);
+        assert!(
+            c[1].reason.contains("no single node holds it"),
+            "{}",
+            c[1].reason
+        );
         // the others are each alone on a node the big one does not use
         for i in [0, 2] {
             assert_eq!(c[i].nodes.len(), 1);
@@ -270,7 +281,13 @@ mod tests {
         let needs = vec![need("a", 1.0, 10), need("b", 1.0, 8)];
         let e = place(&needs, &four_nodes()).unwrap_err();
         assert_eq!(e.tenant, "b");
-        for part in ["tenant `b`", "8GiB", "node 0:", "node 3:", "4GiB of 4GiB free"] {
+        for part in [
+            "tenant `b`",
+            "8GiB",
+            "node 0:",
+            "node 3:",
+            "4GiB of 4GiB free",
+        ] {
             assert!(e.message.contains(part), "{part} missing: {}", e.message);
         }
     }

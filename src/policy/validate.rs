@@ -590,7 +590,12 @@ fn validate_schedules(
         if let Some(c) = &s.cpu {
             validate_cpu(ctx, tenant, c);
             if let Some(a) = &c.numa {
-                ctx.error(a, format!("{what}: cpu.numa belongs in [tenant.cpu]; a window may set cpu.numa_nodes"));
+                ctx.error(
+                    a,
+                    format!(
+                        "{what}: cpu.numa belongs in [tenant.cpu]; a window may set cpu.numa_nodes"
+                    ),
+                );
             }
             for (k, set) in [
                 ("cpus", c.cpus.is_some()),
