@@ -112,6 +112,7 @@ impl Collector for TenantCollector {
         let mut mem = Vec::new();
         let mut mem_limit = Vec::new();
         let mut ooms = Vec::new();
+        let mut numa_local = Vec::new();
         let (mut lag_bytes, mut lag_seconds, mut behind, mut raised) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for t in &sample.tenants {
@@ -157,6 +158,9 @@ impl Collector for TenantCollector {
             }
             if let Some(k) = t.memory.oom_kills {
                 ooms.push((tenant(t), k as f64));
+            }
+            if let Some(r) = t.numa_local_share {
+                numa_local.push((tenant(t), r));
             }
             if let Some(g) = &t.replication {
                 lag_bytes.push((tenant(t), g.lag_bytes as f64));
@@ -254,6 +258,14 @@ impl Collector for TenantCollector {
             Some(Unit::Bytes),
             Gauge,
             &mem_limit,
+        )?;
+        family(
+            &mut enc,
+            "dbcage_memory_numa_local_ratio",
+            "Share of a NUMA-pinned tenant's processes' resident pages on its own nodes (numa_maps)",
+            None,
+            Gauge,
+            &numa_local,
         )?;
         family(
             &mut enc,

@@ -60,6 +60,9 @@ pub fn print_status_table(
                 r.memory.current_bytes.unwrap_or(0) >> 20
             ));
         }
+        if let Some(l) = r.numa_local_share {
+            notes.push(format!("numa local {:.1}%", l * 100.0));
+        }
         if let Some(p) = &r.pressure {
             let psi: Vec<String> = [("io", p.io), ("cpu", p.cpu), ("mem", p.memory)]
                 .iter()
