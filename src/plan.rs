@@ -348,6 +348,17 @@ pub fn build_with(
         .clone()
         .unwrap_or_else(|| inv.numa.node_set());
     plan.numa = place_numa(policy, inv, &allowed_cpus, &allowed_mems, &mut problems);
+    let all_pinned = policy
+        .tenants
+        .iter()
+        .all(|t| t.cpu.numa_nodes.is_some() || t.cpu.numa_auto.is_some());
+    if inv.numa.nodes.len() > 1
+        && !policy.tenants.is_empty()
+        && all_pinned
+        && inv.numa.balancing == Some(true)
+    {
+        plan.warnings.push("every tenant is pinned to NUMA nodes while the kernel's automatic NUMA balancing is on (/proc/sys/kernel/numa_balancing): it keeps sampling and moving pages the pins already place; turn it off with `sysctl kernel.numa_balancing=0` (the kernel's guidance for pinned workloads)".into());
+    }
     let placements = classify(&policy.tenants, &inv.procs);
     let drivers = layout.setup.drivers();
     for d in &drivers {

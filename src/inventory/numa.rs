@@ -15,6 +15,8 @@ pub struct NumaTopology {
     /// cannot be read is absent.
     pub memory: BTreeMap<u32, u64>,
     pub online_cpus: CpuSet,
+    /// /proc/sys/kernel/numa_balancing is on (non-zero); `None` when the kernel has no such file.
+    pub balancing: Option<bool>,
 }
 
 /// `MemTotal` in bytes from a node's meminfo (`Node 0 MemTotal:  16318480 kB`).
@@ -66,10 +68,15 @@ impl NumaTopology {
         if nodes.is_empty() {
             nodes.insert(0, online_cpus.clone());
         }
+        let balancing = fs
+            .read_to_string("/proc/sys/kernel/numa_balancing")
+            .ok()
+            .map(|t| t.trim() != "0");
         Ok(NumaTopology {
             nodes,
             memory,
             online_cpus,
+            balancing,
         })
     }
 

@@ -190,6 +190,7 @@ fn inventory(policy: &Policy, devices: &[Vec<DevNum>], procs: Vec<ProcInfo>) -> 
             nodes: [(0, "0-1".parse().unwrap())].into_iter().collect(),
             online_cpus: "0-1".parse().unwrap(),
             memory: Default::default(),
+            balancing: None,
         },
         procs,
         mounts: Default::default(),
@@ -576,6 +577,7 @@ fn idempotent_with_several_tenants_and_numa() {
             .collect(),
         online_cpus: "0-3".parse().unwrap(),
         memory: Default::default(),
+        balancing: None,
     };
     let mut snap = Snapshot::default();
     host.at_root(&mut snap, &[100, 101, 102, 103, 200, 201]);
@@ -954,6 +956,7 @@ fn numa_nodes_without_an_allowed_cpu_are_an_error() {
             .collect(),
         online_cpus: "0-3".parse().unwrap(),
         memory: Default::default(),
+        balancing: None,
     };
     let snap = Snapshot {
         parent_cpus: Some("0-1".parse().unwrap()),
@@ -979,6 +982,7 @@ fn two_nodes(inv: &mut Inventory) {
             .collect(),
         online_cpus: "0-3".parse().unwrap(),
         memory: Default::default(),
+        balancing: None,
     };
 }
 
@@ -1118,6 +1122,7 @@ fn two_nodes_of_4gib() -> NumaTopology {
             .collect(),
         memory: [(0, 4 << 30), (1, 4 << 30)].into_iter().collect(),
         online_cpus: "0-3".parse().unwrap(),
+        balancing: None,
     }
 }
 

@@ -104,6 +104,7 @@ fn inventory(p: &Policy, devices: &[DevNum]) -> Inventory {
                 .collect(),
             online_cpus: "0-1".parse().unwrap(),
             memory: Default::default(),
+            balancing: None,
         },
         procs: vec![ProcInfo {
             pid: 100,
