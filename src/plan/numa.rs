@@ -67,7 +67,8 @@ impl Free {
 }
 
 fn needs_text(n: &Need) -> String {
-    format!("{} cores and {} of memory", n.cores, HumanBytes(n.memory))
+    let unit = if n.cores == 1.0 { "core" } else { "cores" };
+    format!("{} {unit} and {} of memory", n.cores, HumanBytes(n.memory))
 }
 
 fn nodes_text(free: &BTreeMap<u32, Free>, nodes: &[Node]) -> String {
