@@ -69,6 +69,9 @@ tests/vm/run.sh target/release/dbcage tests/vm/observe.sh
 # Issue 25: per-tenant IO latency histograms on v2 (attribution with writeback charged to the
 # writer, the throttle's wait, accuracy against fio).
 tests/vm/run.sh target/release/dbcage tests/vm/iolat.sh
+# Issue 24: io.weight under iocost on a virtio disk (two readers at weights 100 and 300: 1:3 +-10%),
+# check's reasons where iocost or blk-iolatency is missing.
+tests/vm/run.sh target/release/dbcage tests/vm/protect.sh
 # Issue 8's storm on v2, quick: favordynmods on and off at 10 execs/s (~45 s); checks dbcage's
 # "mounted without favordynmods" notice and that the option removes the move's grace-period wait.
 bench/run-storm-vm.sh BASE_RATES=10 DBCAGE_RATES=10 DURATION=2 FORK_ROUNDS=1

@@ -301,6 +301,7 @@ fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
     let mut mem = Vec::new();
     let mut mem_limit = Vec::new();
     let mut ooms = Vec::new();
+    let mut numa_local = Vec::new();
     let (mut lag_bytes, mut lag_seconds, mut behind, mut raised) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut waiting, mut stalled) = (Vec::new(), Vec::new());
@@ -360,6 +361,9 @@ fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
         }
         if let Some(k) = t.memory.oom_kills {
             ooms.push((tenant(t), k as f64));
+        }
+        if let Some(r) = t.numa_local_share {
+            numa_local.push((tenant(t), r));
         }
         if let Some(g) = &t.replication {
             lag_bytes.push((tenant(t), g.lag_bytes as f64));
@@ -469,6 +473,13 @@ fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
         None,
         Counter,
         &ooms,
+    )?;
+    fam(
+        "dbcage_memory_numa_local_ratio",
+        "Share of a NUMA-pinned tenant's processes' resident pages on its own nodes (numa_maps)",
+        None,
+        Gauge,
+        &numa_local,
     )?;
     fam(
         "dbcage_pressure_waiting",

@@ -24,7 +24,7 @@ use crate::cgroup::{Controller, GroupRef, Layout, Snapshot};
 use crate::classify::{classify, Leaf, Placement};
 use crate::inventory::Inventory;
 use crate::kernel::{CpuSet, DevNum};
-use crate::policy::{IoLimits, Policy, PolicyErrors, Problem, Tenant};
+use crate::policy::{IoLimits, Policy, PolicyErrors, Problem, Sourced, Tenant};
 use crate::units::HumanBytes;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -61,6 +61,9 @@ pub struct Plan {
     pub buffered_writes_pass: Vec<String>,
     /// Per tenant: the devices and the limits each gets (for people reading the plan).
     pub tenants: Vec<TenantSummary>,
+    /// The nodes chosen for `numa = "auto"` tenants, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub numa: Vec<numa::Choice>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -197,13 +200,20 @@ pub fn io_per_device_with(
 fn cpu_sets(
     t: &Tenant,
     inv: &Inventory,
+    auto_nodes: Option<&CpuSet>,
     allowed_cpus: &CpuSet,
     allowed_mems: &CpuSet,
     problems: &mut Vec<Problem>,
 ) -> (CpuSet, CpuSet) {
     let mut cpus = allowed_cpus.clone();
     let mut mems = allowed_mems.clone();
-    if let Some(nodes) = &t.cpu.numa_nodes {
+    let chosen = t.cpu.numa_nodes.clone().or_else(|| {
+        Some(Sourced {
+            value: auto_nodes?.clone(),
+            origin: t.cpu.numa_auto.clone()?,
+        })
+    });
+    if let Some(nodes) = &chosen {
         match inv.numa.cpus_of(&nodes.value) {
             Err(n) => problems.push(Problem::at(
                 &nodes.origin,
@@ -242,7 +252,7 @@ fn cpu_sets(
             )));
         }
         let within = want.value.difference(&want.value.difference(&cpus));
-        if within.is_empty() && t.cpu.numa_nodes.is_some() {
+        if within.is_empty() && chosen.is_some() {
             problems.push(Problem::at(
                 &want.origin,
                 format!(
@@ -254,6 +264,56 @@ fn cpu_sets(
         cpus = within;
     }
     (cpus, mems)
+}
+
+/// Places the `numa = "auto"` tenants on the nodes the parent cgroup allows (see `numa::place`);
+/// a set that does not fit is a problem at the refused tenant's `numa` key.
+fn place_numa(
+    policy: &Policy,
+    inv: &Inventory,
+    allowed_cpus: &CpuSet,
+    allowed_mems: &CpuSet,
+    problems: &mut Vec<Problem>,
+) -> Vec<numa::Choice> {
+    if policy.tenants.iter().all(|t| t.cpu.numa_auto.is_none()) {
+        return Vec::new();
+    }
+    let nodes: Vec<numa::Node> = inv
+        .numa
+        .nodes
+        .iter()
+        .filter(|(id, _)| allowed_mems.contains(**id))
+        .map(|(id, cpus)| numa::Node {
+            id: *id,
+            cpus: cpus.difference(&cpus.difference(allowed_cpus)).len(),
+            memory: inv.numa.memory.get(id).copied(),
+        })
+        .collect();
+    let needs: Vec<numa::Need> = policy
+        .tenants
+        .iter()
+        .filter(|t| t.cpu.numa_auto.is_some() || t.cpu.numa_nodes.is_some())
+        .map(|t| numa::Need {
+            tenant: t.name.clone(),
+            cores: t.cpu.cores.unwrap_or(0.0),
+            memory: t.memory.max.as_ref().map_or(0, |m| m.value),
+            pinned: t.cpu.numa_nodes.as_ref().map(|n| n.value.clone()),
+        })
+        .collect();
+    match numa::place(&needs, &nodes) {
+        Ok(choices) => choices,
+        Err(refusal) => {
+            let t = policy.tenants.iter().find(|t| t.name == refusal.tenant);
+            match t.and_then(|t| t.cpu.numa_auto.as_ref()) {
+                Some(o) => problems.push(Problem::at(o, refusal.message)),
+                None => problems.push(Problem {
+                    origin: None,
+                    message: refusal.message,
+                }),
+            }
+            Vec::new()
+        }
+    }
 }
 
 /// Builds the plan. Problems that only the host can reveal (cpus outside the parent's, a memory
@@ -287,6 +347,18 @@ pub fn build_with(
         .parent_mems
         .clone()
         .unwrap_or_else(|| inv.numa.node_set());
+    plan.numa = place_numa(policy, inv, &allowed_cpus, &allowed_mems, &mut problems);
+    let all_pinned = policy
+        .tenants
+        .iter()
+        .all(|t| t.cpu.numa_nodes.is_some() || t.cpu.numa_auto.is_some());
+    if inv.numa.nodes.len() > 1
+        && !policy.tenants.is_empty()
+        && all_pinned
+        && inv.numa.balancing == Some(true)
+    {
+        plan.warnings.push("every tenant is pinned to NUMA nodes while the kernel's automatic NUMA balancing is on (/proc/sys/kernel/numa_balancing): it keeps sampling and moving pages the pins already place; turn it off with `sysctl kernel.numa_balancing=0` (the kernel's guidance for pinned workloads)".into());
+    }
     let placements = classify(&policy.tenants, &inv.procs);
     let drivers = layout.setup.drivers();
     for d in &drivers {
@@ -303,7 +375,19 @@ pub fn build_with(
             shares.get(&t.name),
             &mut problems,
         );
-        let (cpus, mems) = cpu_sets(t, inv, &allowed_cpus, &allowed_mems, &mut problems);
+        let auto_nodes = plan
+            .numa
+            .iter()
+            .find(|c| c.tenant == t.name)
+            .map(|c| &c.nodes);
+        let (cpus, mems) = cpu_sets(
+            t,
+            inv,
+            auto_nodes,
+            &allowed_cpus,
+            &allowed_mems,
+            &mut problems,
+        );
         let members: Vec<&Placement> = placements.iter().filter(|p| p.tenant == ti).collect();
         if let Some(max) = &t.memory.max {
             let used: u64 = members
@@ -549,6 +633,8 @@ pub fn moves(
     }
     out
 }
+
+pub mod numa;
 
 #[cfg(test)]
 mod tests;

@@ -102,6 +102,14 @@ pub struct TenantStatus {
     /// `io.latency` targets in force, in microseconds, by device (`MAJ:MIN`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub io_latency_target_us: BTreeMap<String, u64>,
+    /// For a tenant held to some of the host's NUMA nodes: the share (0..1) of its processes'
+    /// resident pages that are on those nodes (the `N<node>=` pages of /proc/PID/numa_maps
+    /// summed over the processes). Counted from the processes and not from memory.numa_stat,
+    /// which holds only what is charged to the group (memory touched before a process was moved
+    /// in stays charged to its old group). A page mapped by several processes counts once per
+    /// process, so shared memory weighs as often as it is mapped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub numa_local_share: Option<f64>,
     /// Pressure stall information; the kernel keeps it per cgroup on v2 only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pressure: Option<stats::PressureSet>,
@@ -211,11 +219,19 @@ pub fn collect(
         .any(|t| t.replication.is_some())
         .then(|| crate::replication::read_published(&layout.root_name))
         .flatten();
+    let all_nodes = crate::inventory::NumaTopology::read(fs)
+        .ok()
+        .map(|n| n.node_set());
     let one = |(ti, t): (usize, &crate::policy::Tenant)| -> TenantStatus {
         let h_procs = h_of(Controller::Io).or(h_of(Controller::Cpu)).unwrap_or(0);
         let mut members = Vec::new();
         let mut count = 0;
         let mut resident: Option<u64> = None;
+        // numa_maps walks page tables, so it is read only for a tenant held to some nodes
+        let own_nodes = layout
+            .tenant_mems(&t.name)
+            .filter(|m| !m.is_empty() && all_nodes.as_ref().is_some_and(|all| *m != *all));
+        let mut node_bytes: BTreeMap<u32, u64> = BTreeMap::new();
         for leaf in [Leaf::Limited, Leaf::Exempt] {
             if layout.setup.hierarchies.is_empty() {
                 break;
@@ -225,6 +241,13 @@ pub fn collect(
             for pid in &pids {
                 if let Some(pss) = proportional_set_size(fs, *pid) {
                     *resident.get_or_insert(0) += pss;
+                }
+                if own_nodes.is_some() {
+                    if let Ok(text) = fs.read_to_string(format!("/proc/{pid}/numa_maps")) {
+                        for (n, b) in parse_numa_maps(&text) {
+                            *node_bytes.entry(n).or_default() += b;
+                        }
+                    }
                 }
             }
             if procs.is_some() {
@@ -290,6 +313,7 @@ pub fn collect(
                 .iter()
                 .map(|(d, us)| (d.to_string(), *us))
                 .collect(),
+            numa_local_share: own_nodes.and_then(|own| local_share(&node_bytes, &own)),
             pressure,
             at_limit: Vec::new(),
             replication: guarded.as_ref().and_then(|g| g.get(&t.name)).cloned(),
@@ -321,6 +345,40 @@ pub fn proportional_set_size(fs: &HostFs, pid: u32) -> Option<u64> {
         .read_to_string(format!("/proc/{pid}/smaps_rollup"))
         .ok()?;
     parse_pss(&text)
+}
+
+/// Bytes per NUMA node of a /proc/PID/numa_maps text: each mapping's `N<node>=<pages>` times
+/// its `kernelpagesize_kB` (huge pages included).
+pub fn parse_numa_maps(text: &str) -> BTreeMap<u32, u64> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let page_kib = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("kernelpagesize_kB=")?.parse::<u64>().ok())
+            .unwrap_or(4);
+        for w in line.split_whitespace() {
+            let Some((node, pages)) = w
+                .strip_prefix('N')
+                .and_then(|r| r.split_once('='))
+                .and_then(|(n, p)| Some((n.parse::<u32>().ok()?, p.parse::<u64>().ok()?)))
+            else {
+                continue;
+            };
+            *out.entry(node).or_default() += pages * page_kib * 1024;
+        }
+    }
+    out
+}
+
+/// The share of `bytes` on the nodes `own`; `None` when there are none.
+pub fn local_share(bytes: &BTreeMap<u32, u64>, own: &crate::kernel::CpuSet) -> Option<f64> {
+    let total: u64 = bytes.values().sum();
+    let local: u64 = bytes
+        .iter()
+        .filter(|(n, _)| own.contains(**n))
+        .map(|(_, b)| b)
+        .sum();
+    (total > 0).then(|| local as f64 / total as f64)
 }
 
 /// `Pss:` of a smaps_rollup text, in bytes.
@@ -496,10 +554,27 @@ pub(crate) mod tests {
             memory_resident_bytes: None,
             io_weight: None,
             io_latency_target_us: BTreeMap::new(),
+            numa_local_share: None,
             pressure: None,
             at_limit: Vec::new(),
             replication: None,
         }
+    }
+
+    #[test]
+    fn numa_maps_counts_pages_per_node_with_their_size() {
+        // lines copied from a 2-node guest: normal pages, a 2 MiB huge page mapping, no pages
+        let text = "7f2a1c000000 default anon=12288 dirty=12288 active=0 N0=300 N1=11988 kernelpagesize_kB=4\n\
+                    7f2a00000000 default file=/anon_hugepage\\040(deleted) huge dirty=2 N1=2 kernelpagesize_kB=2048\n\
+                    7ffd5b1c4000 default stack anon=3 dirty=3 N0=3 kernelpagesize_kB=4\n\
+                    7ffd5b1f0000 default\n";
+        let b = parse_numa_maps(text);
+        assert_eq!(b.get(&0), Some(&(303 * 4096)));
+        assert_eq!(b.get(&1), Some(&(11988 * 4096 + 2 * (2 << 20))));
+        let share = local_share(&b, &"1".parse().unwrap()).unwrap();
+        assert!((share - (11988.0 * 4096.0 + 4194304.0) / (b[&0] + b[&1]) as f64).abs() < 1e-12);
+        assert!(share > 0.97 && share < 0.98, "{share}");
+        assert_eq!(local_share(&BTreeMap::new(), &"1".parse().unwrap()), None);
     }
 
     #[test]

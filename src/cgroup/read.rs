@@ -53,6 +53,17 @@ impl Layout {
         (usage, quota)
     }
 
+    /// The memory nodes a tenant's group may use (`cpuset.mems`; the same file name on v1 and
+    /// v2), `None` without a cpuset controller or when unreadable.
+    pub fn tenant_mems(&self, tenant: &str) -> Option<crate::kernel::CpuSet> {
+        let (h, _) = self.setup.driver_of(Controller::Cpuset)?;
+        std::fs::read_to_string(self.tenant_dir(h, tenant).join("cpuset.mems"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
     /// A tenant's memory usage and its limit (`memory.max`) in bytes.
     pub fn tenant_memory(&self, tenant: &str) -> (MemoryUsage, Option<u64>) {
         match self.setup.driver_of(Controller::Memory) {

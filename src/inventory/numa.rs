@@ -1,5 +1,6 @@
-//! NUMA nodes and their cpus, from /sys/devices/system/node. A host without that directory (a
-//! kernel built without NUMA) is one node holding every online cpu.
+//! NUMA nodes, their cpus and their memory, from /sys/devices/system/node. A host without that
+//! directory (a kernel built without NUMA) is one node holding every online cpu (its memory then
+//! unknown: `memory` is empty).
 
 use std::collections::BTreeMap;
 
@@ -10,7 +11,21 @@ use crate::kernel::CpuSet;
 pub struct NumaTopology {
     /// node number → its cpus
     pub nodes: BTreeMap<u32, CpuSet>,
+    /// node number → its memory in bytes (`MemTotal` of nodeN/meminfo); a node whose meminfo
+    /// cannot be read is absent.
+    pub memory: BTreeMap<u32, u64>,
     pub online_cpus: CpuSet,
+    /// /proc/sys/kernel/numa_balancing is on (non-zero); `None` when the kernel has no such file.
+    pub balancing: Option<bool>,
+}
+
+/// `MemTotal` in bytes from a node's meminfo (`Node 0 MemTotal:  16318480 kB`).
+pub fn parse_node_memtotal(text: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let rest = l.split_once("MemTotal:")?.1;
+        let kb: u64 = rest.trim().strip_suffix("kB")?.trim().parse().ok()?;
+        kb.checked_mul(1024)
+    })
 }
 
 impl NumaTopology {
@@ -26,6 +41,7 @@ impl NumaTopology {
                 )
             })?;
         let mut nodes = BTreeMap::new();
+        let mut memory = BTreeMap::new();
         if let Ok(entries) = std::fs::read_dir(fs.path("/sys/devices/system/node")) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
@@ -40,12 +56,28 @@ impl NumaTopology {
                     .and_then(|t| t.trim().parse::<CpuSet>().ok())
                     .unwrap_or_default();
                 nodes.insert(num, cpus);
+                if let Some(bytes) = fs
+                    .read_to_string(format!("/sys/devices/system/node/node{num}/meminfo"))
+                    .ok()
+                    .and_then(|t| parse_node_memtotal(&t))
+                {
+                    memory.insert(num, bytes);
+                }
             }
         }
         if nodes.is_empty() {
             nodes.insert(0, online_cpus.clone());
         }
-        Ok(NumaTopology { nodes, online_cpus })
+        let balancing = fs
+            .read_to_string("/proc/sys/kernel/numa_balancing")
+            .ok()
+            .map(|t| t.trim() != "0");
+        Ok(NumaTopology {
+            nodes,
+            memory,
+            online_cpus,
+            balancing,
+        })
     }
 
     /// The cpus of these nodes, or the first node that does not exist.
@@ -77,8 +109,16 @@ mod tests {
             std::fs::create_dir_all(&d).unwrap();
             std::fs::write(d.join("cpulist"), cpus).unwrap();
         }
+        // copied from a 2-node host; node 1 has no meminfo here (memory unknown, not zero)
+        std::fs::write(
+            fs.path("/sys/devices/system/node/node0/meminfo"),
+            "Node 0 MemTotal:       16318480 kB\nNode 0 MemFree:        15101200 kB\nNode 0 MemUsed:         1217280 kB\n",
+        )
+        .unwrap();
         let t = NumaTopology::read(&fs).unwrap();
         assert_eq!(t.nodes.len(), 2);
+        assert_eq!(t.memory.get(&0), Some(&(16318480 * 1024)));
+        assert_eq!(t.memory.get(&1), None);
         assert_eq!(t.cpus_of(&"1".parse().unwrap()).unwrap().to_string(), "1,3");
         assert_eq!(
             t.cpus_of(&"0-1".parse().unwrap()).unwrap().to_string(),

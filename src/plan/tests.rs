@@ -189,6 +189,8 @@ fn inventory(policy: &Policy, devices: &[Vec<DevNum>], procs: Vec<ProcInfo>) -> 
         numa: NumaTopology {
             nodes: [(0, "0-1".parse().unwrap())].into_iter().collect(),
             online_cpus: "0-1".parse().unwrap(),
+            memory: Default::default(),
+            balancing: None,
         },
         procs,
         mounts: Default::default(),
@@ -574,6 +576,8 @@ fn idempotent_with_several_tenants_and_numa() {
             .into_iter()
             .collect(),
         online_cpus: "0-3".parse().unwrap(),
+        memory: Default::default(),
+        balancing: None,
     };
     let mut snap = Snapshot::default();
     host.at_root(&mut snap, &[100, 101, 102, 103, 200, 201]);
@@ -951,6 +955,8 @@ fn numa_nodes_without_an_allowed_cpu_are_an_error() {
             .into_iter()
             .collect(),
         online_cpus: "0-3".parse().unwrap(),
+        memory: Default::default(),
+        balancing: None,
     };
     let snap = Snapshot {
         parent_cpus: Some("0-1".parse().unwrap()),
@@ -975,6 +981,8 @@ fn two_nodes(inv: &mut Inventory) {
             .into_iter()
             .collect(),
         online_cpus: "0-3".parse().unwrap(),
+        memory: Default::default(),
+        balancing: None,
     };
 }
 
@@ -1134,4 +1142,67 @@ fn v1_says_io_weight_and_latency_target_have_no_effect_and_writes_nothing_for_th
     assert_eq!(plan.steps, plain.steps);
     // and without the keys, no such warning
     assert!(!plain.warnings.join("\n").contains("io.weight"));
+}
+
+fn two_nodes_of_4gib() -> NumaTopology {
+    NumaTopology {
+        nodes: [(0, "0-1".parse().unwrap()), (1, "2-3".parse().unwrap())]
+            .into_iter()
+            .collect(),
+        memory: [(0, 4 << 30), (1, 4 << 30)].into_iter().collect(),
+        online_cpus: "0-3".parse().unwrap(),
+        balancing: None,
+    }
+}
+
+#[test]
+fn numa_auto_puts_tenants_on_nodes_of_their_own() {
+    let tenant = |name: &str| {
+        format!("[[tenant]]\nname = \"{name}\"\n[tenant.cpu]\nnuma = \"auto\"\ncores = 2\n[tenant.memory]\nmax = \"3GiB\"\n")
+    };
+    let p = policy(&format!("{}{}", tenant("a"), tenant("b")));
+    let host = Host::new(&p);
+    let mut inv = inventory(&p, &[vec![], vec![]], vec![]);
+    inv.numa = two_nodes_of_4gib();
+    let plan = build(&p, &inv, &host.layout, &Snapshot::default()).unwrap();
+    let mems = |t: &str| {
+        writes_to(
+            &plan.steps,
+            &host.tenant_file(Controller::Cpuset, t, v1::MEMS),
+        )
+    };
+    let cpus = |t: &str| {
+        writes_to(
+            &plan.steps,
+            &host.tenant_file(Controller::Cpuset, t, v1::CPUS),
+        )
+    };
+    assert_eq!((mems("a"), cpus("a")), (vec!["0"], vec!["0-1"]));
+    assert_eq!((mems("b"), cpus("b")), (vec!["1"], vec!["2-3"]));
+    assert_eq!(plan.numa.len(), 2);
+    assert!(
+        plan.numa[1].reason.contains("node 1 holds it alone"),
+        "{:?}",
+        plan.numa
+    );
+}
+
+#[test]
+fn numa_auto_that_cannot_fit_is_refused_at_the_tenants_key() {
+    let text = "[[tenant]]\nname = \"big\"\n[tenant.cpu]\nnuma = \"auto\"\n[tenant.memory]\nmax = \"9GiB\"\n";
+    let p = policy(text);
+    let host = Host::new(&p);
+    let mut inv = inventory(&p, &[vec![]], vec![]);
+    inv.numa = two_nodes_of_4gib();
+    let e = error_text(build(&p, &inv, &host.layout, &Snapshot::default()));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("dbcage.toml:4:8: "), "{}", e[0]);
+    for part in [
+        "tenant `big`",
+        "9GiB",
+        "node 0: 2 of 2 cpus free, 4GiB of 4GiB free",
+        "node 1:",
+    ] {
+        assert!(e[0].contains(part), "{part}: {}", e[0]);
+    }
 }

@@ -103,6 +103,8 @@ fn inventory(p: &Policy, devices: &[DevNum]) -> Inventory {
                 .into_iter()
                 .collect(),
             online_cpus: "0-1".parse().unwrap(),
+            memory: Default::default(),
+            balancing: None,
         },
         procs: vec![ProcInfo {
             pid: 100,

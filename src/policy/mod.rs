@@ -218,6 +218,9 @@ pub struct DeviceOverride {
 pub struct CpuPolicy {
     pub cpus: Option<Sourced<CpuSet>>,
     pub numa_nodes: Option<Sourced<CpuSet>>,
+    /// `numa = "auto"`: the plan chooses the nodes (see `plan::numa`); the origin locates its
+    /// refusals.
+    pub numa_auto: Option<Origin>,
     /// Quota in cores (2.5 = two and a half cpus' worth of time per period).
     pub cores: Option<f64>,
     /// Relative share, 1..=10000, default 100.

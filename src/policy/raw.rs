@@ -224,6 +224,7 @@ pub struct RawReplication {
 pub struct RawCpu {
     pub cpus: Option<Loc<String>>,
     pub numa_nodes: Option<Loc<Vec<i64>>>,
+    pub numa: Option<Loc<String>>,
     pub cores: Option<Loc<Quantity>>,
     pub weight: Option<Loc<Quantity>>,
 }
@@ -310,6 +311,7 @@ impl RawTenant {
             (Some(c), Some(l)) => {
                 take(&mut c.cpus, l.cpus);
                 take(&mut c.numa_nodes, l.numa_nodes);
+                take(&mut c.numa, l.numa);
                 take(&mut c.cores, l.cores);
                 take(&mut c.weight, l.weight);
             }

@@ -597,6 +597,14 @@ fn validate_schedules(
         }
         if let Some(c) = &s.cpu {
             validate_cpu(ctx, tenant, c);
+            if let Some(a) = &c.numa {
+                ctx.error(
+                    a,
+                    format!(
+                        "{what}: cpu.numa belongs in [tenant.cpu]; a window may set cpu.numa_nodes"
+                    ),
+                );
+            }
             for (k, set) in [
                 ("cpus", c.cpus.is_some()),
                 ("numa_nodes", c.numa_nodes.is_some()),
@@ -1121,6 +1129,17 @@ fn validate_cpu(ctx: &mut Ctx, tenant: &str, c: &super::raw::RawCpu) -> CpuPolic
             )));
         }
     }
+    let numa_auto = c.numa.as_ref().and_then(|a| {
+        if a.value != "auto" {
+            ctx.error(a, format!("tenant `{tenant}`: cpu.numa = {:?} is not valid; the only value is \"auto\" (dbcage chooses the nodes); to choose them yourself use cpu.numa_nodes = [N, ...]", a.value));
+            return None;
+        }
+        if let Some(n) = &c.numa_nodes {
+            ctx.error(n, format!("tenant `{tenant}`: cpu.numa = \"auto\" and cpu.numa_nodes are both set; keep one (auto lets dbcage choose the nodes, numa_nodes names them)"));
+            return None;
+        }
+        Some(ctx.origin(a))
+    });
     if cpus.is_some() && numa_nodes.is_some() {
         let o = ctx.origin(c.numa_nodes.as_ref().unwrap());
         ctx.warnings.push(Problem::at(&o, format!(
@@ -1130,6 +1149,7 @@ fn validate_cpu(ctx: &mut Ctx, tenant: &str, c: &super::raw::RawCpu) -> CpuPolic
     CpuPolicy {
         cpus,
         numa_nodes,
+        numa_auto,
         cores,
         weight,
     }

@@ -52,6 +52,9 @@ pub fn print_plan(
                 if c == 1.0 { "core" } else { "cores" }
             )?;
         }
+        if let Some(c) = plan.numa.iter().find(|c| c.tenant == t.name) {
+            writeln!(out, "  numa = auto: nodes {} ({})", c.nodes, c.reason)?;
+        }
         writeln!(
             out,
             "  cpus {} mems {} weight {}",

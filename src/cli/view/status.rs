@@ -75,6 +75,9 @@ pub fn print_status_table(
                 .collect();
             notes.push(format!("io latency target {}", targets.join(", ")));
         }
+        if let Some(l) = r.numa_local_share {
+            notes.push(format!("numa local {:.1}%", l * 100.0));
+        }
         if let Some(p) = &r.pressure {
             let psi: Vec<String> = [("io", p.io), ("cpu", p.cpu), ("mem", p.memory)]
                 .iter()

@@ -474,6 +474,20 @@ fn numa_nodes_invalid() {
     );
 }
 
+#[test]
+fn numa_auto_is_the_only_value_and_excludes_numa_nodes() {
+    let text = cpu_tenant("numa = \"yes\"\n");
+    let msg = error(&text);
+    assert_located(&msg, &text, "\"yes\"", &["cpu.numa = \"yes\"", "\"auto\""]);
+
+    let text = cpu_tenant("numa = \"auto\"\nnuma_nodes = [1]\n");
+    let msg = error(&text);
+    assert_located(&msg, &text, "[1]", &["both set", "keep one"]);
+
+    let l = ok(&cpu_tenant("numa = \"auto\"\n"));
+    assert!(l.policy.tenants[0].cpu.numa_auto.is_some());
+}
+
 // ---------------------------------------------------------------- memory, io, storage
 
 #[test]

@@ -1,0 +1,365 @@
+//! `numa = "auto"`: which NUMA nodes each such tenant gets, from what the policy says it needs
+//! (cpu.cores, memory.max) and what each node has (its cpus, its memory).
+//!
+//! Pure and deterministic: the same needs and nodes give the same placement. Rules, in order:
+//! tenants pinned with `numa_nodes` take their nodes' capacity first; then the biggest tenant
+//! first (memory, then cores, then name), each on one node when one fits it, preferring a node
+//! no tenant uses yet (tenants that share nothing stay apart), then the node with the most free
+//! memory; a tenant that no single node holds is spread over the fewest nodes (largest free
+//! first). Cores count against a node's cpus (a quota of 2.5 cores takes 2.5 of them): the quota
+//! is what the tenant may use, so nodes are not promised more than they can run.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::kernel::CpuSet;
+use crate::units::HumanBytes;
+
+/// What one tenant needs. A tenant without cpu.cores or memory.max needs none of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Need {
+    pub tenant: String,
+    pub cores: f64,
+    pub memory: u64,
+    /// `numa_nodes` set by the policy: the tenant is on these nodes, not placed.
+    pub pinned: Option<CpuSet>,
+}
+
+/// What one node offers (within what the parent cgroup allows).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub id: u32,
+    pub cpus: usize,
+    /// `None` when the host does not say (no nodeN/meminfo): memory is then not a limit.
+    pub memory: Option<u64>,
+}
+
+/// The nodes chosen for one `numa = "auto"` tenant and why (shown by `plan`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Choice {
+    pub tenant: String,
+    pub nodes: CpuSet,
+    pub reason: String,
+}
+
+/// A tenant that does not fit: the message names it, what it needs and what each node has left.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    pub tenant: String,
+    pub message: String,
+}
+
+#[derive(Clone)]
+struct Free {
+    cpus: f64,
+    memory: Option<u64>,
+    users: Vec<String>,
+}
+
+impl Free {
+    fn holds(&self, cores: f64, memory: u64) -> bool {
+        self.cpus + 1e-9 >= cores && self.memory.is_none_or(|m| m >= memory)
+    }
+    fn memory_left(&self) -> u64 {
+        self.memory.unwrap_or(u64::MAX)
+    }
+}
+
+fn needs_text(n: &Need) -> String {
+    let unit = if n.cores == 1.0 { "core" } else { "cores" };
+    format!("{} {unit} and {} of memory", n.cores, HumanBytes(n.memory))
+}
+
+fn nodes_text(free: &BTreeMap<u32, Free>, nodes: &[Node]) -> String {
+    nodes
+        .iter()
+        .map(|n| {
+            let f = &free[&n.id];
+            let mem = match (f.memory, n.memory) {
+                (Some(left), Some(total)) => {
+                    format!("{} of {} free", HumanBytes(left), HumanBytes(total))
+                }
+                _ => "memory unknown".into(),
+            };
+            format!("node {}: {} of {} cpus free, {mem}", n.id, f.cpus, n.cpus)
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Takes what `need` uses from the nodes `on`, filling each in order.
+fn take(free: &mut BTreeMap<u32, Free>, on: &[u32], need: &Need) {
+    let (mut cores, mut memory) = (need.cores, need.memory);
+    for id in on {
+        let Some(f) = free.get_mut(id) else { continue };
+        let c = cores.min(f.cpus);
+        f.cpus -= c;
+        cores -= c;
+        let m = memory.min(f.memory_left());
+        if let Some(left) = &mut f.memory {
+            *left -= m;
+        }
+        memory -= m;
+        f.users.push(need.tenant.clone());
+    }
+}
+
+/// Places the tenants without `pinned`; returns one choice per such tenant, in input order.
+pub fn place(needs: &[Need], nodes: &[Node]) -> Result<Vec<Choice>, Refusal> {
+    let mut free: BTreeMap<u32, Free> = nodes
+        .iter()
+        .map(|n| {
+            (
+                n.id,
+                Free {
+                    cpus: n.cpus as f64,
+                    memory: n.memory,
+                    users: Vec::new(),
+                },
+            )
+        })
+        .collect();
+    for n in needs {
+        if let Some(p) = &n.pinned {
+            let on: Vec<u32> = p.iter().collect();
+            take(&mut free, &on, n);
+        }
+    }
+    let mut order: Vec<&Need> = needs.iter().filter(|n| n.pinned.is_none()).collect();
+    order.sort_by(|a, b| {
+        b.memory
+            .cmp(&a.memory)
+            .then(b.cores.total_cmp(&a.cores))
+            .then(a.tenant.cmp(&b.tenant))
+    });
+    let mut chosen: BTreeMap<&str, Choice> = BTreeMap::new();
+    for need in order {
+        let fits_one = free
+            .iter()
+            .filter(|(_, f)| f.holds(need.cores, need.memory))
+            .min_by(|(ia, a), (ib, b)| {
+                a.users
+                    .len()
+                    .cmp(&b.users.len())
+                    .then(b.memory_left().cmp(&a.memory_left()))
+                    .then(b.cpus.total_cmp(&a.cpus))
+                    .then(ia.cmp(ib))
+            })
+            .map(|(id, f)| (*id, f.users.clone()));
+        let choice = if let Some((id, users)) = fits_one {
+            let reason = if users.is_empty() {
+                format!("needs {}; node {id} holds it alone", needs_text(need))
+            } else {
+                format!(
+                    "needs {}; no node is free of other tenants that holds it, node {id} has room beside {}",
+                    needs_text(need),
+                    users.join(", ")
+                )
+            };
+            take(&mut free, &[id], need);
+            Choice {
+                tenant: need.tenant.clone(),
+                nodes: CpuSet::from_iter([id]),
+                reason,
+            }
+        } else {
+            // the fewest nodes: largest free memory first, then most free cpus
+            let mut by_size: Vec<(u32, Free)> = free.iter().map(|(i, f)| (*i, f.clone())).collect();
+            by_size.sort_by(|(ia, a), (ib, b)| {
+                b.memory_left()
+                    .cmp(&a.memory_left())
+                    .then(b.cpus.total_cmp(&a.cpus))
+                    .then(ia.cmp(ib))
+            });
+            let (mut cores, mut memory, mut on) = (0.0, 0u64, Vec::new());
+            for (id, f) in &by_size {
+                if cores + 1e-9 >= need.cores && memory >= need.memory {
+                    break;
+                }
+                cores += f.cpus;
+                memory = memory.saturating_add(f.memory_left());
+                on.push(*id);
+            }
+            if cores + 1e-9 < need.cores || memory < need.memory {
+                return Err(Refusal {
+                    tenant: need.tenant.clone(),
+                    message: format!(
+                        "tenant `{}`: numa = \"auto\" cannot place it: it needs {}, and the nodes have (after the tenants placed before it) {}; lower its cpu.cores or memory.max, or pin some tenants with numa_nodes",
+                        need.tenant,
+                        needs_text(need),
+                        nodes_text(&free, nodes)
+                    ),
+                });
+            }
+            on.sort();
+            take(&mut free, &on, need);
+            let set = CpuSet::from_iter(on);
+            Choice {
+                tenant: need.tenant.clone(),
+                reason: format!(
+                    "needs {}; no single node holds it, nodes {set} are the fewest that do",
+                    needs_text(need)
+                ),
+                nodes: set,
+            }
+        };
+        chosen.insert(&need.tenant, choice);
+    }
+    Ok(needs
+        .iter()
+        .filter_map(|n| chosen.remove(n.tenant.as_str()))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn need(name: &str, cores: f64, gib: u64) -> Need {
+        Need {
+            tenant: name.into(),
+            cores,
+            memory: gib * GIB,
+            pinned: None,
+        }
+    }
+
+    fn four_nodes() -> Vec<Node> {
+        (0..4)
+            .map(|id| Node {
+                id,
+                cpus: 1,
+                memory: Some(4 * GIB),
+            })
+            .collect()
+    }
+
+    fn nodes_of(c: &[Choice]) -> Vec<String> {
+        c.iter().map(|c| c.nodes.to_string()).collect()
+    }
+
+    #[test]
+    fn four_tenants_get_a_node_each() {
+        let needs: Vec<Need> = (0..4).map(|i| need(&format!("db{i}"), 1.0, 3)).collect();
+        let c = place(&needs, &four_nodes()).unwrap();
+        assert_eq!(nodes_of(&c), ["0", "1", "2", "3"]);
+        assert!(
+            c[0].reason.contains("node 0 holds it alone"),
+            "{}",
+            c[0].reason
+        );
+    }
+
+    #[test]
+    fn a_tenant_too_big_for_one_node_spills_onto_two_and_the_rest_still_fit() {
+        let needs = vec![
+            need("small", 1.0, 2),
+            need("big", 2.0, 6),
+            need("other", 1.0, 3),
+        ];
+        let c = place(&needs, &four_nodes()).unwrap();
+        assert_eq!(c[1].tenant, "big");
+        assert_eq!(c[1].nodes.len(), 2, "{:?}", c);
+        assert!(
+            c[1].reason.contains("no single node holds it"),
+            "{}",
+            c[1].reason
+        );
+        // the others are each alone on a node the big one does not use
+        for i in [0, 2] {
+            assert_eq!(c[i].nodes.len(), 1);
+            assert!(!c[i].nodes.is_subset(&c[1].nodes), "{:?}", c);
+        }
+        assert_ne!(c[0].nodes, c[2].nodes);
+    }
+
+    #[test]
+    fn a_set_that_cannot_fit_is_refused_with_the_numbers() {
+        let needs = vec![need("a", 1.0, 10), need("b", 1.0, 8)];
+        let e = place(&needs, &four_nodes()).unwrap_err();
+        assert_eq!(e.tenant, "b");
+        for part in [
+            "tenant `b`",
+            "8GiB",
+            "node 0:",
+            "node 3:",
+            "4GiB of 4GiB free",
+        ] {
+            assert!(e.message.contains(part), "{part} missing: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn pinned_tenants_take_their_nodes_first() {
+        let mut pinned = need("fixed", 1.0, 3);
+        pinned.pinned = Some("0".parse().unwrap());
+        let c = place(&[pinned, need("auto", 1.0, 3)], &four_nodes()).unwrap();
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].nodes.to_string(), "1");
+    }
+
+    #[test]
+    fn when_nodes_run_out_tenants_share_and_say_with_whom() {
+        let nodes = &four_nodes()[..2];
+        let needs = vec![need("a", 0.5, 1), need("b", 0.5, 1), need("c", 0.0, 1)];
+        let c = place(&needs, nodes).unwrap();
+        assert!(c[2].reason.contains("beside"), "{}", c[2].reason);
+    }
+
+    #[test]
+    fn unknown_node_memory_is_no_limit() {
+        let nodes = vec![Node {
+            id: 0,
+            cpus: 2,
+            memory: None,
+        }];
+        let c = place(&[need("a", 2.0, 100)], &nodes).unwrap();
+        assert_eq!(c[0].nodes.to_string(), "0");
+    }
+
+    proptest! {
+        /// Whatever the needs: deterministic, in input order, each tenant within its nodes'
+        /// capacity, and refused exactly when the set is larger than the host.
+        #[test]
+        fn placements_respect_capacity(
+            needs in proptest::collection::vec((0u32..4, 0u64..9), 1..7),
+            node_gib in proptest::collection::vec(1u64..9, 1..5),
+        ) {
+            let needs: Vec<Need> = needs.iter().enumerate()
+                .map(|(i, (c, g))| need(&format!("t{i}"), *c as f64, *g)).collect();
+            let nodes: Vec<Node> = node_gib.iter().enumerate()
+                .map(|(i, g)| Node { id: i as u32, cpus: 4, memory: Some(g * GIB) }).collect();
+            let first = place(&needs, &nodes);
+            prop_assert_eq!(&first, &place(&needs, &nodes));
+            // spreading fills whatever is left, so a set is refused exactly when it is larger
+            // than the host
+            let total_mem: u64 = nodes.iter().map(|n| n.memory.unwrap()).sum();
+            let need_mem: u64 = needs.iter().map(|n| n.memory).sum();
+            let need_cores: f64 = needs.iter().map(|n| n.cores).sum();
+            let too_big = need_mem > total_mem || need_cores > 4.0 * nodes.len() as f64;
+            prop_assert_eq!(first.is_err(), too_big, "{:?}", first);
+            if let Ok(choices) = first {
+                prop_assert_eq!(choices.len(), needs.len());
+                // tenants alone on one node never exceed it together
+                let mut used: BTreeMap<u32, (f64, u64)> = BTreeMap::new();
+                for (c, n) in choices.iter().zip(&needs) {
+                    prop_assert_eq!(&c.tenant, &n.tenant);
+                    let cap_mem: u64 = c.nodes.iter().map(|i| nodes[i as usize].memory.unwrap()).sum();
+                    prop_assert!(cap_mem >= n.memory, "{:?} on {}", n, c.nodes);
+                    if c.nodes.len() == 1 {
+                        let u = used.entry(c.nodes.iter().next().unwrap()).or_default();
+                        u.0 += n.cores;
+                        u.1 += n.memory;
+                    }
+                }
+                for (i, (cores, mem)) in used {
+                    prop_assert!(cores <= 4.0 + 1e-9 && mem <= nodes[i as usize].memory.unwrap());
+                }
+            }
+        }
+    }
+}
