@@ -23,6 +23,7 @@ pub mod probe;
 pub mod replication;
 pub mod rundir;
 pub mod status;
+pub mod systemd;
 pub mod top;
 pub mod units;
 pub mod usage;

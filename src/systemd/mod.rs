@@ -1,0 +1,90 @@
+//! systemd as the host's cgroup manager: detecting it, finding the unit a process lives in, and
+//! talking to its manager on the system bus (`bus`): reading and setting a unit's resource
+//! properties at runtime, adopting processes into transient scopes, stopping and resetting units.
+//!
+//! Under systemd the cgroup tree has a single writer per group (systemd's
+//! docs/CGROUP_DELEGATION.md): dbcage may write a unit's limits only through systemd's API, and
+//! may write cgroup files only inside a subtree systemd delegated (`Delegate=yes`). This module
+//! owns the vocabulary for that (unit names, properties, the D-Bus calls); it never writes a
+//! cgroup file and never moves a process itself.
+
+pub mod bus;
+pub mod props;
+
+pub use bus::{Error, ScopeSpec, Systemd};
+pub use props::{DeviceLimit, Property, UnitResources};
+
+use crate::hostfs::HostFs;
+
+/// The slice dbcage's transient scopes live in.
+pub const SLICE: &str = "dbcage.slice";
+
+/// The transient scope that holds a tenant's processes started outside systemd.
+/// Tenant names are validated to letters, digits, `_`, `.` and `-`, all valid in unit names.
+pub fn scope_name(tenant: &str) -> String {
+    format!("dbcage-{tenant}.scope")
+}
+
+/// Unit types whose units hold processes (and so can hold a tenant's processes).
+const PROCESS_UNIT_SUFFIXES: &[&str] = &[".service", ".scope"];
+
+/// Unit types that have cgroups at all, as systemd names them in the tree.
+const CGROUP_UNIT_SUFFIXES: &[&str] =
+    &[".service", ".scope", ".slice", ".socket", ".mount", ".swap"];
+
+/// systemd is the cgroup manager when it is PID 1 and booted the system (`sd_booted()`: the
+/// directory /run/systemd/system exists). A systemd running in a container as PID 1 counts:
+/// it owns that container's tree the same way.
+pub fn is_cgroup_manager(fs: &HostFs) -> bool {
+    let pid1 = fs.read_to_string("/proc/1/comm").unwrap_or_default();
+    pid1.trim() == "systemd" && fs.path("/run/systemd/system").is_dir()
+}
+
+/// The unit a cgroup path belongs to, as systemd decides it (`cg_path_get_unit`): slices are
+/// skipped from the top, and the first component that is not a slice is the unit, whatever lies
+/// below it (a delegated unit's own subgroups belong to it). `None` for a path that ends in a
+/// slice or holds no unit name (`/`, dbcage's own `/dbcage/...` groups).
+pub fn unit_of_cgroup_path(path: &str) -> Option<&str> {
+    for component in path.split('/').filter(|c| !c.is_empty()) {
+        if component.ends_with(".slice") {
+            continue;
+        }
+        return CGROUP_UNIT_SUFFIXES
+            .iter()
+            .any(|s| component.len() > s.len() && component.ends_with(s))
+            .then_some(component);
+    }
+    None
+}
+
+/// Whether a unit name is one whose processes a tenant may live in (a service or a scope).
+pub fn holds_processes(unit: &str) -> bool {
+    PROCESS_UNIT_SUFFIXES.iter().any(|s| unit.ends_with(s))
+}
+
+/// The path of a process in systemd's own hierarchy, from /proc/PID/cgroup: the v2 line
+/// (`0::/system.slice/x.service`) on unified hosts, the `name=systemd` line on v1 and hybrid
+/// hosts (where the v2 line, if any, may be empty or belong to another manager).
+pub fn systemd_cgroup_of(proc_cgroup: &str) -> Option<String> {
+    let lines = crate::cgroup::parse_proc_cgroup(proc_cgroup);
+    let named = lines
+        .iter()
+        .find(|(ctrls, _)| ctrls.iter().any(|c| c == "name=systemd"));
+    if let Some((_, path)) = named {
+        return Some(path.clone());
+    }
+    lines
+        .iter()
+        .find(|(ctrls, _)| ctrls.is_empty())
+        .map(|(_, path)| path.clone())
+}
+
+/// The unit a process lives in, read from /proc/PID/cgroup (no bus call). `Ok(None)` when the
+/// process is in no unit (the root, or a group systemd does not know).
+pub fn unit_of_pid(fs: &HostFs, pid: u32) -> std::io::Result<Option<String>> {
+    let text = fs.read_to_string(format!("/proc/{pid}/cgroup"))?;
+    Ok(systemd_cgroup_of(&text).and_then(|p| unit_of_cgroup_path(&p).map(str::to_string)))
+}
+
+#[cfg(test)]
+mod tests;

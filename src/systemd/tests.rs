@@ -1,0 +1,183 @@
+use super::props::{cpuset_to_mask, mask_to_cpuset};
+use super::*;
+use crate::kernel::CpuSet;
+
+#[test]
+fn unit_of_a_cgroup_path_follows_systemd() {
+    let cases = [
+        (
+            "/system.slice/postgresql@15-main.service",
+            Some("postgresql@15-main.service"),
+        ),
+        // A delegated unit's own subgroups still belong to it.
+        ("/system.slice/x.service/supervisor", Some("x.service")),
+        ("/system.slice/x.service/y.service", Some("x.service")),
+        (
+            "/user.slice/user-1000.slice/session-2.scope",
+            Some("session-2.scope"),
+        ),
+        (
+            "/dbcage.slice/dbcage-bx1.scope/limited",
+            Some("dbcage-bx1.scope"),
+        ),
+        ("/init.scope", Some("init.scope")),
+        ("/system.slice", None),
+        ("/", None),
+        ("", None),
+        // dbcage's own groups outside any unit (parent = "root").
+        ("/dbcage/bx1/limited", None),
+        (".service", None),
+    ];
+    for (path, unit) in cases {
+        assert_eq!(unit_of_cgroup_path(path), unit, "{path}");
+    }
+}
+
+#[test]
+fn systemd_cgroup_of_reads_the_right_line() {
+    let v2 = "0::/system.slice/postgresql@15-main.service\n";
+    assert_eq!(
+        systemd_cgroup_of(v2).as_deref(),
+        Some("/system.slice/postgresql@15-main.service")
+    );
+    // v1 / hybrid: the name=systemd hierarchy decides, not the (possibly empty) v2 line.
+    let v1 =
+        "12:cpu,cpuacct:/dbcage/bx1/limited\n1:name=systemd:/system.slice/oracle.service\n0::/\n";
+    assert_eq!(
+        systemd_cgroup_of(v1).as_deref(),
+        Some("/system.slice/oracle.service")
+    );
+    assert_eq!(systemd_cgroup_of("garbage"), None);
+}
+
+#[test]
+fn unit_of_pid_and_detection_read_the_host_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = crate::hostfs::HostFs::with_root(dir.path());
+    std::fs::create_dir_all(fs.path("/proc/42")).unwrap();
+    std::fs::create_dir_all(fs.path("/proc/1")).unwrap();
+    std::fs::write(
+        fs.path("/proc/42/cgroup"),
+        "0::/system.slice/mariadb.service\n",
+    )
+    .unwrap();
+    assert_eq!(
+        unit_of_pid(&fs, 42).unwrap().as_deref(),
+        Some("mariadb.service")
+    );
+    assert!(unit_of_pid(&fs, 43).is_err());
+
+    std::fs::write(fs.path("/proc/1/comm"), "systemd\n").unwrap();
+    assert!(
+        !is_cgroup_manager(&fs),
+        "no /run/systemd/system: not booted with systemd"
+    );
+    std::fs::create_dir_all(fs.path("/run/systemd/system")).unwrap();
+    assert!(is_cgroup_manager(&fs));
+    std::fs::write(fs.path("/proc/1/comm"), "init\n").unwrap();
+    assert!(!is_cgroup_manager(&fs), "PID 1 is not systemd");
+}
+
+#[test]
+fn scope_names_are_unit_names() {
+    assert_eq!(scope_name("bx1"), "dbcage-bx1.scope");
+    assert!(holds_processes(&scope_name("a.b_c-d")));
+}
+
+#[test]
+fn cpu_masks_round_trip() {
+    for text in ["", "0", "1", "0-3", "0,9,17", "0-63", "5-12,100"] {
+        let set: CpuSet = text.parse().unwrap();
+        assert_eq!(mask_to_cpuset(&cpuset_to_mask(&set)), set, "{text}");
+    }
+    // cpu 9 is bit 1 of byte 1
+    assert_eq!(cpuset_to_mask(&"9".parse().unwrap()), vec![0, 2]);
+}
+
+#[test]
+fn properties_print_like_systemctl_show_and_reset_to_defaults() {
+    let p = Property::IoReadBandwidthMax(vec![DeviceLimit::new("/dev/vdc", 1_048_576)]);
+    assert_eq!(p.to_string(), "IOReadBandwidthMax=/dev/vdc 1048576");
+    assert_eq!(p.reset(), Property::IoReadBandwidthMax(vec![]));
+    assert_eq!(
+        Property::CpuQuotaPerSecUSec(None).to_string(),
+        "CPUQuotaPerSecUSec=infinity"
+    );
+    assert_eq!(Property::CpuWeight(None).to_string(), "CPUWeight=[not set]");
+    assert_eq!(
+        Property::MemoryLow(Some(5)).reset(),
+        Property::MemoryLow(Some(0))
+    );
+    assert_eq!(
+        Property::CpuQuotaPerSecUSec(None).to_value(),
+        zbus::zvariant::Value::U64(u64::MAX)
+    );
+}
+
+#[test]
+fn drift_compares_device_lists_as_sets() {
+    let now = UnitResources {
+        io_read_bandwidth_max: vec![
+            DeviceLimit::new("/dev/vdd", 2),
+            DeviceLimit::new("/dev/vdc", 1),
+        ],
+        cpu_weight: Some(50),
+        ..Default::default()
+    };
+    let same = Property::IoReadBandwidthMax(vec![
+        DeviceLimit::new("/dev/vdc", 1),
+        DeviceLimit::new("/dev/vdd", 2),
+    ]);
+    assert!(now.drift(std::slice::from_ref(&same)).is_empty());
+    let drifted = now.drift(&[
+        Property::CpuWeight(Some(100)),
+        Property::MemoryMax(Some(1 << 30)),
+    ]);
+    assert_eq!(
+        drifted,
+        vec![
+            (
+                Property::CpuWeight(Some(100)),
+                Property::CpuWeight(Some(50))
+            ),
+            (
+                Property::MemoryMax(Some(1 << 30)),
+                Property::MemoryMax(None)
+            ),
+        ]
+    );
+}
+
+#[test]
+fn properties_parse_what_they_print() {
+    let texts = [
+        "CPUQuotaPerSecUSec=500000",
+        "CPUQuotaPerSecUSec=infinity",
+        "CPUWeight=[not set]",
+        "CPUWeight=50",
+        "AllowedCPUs=0-1",
+        "AllowedMemoryNodes=0",
+        "MemoryMax=268435456",
+        "MemoryHigh=infinity",
+        "MemoryLow=0",
+        "MemorySwapMax=0",
+        "IOReadBandwidthMax=/dev/vdc 1048576, /dev/vdd 2097152",
+        "IOWriteBandwidthMax=",
+        "IOReadIOPSMax=/dev/vdc 100",
+        "IOWriteIOPSMax=/dev/vdd 50",
+        "Delegate=yes",
+    ];
+    for text in texts {
+        let p: Property = text.parse().unwrap();
+        assert_eq!(p.to_string(), text);
+    }
+    for bad in [
+        "CPUWeight",
+        "CPUWeight=x",
+        "Nice=5",
+        "Delegate=maybe",
+        "IOReadIOPSMax=/dev/vdc",
+    ] {
+        assert!(bad.parse::<Property>().is_err(), "{bad}");
+    }
+}
