@@ -7,6 +7,9 @@
 //! sdbus set UNIT Name=value...       SetUnitProperties(runtime=true)
 //! sdbus scope TENANT PID... [-- Name=value...]   StartTransientUnit dbcage-TENANT.scope
 //! sdbus stop UNIT | reset-failed UNIT
+//! sdbus assert UNIT Name=value...    govern::assert_unit: prints each repaired property
+//! sdbus adopt TENANT PID... [-- Name=value...]   govern::adopt (start or attach)
+//! sdbus release UNIT Name=value...   govern::release: those properties back to defaults
 //! sdbus threads                      the threads of this process after connecting
 //! sdbus detect                       whether systemd is the cgroup manager
 //! ```
@@ -15,7 +18,7 @@
 use std::process::ExitCode;
 
 use dbcage::hostfs::HostFs;
-use dbcage::systemd::{self, Property, ScopeSpec, Systemd};
+use dbcage::systemd::{self, govern, Property, ScopeSpec, Systemd};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -94,6 +97,24 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             println!("started {} in {:?}", spec.name, t0.elapsed());
         }
         ["stop", unit] => Systemd::connect()?.stop_unit(unit)?,
+        ["assert", unit, ..] => {
+            let repaired = govern::assert_unit(&Systemd::connect()?, unit, &props(&args[2..])?)?;
+            for (want, was) in &repaired {
+                println!("repaired {want} (was {was})");
+            }
+            println!("repairs={}", repaired.len());
+        }
+        ["adopt", tenant, rest @ ..] => {
+            let split = rest.iter().position(|w| *w == "--").unwrap_or(rest.len());
+            let pids = rest[..split]
+                .iter()
+                .map(|p| p.parse::<u32>())
+                .collect::<Result<Vec<_>, _>>()?;
+            let properties = props(&args[2 + (split + 1).min(rest.len())..])?;
+            let how = govern::adopt(&Systemd::connect()?, tenant, &pids, &properties)?;
+            println!("adopted={how:?}");
+        }
+        ["release", unit, ..] => govern::release(&Systemd::connect()?, unit, &props(&args[2..])?)?,
         ["reset-failed", unit] => Systemd::connect()?.reset_failed(unit)?,
         ["threads"] => {
             let before = threads()?;

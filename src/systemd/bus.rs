@@ -40,6 +40,12 @@ trait Manager {
     ) -> zbus::Result<OwnedObjectPath>;
     fn stop_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
     fn reset_failed_unit(&self, name: &str) -> zbus::Result<()>;
+    fn attach_processes_to_unit(
+        &self,
+        unit_name: &str,
+        subcgroup: &str,
+        pids: &[u32],
+    ) -> zbus::Result<()>;
     #[zbus(signal)]
     fn job_removed(&self, id: u32, job: OwnedObjectPath, unit: String, result: String);
 }
@@ -253,6 +259,16 @@ impl Systemd {
     pub fn stop_unit(&self, unit: &str) -> Result<(), Error> {
         let call = self.manager_async.stop_unit(unit, "replace");
         self.run_job("StopUnit", unit, &[], call)
+    }
+
+    /// Moves processes into a running unit's cgroup (AttachProcessesToUnit; systemd >= 238),
+    /// e.g. a tenant's new processes into its existing scope. `subcgroup` is a path below the
+    /// unit's cgroup (`""` for the unit's own; a subgroup needs Delegate=yes).
+    pub fn attach(&self, unit: &str, subcgroup: &str, pids: &[u32]) -> Result<(), Error> {
+        let shown = vec![format!("PIDs={pids:?}")];
+        self.manager
+            .attach_processes_to_unit(unit, subcgroup, pids)
+            .map_err(|e| Error::call("AttachProcessesToUnit", unit, &shown, e))
     }
 
     /// Forgets a unit's failed state (so a scope of the same name can be started again).

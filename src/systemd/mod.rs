@@ -9,6 +9,8 @@
 //! cgroup file and never moves a process itself.
 
 pub mod bus;
+pub mod govern;
+pub mod plan;
 pub mod props;
 
 pub use bus::{Error, ScopeSpec, Systemd};
