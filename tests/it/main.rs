@@ -26,6 +26,7 @@ mod pg_repl;
 mod postgres;
 mod presets;
 mod probe;
+mod service_caps;
 mod skips;
 mod throttle;
 mod web;
