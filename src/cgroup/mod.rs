@@ -9,10 +9,12 @@
 //! Kernel references: Documentation/admin-guide/cgroup-v1/*.rst, cgroup-v2.rst.
 
 pub mod apply;
+pub mod coverage;
 pub mod driver;
 pub mod model;
 pub mod read;
 pub mod stats;
+pub mod systemd;
 pub mod v1;
 pub mod v2;
 

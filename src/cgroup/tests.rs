@@ -30,6 +30,7 @@ fn agent(parent: ParentSpec) -> Agent {
         parent,
         metrics: None,
         control_group: None,
+        manager: Default::default(),
     }
 }
 

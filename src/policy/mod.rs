@@ -48,6 +48,44 @@ pub struct Agent {
     pub metrics: Option<std::net::SocketAddr>,
     /// `agent.control_group`: members may use the control socket (root always may).
     pub control_group: Option<ControlGroup>,
+    /// `agent.manager`: who owns the cgroup tree dbcage governs in.
+    pub manager: ManagerChoice,
+}
+
+/// `agent.manager`: whether limits go through systemd (units' properties, transient scopes,
+/// delegated subtrees) or straight to cgroupfs. `Auto` decides from the host at start-up
+/// (`systemd::is_cgroup_manager`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ManagerChoice {
+    #[default]
+    Auto,
+    Systemd,
+    Cgroupfs,
+}
+
+impl ManagerChoice {
+    pub const NAMES: &'static [&'static str] = &["auto", "systemd", "cgroupfs"];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ManagerChoice::Auto => "auto",
+            ManagerChoice::Systemd => "systemd",
+            ManagerChoice::Cgroupfs => "cgroupfs",
+        }
+    }
+}
+
+impl std::str::FromStr for ManagerChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(ManagerChoice::Auto),
+            "systemd" => Ok(ManagerChoice::Systemd),
+            "cgroupfs" => Ok(ManagerChoice::Cgroupfs),
+            other => Err(format!(
+                "`{other}` is not a cgroup manager; use \"auto\" (systemd when it runs the host), \"systemd\" or \"cgroupfs\""
+            )),
+        }
+    }
 }
 
 /// A group named by the policy, resolved to its id.

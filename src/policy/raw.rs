@@ -24,6 +24,9 @@ pub struct RawAgent {
     pub metrics: Option<Loc<String>>,
     /// A group whose members may use the daemon's control socket (`dbcage set`, `reload`).
     pub control_group: Option<Loc<Name>>,
+    /// Who manages the cgroup tree: `"auto"` (default: systemd when it is PID 1 and booted the
+    /// host), `"systemd"` or `"cgroupfs"` (dbcage writes the tree itself).
+    pub manager: Option<Loc<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -250,6 +253,7 @@ impl RawAgent {
         take(&mut self.parent, later.parent);
         take(&mut self.metrics, later.metrics);
         take(&mut self.control_group, later.control_group);
+        take(&mut self.manager, later.manager);
     }
 }
 

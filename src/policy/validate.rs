@@ -333,6 +333,13 @@ fn validate_agent(ctx: &mut Ctx, raw: super::raw::RawAgent) -> Agent {
             }
         },
     };
+    let manager = match raw.manager {
+        None => ManagerChoice::Auto,
+        Some(m) => m.value.parse().unwrap_or_else(|e| {
+            ctx.error(&m, format!("agent.manager: {e}"));
+            ManagerChoice::Auto
+        }),
+    };
     let accounts = ctx.accounts;
     let control_group = raw.control_group.and_then(|g| {
         let (name, gid) = match &g.value {
@@ -358,6 +365,7 @@ fn validate_agent(ctx: &mut Ctx, raw: super::raw::RawAgent) -> Agent {
         parent,
         metrics,
         control_group,
+        manager,
     }
 }
 

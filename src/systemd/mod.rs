@@ -17,6 +17,7 @@ pub use bus::{Error, ScopeSpec, Systemd};
 pub use props::{DeviceLimit, Property, UnitResources};
 
 use crate::hostfs::HostFs;
+use crate::policy::ManagerChoice;
 
 /// The slice dbcage's transient scopes live in.
 pub const SLICE: &str = "dbcage.slice";
@@ -40,6 +41,48 @@ const CGROUP_UNIT_SUFFIXES: &[&str] =
 pub fn is_cgroup_manager(fs: &HostFs) -> bool {
     let pid1 = fs.read_to_string("/proc/1/comm").unwrap_or_default();
     pid1.trim() == "systemd" && fs.path("/run/systemd/system").is_dir()
+}
+
+/// Who writes the cgroup tree dbcage governs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Manager {
+    /// Through systemd: units' properties, transient scopes, delegated subtrees.
+    Systemd,
+    /// dbcage writes cgroupfs itself (hosts without systemd, or by choice).
+    Cgroupfs,
+}
+
+impl Manager {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Manager::Systemd => "systemd",
+            Manager::Cgroupfs => "cgroupfs",
+        }
+    }
+}
+
+/// `agent.manager` against the host: `auto` follows detection; `systemd` on a host systemd
+/// does not run is refused (with what was found), since nothing there would apply the limits.
+pub fn resolve(choice: ManagerChoice, fs: &HostFs) -> Result<Manager, String> {
+    let detected = is_cgroup_manager(fs);
+    match choice {
+        ManagerChoice::Auto if detected => Ok(Manager::Systemd),
+        ManagerChoice::Auto | ManagerChoice::Cgroupfs => Ok(Manager::Cgroupfs),
+        ManagerChoice::Systemd if detected => Ok(Manager::Systemd),
+        ManagerChoice::Systemd => {
+            let pid1 = fs.read_to_string("/proc/1/comm").unwrap_or_default();
+            Err(format!(
+                "agent.manager = \"systemd\", but systemd does not run this host (PID 1 is `{}`, \
+                 /run/systemd/system {}); use \"auto\" or \"cgroupfs\"",
+                pid1.trim(),
+                if fs.path("/run/systemd/system").is_dir() {
+                    "exists"
+                } else {
+                    "is missing"
+                }
+            ))
+        }
+    }
 }
 
 /// The unit a cgroup path belongs to, as systemd decides it (`cg_path_get_unit`): slices are
@@ -68,17 +111,22 @@ pub fn holds_processes(unit: &str) -> bool {
 /// (`0::/system.slice/x.service`) on unified hosts, the `name=systemd` line on v1 and hybrid
 /// hosts (where the v2 line, if any, may be empty or belong to another manager).
 pub fn systemd_cgroup_of(proc_cgroup: &str) -> Option<String> {
-    let lines = crate::cgroup::parse_proc_cgroup(proc_cgroup);
+    // `ID:controllers:path`; parsed here rather than with the cgroup module's reader, which
+    // sits above this module.
+    let lines: Vec<(&str, &str)> = proc_cgroup
+        .lines()
+        .filter_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let _id = parts.next()?;
+            Some((parts.next()?, parts.next()?))
+        })
+        .collect();
     let named = lines
         .iter()
-        .find(|(ctrls, _)| ctrls.iter().any(|c| c == "name=systemd"));
-    if let Some((_, path)) = named {
-        return Some(path.clone());
-    }
-    lines
-        .iter()
-        .find(|(ctrls, _)| ctrls.is_empty())
-        .map(|(_, path)| path.clone())
+        .find(|(ctrls, _)| ctrls.split(',').any(|c| c == "name=systemd"));
+    named
+        .or_else(|| lines.iter().find(|(ctrls, _)| ctrls.is_empty()))
+        .map(|(_, path)| path.to_string())
 }
 
 /// The unit a process lives in, read from /proc/PID/cgroup (no bus call). `Ok(None)` when the

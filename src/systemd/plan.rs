@@ -1,78 +1,11 @@
-//! What dbcage asks of systemd for a tenant, computed without touching the host: the unit
-//! properties that express a tenant's settings (the same `TenantSettings` the cgroupfs drivers
-//! encode as files; the instance-total IO split arrives already divided per device and becomes
-//! per-device IO properties), and where each of a tenant's processes is governed: in place in a
-//! unit of its own, or adopted into the tenant's transient scope.
+//! Where each of a tenant's processes is governed under systemd (in place in a unit of its
+//! own, or adopted into the tenant's transient scope), and how systemd names a device. The
+//! unit properties for a tenant's settings are encoded next to the other drivers, in
+//! `cgroup::systemd`.
 
 use std::collections::BTreeMap;
 
-use super::props::{DeviceLimit, Property};
-use crate::cgroup::model::TenantSettings;
 use crate::kernel::DevNum;
-
-/// The kernel's default cpu weight; systemd's "not set" leaves it there.
-const DEFAULT_WEIGHT: u32 = 100;
-
-/// The properties that give a unit a tenant's settings. `unified`: cgroup v2 (cpuset and the
-/// MemoryHigh/Low/SwapMax knobs exist only there; systemd maps the rest to v1 files itself).
-/// `device_path` names a device as systemd takes it (a node path such as `/dev/vdc`).
-/// Every property dbcage manages is listed, unset ones with their default value, so that
-/// setting the list also clears what an earlier plan set.
-pub fn unit_properties(
-    s: &TenantSettings,
-    unified: bool,
-    device_path: impl Fn(DevNum) -> String,
-) -> Vec<Property> {
-    let cores_to_usec = |c: f64| (c * 1_000_000.0).round() as u64;
-    let devices = |pick: fn(&crate::policy::IoLimits) -> Option<u64>| {
-        s.io.iter()
-            .filter_map(|(dev, l)| pick(l).map(|v| DeviceLimit::new(device_path(*dev), v)))
-            .collect::<Vec<_>>()
-    };
-    let mut props = vec![
-        Property::CpuQuotaPerSecUSec(s.cpu_cores.map(cores_to_usec)),
-        Property::CpuWeight((s.cpu_weight != DEFAULT_WEIGHT).then_some(u64::from(s.cpu_weight))),
-        Property::MemoryMax(s.memory_max),
-        Property::IoReadBandwidthMax(devices(|l| l.read_bps)),
-        Property::IoWriteBandwidthMax(devices(|l| l.write_bps)),
-        Property::IoReadIopsMax(devices(|l| l.read_iops)),
-        Property::IoWriteIopsMax(devices(|l| l.write_iops)),
-    ];
-    if unified {
-        props.extend([
-            Property::AllowedCpus(s.cpus.clone()),
-            Property::AllowedMemoryNodes(s.mems.clone()),
-            Property::MemoryHigh(s.memory_high),
-            Property::MemoryLow(Some(s.memory_low.unwrap_or(0))),
-            Property::MemorySwapMax(s.memory_swap_max),
-        ]);
-    }
-    props
-}
-
-/// Settings systemd cannot express on this hierarchy, for the "not applied, and why" report.
-pub fn unexpressible(s: &TenantSettings, unified: bool) -> Vec<String> {
-    let mut out = Vec::new();
-    if !unified {
-        if !s.cpus.is_empty() || !s.mems.is_empty() {
-            out.push(
-                "cpu.cpus / numa_nodes: systemd has no cpuset on cgroup v1; needs Delegate=yes \
-                 and a cpuset group dbcage writes itself"
-                    .to_string(),
-            );
-        }
-        for (set, name) in [
-            (s.memory_high.is_some(), "memory.high"),
-            (s.memory_low.is_some(), "memory.low"),
-            (s.memory_swap_max.is_some(), "memory.swap_max"),
-        ] {
-            if set {
-                out.push(format!("{name}: cgroup v2 only"));
-            }
-        }
-    }
-    out
-}
 
 /// The node path systemd accepts for a device: `/dev/<DEVNAME>` from the device's uevent
 /// (`/sys/dev/block/MAJ:MIN/uevent`), or udev's `/dev/block/MAJ:MIN` link when it has none.
@@ -139,90 +72,6 @@ fn is_shared(unit: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::CpuSet;
-    use crate::policy::IoLimits;
-
-    fn settings() -> TenantSettings {
-        let mut io = BTreeMap::new();
-        io.insert(
-            DevNum {
-                major: 254,
-                minor: 32,
-            },
-            IoLimits {
-                read_bps: Some(1 << 20),
-                read_iops: Some(100),
-                ..Default::default()
-            },
-        );
-        io.insert(
-            DevNum {
-                major: 254,
-                minor: 48,
-            },
-            IoLimits {
-                read_bps: Some(2 << 20),
-                write_bps: Some(3 << 20),
-                ..Default::default()
-            },
-        );
-        TenantSettings {
-            io,
-            cpu_cores: Some(1.5),
-            cpu_weight: 50,
-            cpus: "1".parse().unwrap(),
-            mems: CpuSet::default(),
-            memory_max: Some(1 << 30),
-            memory_high: None,
-            memory_low: None,
-            memory_swap_max: Some(0),
-        }
-    }
-
-    fn name(d: DevNum) -> String {
-        format!("/dev/x{}", d.minor)
-    }
-
-    #[test]
-    fn settings_become_unit_properties_with_the_split_per_device() {
-        let props = unit_properties(&settings(), true, name);
-        let shown: Vec<String> = props.iter().map(|p| p.to_string()).collect();
-        assert_eq!(
-            shown,
-            [
-                "CPUQuotaPerSecUSec=1500000",
-                "CPUWeight=50",
-                "MemoryMax=1073741824",
-                "IOReadBandwidthMax=/dev/x32 1048576, /dev/x48 2097152",
-                "IOWriteBandwidthMax=/dev/x48 3145728",
-                "IOReadIOPSMax=/dev/x32 100",
-                "IOWriteIOPSMax=",
-                "AllowedCPUs=1",
-                "AllowedMemoryNodes=",
-                "MemoryHigh=infinity",
-                "MemoryLow=0",
-                "MemorySwapMax=0",
-            ]
-        );
-        // v1: no cpuset and no v2-only memory knobs, and the report says what is left out.
-        let v1 = unit_properties(&settings(), false, name);
-        assert_eq!(v1.len(), 7);
-        let left = unexpressible(&settings(), false);
-        assert_eq!(left.len(), 2, "{left:?}");
-        assert!(left[0].contains("cpuset"));
-        assert!(left[1].contains("memory.swap_max"));
-        assert!(unexpressible(&settings(), true).is_empty());
-    }
-
-    #[test]
-    fn default_weight_and_no_quota_are_systemd_defaults() {
-        let mut s = settings();
-        s.cpu_weight = 100;
-        s.cpu_cores = None;
-        let props = unit_properties(&s, true, name);
-        assert!(props.contains(&Property::CpuWeight(None)));
-        assert!(props.contains(&Property::CpuQuotaPerSecUSec(None)));
-    }
 
     #[test]
     fn device_nodes_from_uevent_or_the_dev_block_link() {

@@ -1,6 +1,7 @@
 use super::props::{cpuset_to_mask, mask_to_cpuset};
 use super::*;
 use crate::kernel::CpuSet;
+use crate::policy::ManagerChoice;
 
 #[test]
 fn unit_of_a_cgroup_path_follows_systemd() {
@@ -74,8 +75,17 @@ fn unit_of_pid_and_detection_read_the_host_tree() {
     );
     std::fs::create_dir_all(fs.path("/run/systemd/system")).unwrap();
     assert!(is_cgroup_manager(&fs));
+    assert_eq!(resolve(ManagerChoice::Auto, &fs), Ok(Manager::Systemd));
+    assert_eq!(resolve(ManagerChoice::Cgroupfs, &fs), Ok(Manager::Cgroupfs));
+    assert_eq!(resolve(ManagerChoice::Systemd, &fs), Ok(Manager::Systemd));
     std::fs::write(fs.path("/proc/1/comm"), "init\n").unwrap();
     assert!(!is_cgroup_manager(&fs), "PID 1 is not systemd");
+    assert_eq!(resolve(ManagerChoice::Auto, &fs), Ok(Manager::Cgroupfs));
+    let err = resolve(ManagerChoice::Systemd, &fs).unwrap_err();
+    assert!(
+        err.contains("PID 1 is `init`") && err.contains("exists"),
+        "{err}"
+    );
 }
 
 #[test]

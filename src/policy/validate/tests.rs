@@ -1145,6 +1145,28 @@ fn agent_metrics_address() {
 }
 
 #[test]
+fn agent_manager_choice() {
+    assert_eq!(ok("").policy.agent.manager, ManagerChoice::Auto);
+    for (text, want) in [
+        ("auto", ManagerChoice::Auto),
+        ("systemd", ManagerChoice::Systemd),
+        ("cgroupfs", ManagerChoice::Cgroupfs),
+    ] {
+        let l = ok(&format!("[agent]\nmanager = \"{text}\"\n"));
+        assert_eq!(l.policy.agent.manager, want);
+        assert_eq!(want.as_str(), text);
+    }
+    let text = "[agent]\nmanager = \"systemctl\"\n";
+    let msg = error(text);
+    assert_located(
+        &msg,
+        text,
+        "\"systemctl\"",
+        &["agent.manager", "`systemctl`", "\"cgroupfs\""],
+    );
+}
+
+#[test]
 fn io_split_keys_parse_with_defaults() {
     let base = "[[tenant]]\nname = \"a\"\nmatch = [{ comm = \"x\" }]\nstorage = [\"/data\"]\n";
     let l = ok(&format!("{base}[tenant.io]\nread_bps = \"12MiB\"\n"));
