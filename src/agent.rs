@@ -303,6 +303,40 @@ impl Daemon {
         let _ = self.rescan_hist.record(start.elapsed().as_micros() as u64);
     }
 
+    /// The tenants' processes (as classified now) that sit in groups without the controllers
+    /// their tenant's settings in `plan` need.
+    fn uncovered(&self, plan: &Plan) -> Vec<crate::cgroup::coverage::Uncovered> {
+        let tenants = &self.ctx.loaded.policy.tenants;
+        let mut out = Vec::new();
+        for summary in &plan.tenants {
+            let Some(ti) = tenants.iter().position(|t| t.name == summary.name) else {
+                continue;
+            };
+            for leaf in [Leaf::Limited, Leaf::Exempt] {
+                let mut pids: Vec<u32> = self
+                    .members
+                    .iter()
+                    .filter(|(_, place)| **place == (ti, leaf))
+                    .map(|(pid, _)| *pid)
+                    .collect();
+                pids.sort_unstable();
+                let mut needed = crate::cgroup::coverage::needed(&summary.settings);
+                if leaf == Leaf::Exempt {
+                    // The exempt leaf has the tenant's cpu and memory limits, no IO limits.
+                    needed.remove(&crate::cgroup::Controller::Io);
+                }
+                out.extend(crate::cgroup::coverage::check(
+                    &self.ctx.fs,
+                    &self.ctx.layout.setup,
+                    &summary.name,
+                    &pids,
+                    &needed,
+                ));
+            }
+        }
+        out
+    }
+
     fn refresh_members(&mut self) {
         self.members.clear();
         let placements = classify(&self.ctx.loaded.policy.tenants, &self.ctx.inventory.procs);
@@ -943,6 +977,17 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         move_log: MoveLog::default(),
     };
     agent.publish();
+    let manager = crate::systemd::resolve(agent.ctx.loaded.policy.agent.manager, &agent.ctx.fs)
+        .map_err(anyhow::Error::msg)?;
+    info!(manager = manager.as_str(), "cgroup manager");
+    if manager == crate::systemd::Manager::Systemd {
+        warn!(
+            "systemd manages this host's cgroups, but this build still places processes through \
+             cgroupfs itself: processes move out of their units (systemctl stop/restart then \
+             miss them); the systemd driver (limits as unit properties, dbcage.slice scopes) is \
+             not wired into the daemon yet"
+        );
+    }
     let first = engine::plan(&agent.ctx, &agent.adjust)?;
     agent.execute(&first, None);
     agent
@@ -951,6 +996,22 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         .last_scan_ms
         .store(unix_ms(), Ordering::Relaxed);
     agent.refresh_members();
+    // A process whose group lacks a controller its limits need runs unlimited however many
+    // moves succeeded: refuse to start (systemd shows the unit failed, with these lines).
+    let uncovered = agent.uncovered(&first);
+    if !uncovered.is_empty() {
+        for u in &uncovered {
+            tracing::error!("{u}");
+        }
+        anyhow::bail!(
+            "{} process(es) of the policy's tenants sit in groups without the controllers their \
+             limits need (first: {}); on cgroup v2 the group's parent must enable them in \
+             cgroup.subtree_control, which a systemd unit gets with Delegate=yes; the packaged \
+             unit needs CAP_SYS_NICE for cpuset moves",
+            uncovered.len(),
+            uncovered[0]
+        );
+    }
     let mut storage_watch = watch_dirs(&agent.ctx.loaded.policy);
     let hierarchies: Vec<&Path> = agent
         .ctx

@@ -115,6 +115,10 @@ pub struct TenantStatus {
     pub pressure: Option<stats::PressureSet>,
     /// Limits the tenant sits at (95% or more in use): `io.read_bps`, `cpu.cores`, `memory.max`.
     pub at_limit: Vec<String>,
+    /// Leaves that hold processes but lack controllers the tenant's limits need: those limits
+    /// do not apply (`limited: cpuset, memory`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_limited: Vec<String>,
     /// The replication guard's last look (`[tenant.replication]`, while a daemon runs it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replication: Option<crate::replication::GuardStatus>,
@@ -232,6 +236,7 @@ pub fn collect(
             .tenant_mems(&t.name)
             .filter(|m| !m.is_empty() && all_nodes.as_ref().is_some_and(|all| *m != *all));
         let mut node_bytes: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut not_limited = Vec::new();
         for leaf in [Leaf::Limited, Leaf::Exempt] {
             if layout.setup.hierarchies.is_empty() {
                 break;
@@ -248,6 +253,17 @@ pub fn collect(
                             *node_bytes.entry(n).or_default() += b;
                         }
                     }
+                }
+            }
+            if !pids.is_empty() {
+                let mut needed = cgroup::coverage::needed_by_policy(t);
+                if leaf == Leaf::Exempt {
+                    needed.remove(&Controller::Io);
+                }
+                let lacks = cgroup::coverage::leaf_lacks(layout, &t.name, leaf, &needed);
+                if !lacks.is_empty() {
+                    let names: Vec<&str> = lacks.iter().map(|c| c.v1_name()).collect();
+                    not_limited.push(format!("{}: {}", leaf.dir(), names.join(", ")));
                 }
             }
             if procs.is_some() {
@@ -316,6 +332,7 @@ pub fn collect(
             numa_local_share: own_nodes.and_then(|own| local_share(&node_bytes, &own)),
             pressure,
             at_limit: Vec::new(),
+            not_limited,
             replication: guarded.as_ref().and_then(|g| g.get(&t.name)).cloned(),
         };
         status.at_limit = at_limit(&status);
@@ -557,6 +574,7 @@ pub(crate) mod tests {
             numa_local_share: None,
             pressure: None,
             at_limit: Vec::new(),
+            not_limited: Vec::new(),
             replication: None,
         }
     }

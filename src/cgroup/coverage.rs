@@ -34,6 +34,55 @@ pub fn needed(s: &TenantSettings) -> BTreeSet<Controller> {
     out
 }
 
+/// The controllers a policy tenant's limits need, before any plan (for `status`): like `needed`,
+/// from the policy's values.
+pub fn needed_by_policy(t: &crate::policy::Tenant) -> BTreeSet<Controller> {
+    let mut out = BTreeSet::new();
+    if t.has_io_limits() {
+        out.insert(Controller::Io);
+    }
+    if t.cpu.cores.is_some() || t.cpu.weight.is_some_and(|w| w != 100) {
+        out.insert(Controller::Cpu);
+    }
+    if t.cpu.cpus.is_some() || t.cpu.numa_nodes.is_some() {
+        out.insert(Controller::Cpuset);
+    }
+    let m = &t.memory;
+    if m.max.is_some() || m.high.is_some() || m.low.is_some() || m.swap_max.is_some() {
+        out.insert(Controller::Memory);
+    }
+    out
+}
+
+/// Which of `needed` a tenant's leaf lacks: no hierarchy has the controller, or (v2) the
+/// controller is not in the leaf's `cgroup.controllers`. A leaf that does not exist lacks
+/// nothing here (it has no processes either).
+pub fn leaf_lacks(
+    layout: &super::Layout,
+    tenant: &str,
+    leaf: crate::classify::Leaf,
+    needed: &BTreeSet<Controller>,
+) -> Vec<Controller> {
+    let setup = &layout.setup;
+    needed
+        .iter()
+        .copied()
+        .filter(|&c| {
+            let Some(h) = setup.hierarchy_of(c) else {
+                return true;
+            };
+            match setup.hierarchies[h].version {
+                Version::V1 => false,
+                Version::V2 => {
+                    let file = layout.leaf_dir(h, tenant, leaf).join("cgroup.controllers");
+                    std::fs::read_to_string(file)
+                        .is_ok_and(|have| !have.split_whitespace().any(|n| Some(n) == c.v2_name()))
+                }
+            }
+        })
+        .collect()
+}
+
 /// A process of a tenant whose group lacks controllers its limits need.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Uncovered {

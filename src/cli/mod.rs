@@ -436,6 +436,14 @@ fn check(config: &PolicyPath, out: &mut impl std::io::Write) -> Result<ExitCode>
         crate::units::count(policy.tenants.len(), "tenant", "tenants")
     )?;
     writeln!(out, "cgroup controllers: {}", ctx.layout.setup.describe())?;
+    let choice = policy.agent.manager;
+    let manager = crate::systemd::resolve(choice, &ctx.fs).map_err(anyhow::Error::msg)?;
+    writeln!(
+        out,
+        "cgroup manager: {} (agent.manager = \"{}\")",
+        manager.as_str(),
+        choice.as_str()
+    )?;
     for t in &plan.tenants {
         let devices = &ctx.inventory.tenants[policy
             .tenants

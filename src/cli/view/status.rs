@@ -44,6 +44,12 @@ pub fn print_status_table(
         let rates = r.io.rates;
         let lim = |v: Option<u64>| v.map(|v| v as f64);
         let mut notes = Vec::new();
+        if !r.not_limited.is_empty() {
+            notes.push(format!(
+                "NOT LIMITED, no controller ({})",
+                r.not_limited.join("; ")
+            ));
+        }
         if !r.at_limit.is_empty() {
             notes.push(format!("AT LIMIT {}", r.at_limit.join(",")));
         }

@@ -50,7 +50,9 @@ eq "cpuset.cpus.effective of the victim's group" "$(cat $G/cpuset.cpus.effective
 eq "cpu.max of the victim's tenant group" "$(cat $G/../cpu.max 2>&1)" "50000 100000"
 eperm=$(journalctl -b -u dbcage --no-pager | grep -ci 'permission denied\|operation not permitted\|EPERM')
 eq "EPERM lines in dbcage's journal (shipped caps)" "$eperm" "0"
-dbcage status 2>&1 | sed 's/^/  status: /'
+st=$(dbcage status 2>&1)
+echo "$st" | sed 's/^/  status: /'
+case $st in *"NOT LIMITED"*) fail "status says NOT LIMITED with the shipped caps" ;; *) pass "status: no NOT LIMITED note" ;; esac
 systemctl stop dbcage.service
 dbcage release >/dev/null 2>&1 || true
 echo $victim >/sys/fs/cgroup/cgroup.procs 2>/dev/null || true
@@ -62,13 +64,18 @@ printf '[Service]\nCapabilityBoundingSet=\nCapabilityBoundingSet=%s\n' "$caps" >
 systemctl daemon-reload
 journalctl --rotate >/dev/null 2>&1
 since=$(date +%s)
-systemctl start dbcage.service
+# The move fails, the process stays in a group without cpuset: the daemon must refuse to run.
+systemctl start dbcage.service && fail "dbcage started although its tenant's process is not limited" ||
+	pass "dbcage refused to start (the unit's start failed)"
 systemctl show -p CapabilityBoundingSet --value dbcage.service | sed 's/^/  bounding set: /'
-sleep 3
+sleep 1
 journalctl -b -u dbcage --no-pager --since "@$since" | tail -8 | sed 's/^/  journal: /'
 eperm=$(journalctl -b -u dbcage --no-pager --since "@$since" | grep -ci 'permission denied\|operation not permitted\|EPERM')
 [ "$eperm" -gt 0 ] && pass "without CAP_SYS_NICE the journal shows EPERM ($eperm lines)" ||
 	fail "without CAP_SYS_NICE no EPERM: is the capability still needed on v2?"
+refused=$(journalctl -b -u dbcage --no-pager --since "@$since" | grep -c 'without the controllers their limits need')
+[ "$refused" -gt 0 ] && pass "the journal says why ($refused lines)" || fail "no refusal in the journal"
+journalctl -b -u dbcage --no-pager --since "@$since" | grep -m2 'has no .* controller' | sed 's/^/  journal: /'
 systemctl stop dbcage.service
 kill $victim
 echo "RESULT: $fails failure(s)"
