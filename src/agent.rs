@@ -374,6 +374,20 @@ impl Daemon {
             .record(write_start.elapsed().as_micros().max(1) as u64);
         // Logged after the writes, so that the line costs the process no time outside its group.
         for s in &plan.steps {
+            if let Step::SetUnitProperties { unit, set, was, .. } = s {
+                for (want, now) in set.iter().zip(was) {
+                    info!(unit = %unit, "unit property {now} differs from the plan: set {want}");
+                }
+                self.shared
+                    .health
+                    .systemd_repairs
+                    .fetch_add(set.len() as u64, Ordering::Relaxed);
+            }
+            if let Step::Adopt { tenant, pids, .. } = s {
+                info!(tenant = %tenant, ?pids, "adopted into {}", crate::systemd::scope_name(tenant));
+            }
+        }
+        for s in &plan.steps {
             if let Step::Move {
                 pid,
                 comm,
@@ -445,6 +459,12 @@ impl Daemon {
         let Some(placed) = placements.first() else {
             return;
         };
+        if self.ctx.manager == crate::systemd::Manager::Systemd {
+            // Under systemd the process stays in its unit (whose properties hold the limits)
+            // or is adopted by the next full plan; dbcage never moves it through cgroupfs.
+            self.stats.already_placed += 1;
+            return;
+        }
         let place = (placed.tenant, placed.leaf);
         if self.members.insert(pid, place) == Some(place) {
             // Placed there already (by us, or inherited from its parent): nothing to read or write.
@@ -981,11 +1001,11 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         .map_err(anyhow::Error::msg)?;
     info!(manager = manager.as_str(), "cgroup manager");
     if manager == crate::systemd::Manager::Systemd {
-        warn!(
-            "systemd manages this host's cgroups, but this build still places processes through \
-             cgroupfs itself: processes move out of their units (systemctl stop/restart then \
-             miss them); the systemd driver (limits as unit properties, dbcage.slice scopes) is \
-             not wired into the daemon yet"
+        info!(
+            "systemd manages this host's cgroups: limits go on the units as runtime properties, \
+             processes outside a unit of their own are adopted into dbcage.slice scopes, at each \
+             full plan (start, rescan every {:?}, reload)",
+            agent.opts.rescan
         );
     }
     let first = engine::plan(&agent.ctx, &agent.adjust)?;

@@ -35,6 +35,8 @@ pub struct Health {
     pub rescans: AtomicU64,
     pub moves: AtomicU64,
     pub reload_failures: AtomicU64,
+    /// Under systemd: unit properties found different from the plan and set again.
+    pub systemd_repairs: AtomicU64,
     /// Unix time of the last full scan, in milliseconds.
     pub last_scan_ms: AtomicU64,
     /// 1 while process events arrive, 0 in rescan-only mode.
@@ -650,6 +652,13 @@ fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
             None,
             Counter,
             get(&h.reload_failures),
+        ),
+        (
+            "dbcage_systemd_repairs",
+            "Unit properties that differed from the plan (daemon-reload, set-property by someone else, a package upgrade) and were set again",
+            None,
+            Counter,
+            get(&h.systemd_repairs),
         ),
         (
             "dbcage_last_scan_timestamp",

@@ -25,6 +25,7 @@ use crate::classify::{classify, Leaf, Placement};
 use crate::inventory::Inventory;
 use crate::kernel::{CpuSet, DevNum};
 use crate::policy::{IoLimits, Policy, PolicyErrors, Problem, Sourced, Tenant};
+use crate::systemd::Property;
 use crate::units::HumanBytes;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -37,6 +38,23 @@ pub enum Step {
         path: PathBuf,
         value: String,
         current: Option<String>,
+        reason: String,
+    },
+    /// Under systemd: set a unit's properties at runtime (the tenant's limits on the unit its
+    /// processes run in, or on its scope); `was` holds what the unit had (the drift repaired).
+    SetUnitProperties {
+        unit: String,
+        tenant: String,
+        set: Vec<crate::systemd::Property>,
+        was: Vec<crate::systemd::Property>,
+        reason: String,
+    },
+    /// Under systemd: processes started outside systemd join the tenant's transient scope
+    /// (created with `properties` and Delegate=yes when it does not run yet).
+    Adopt {
+        tenant: String,
+        pids: Vec<u32>,
+        properties: Vec<crate::systemd::Property>,
         reason: String,
     },
     /// Move a whole process (all its threads) by writing its pid to each `cgroup.procs`.
@@ -639,4 +657,128 @@ pub mod numa;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_systemd;
+#[cfg(test)]
 mod tests_v2;
+
+/// What the systemd driver plans from, read by the engine (D-Bus and /proc): where each
+/// process is, the processes of each unit involved, what each unit holds now, and how systemd
+/// names each device.
+#[derive(Debug, Clone, Default)]
+pub struct SystemdView {
+    pub unit_of: std::collections::HashMap<u32, String>,
+    pub unit_pids: std::collections::HashMap<String, Vec<u32>>,
+    pub resources: std::collections::HashMap<String, crate::systemd::UnitResources>,
+    pub device_nodes: BTreeMap<DevNum, String>,
+    /// The pids of the process scan the plan classified; a unit's process missing here started
+    /// after the scan and is not held against the unit being the tenant's.
+    pub scanned: std::collections::HashSet<u32>,
+    /// cgroup v2 (cpuset and the v2-only memory knobs are expressible).
+    pub unified: bool,
+}
+
+/// The steps of the systemd driver for a plan's tenants (pure): the tenants' settings as unit
+/// properties (`cgroup::systemd::unit_properties`) on every unit that holds only the tenant's
+/// processes, set where they differ from what the unit holds (a first apply and a drift repair
+/// alike); the tenant's other processes adopted into `dbcage-TENANT.scope`. Never a cgroup
+/// write and never a move out of a unit by dbcage itself.
+pub fn systemd_steps(
+    plan: &Plan,
+    placements: &[Placement],
+    tenants: &[Tenant],
+    view: &SystemdView,
+) -> (Vec<Step>, Vec<String>) {
+    let mut steps = Vec::new();
+    let mut warnings = Vec::new();
+    for summary in &plan.tenants {
+        let Some(ti) = tenants.iter().position(|t| t.name == summary.name) else {
+            continue;
+        };
+        let pids: Vec<u32> = placements
+            .iter()
+            .filter(|p| p.tenant == ti)
+            .map(|p| p.pid)
+            .collect();
+        let mut props =
+            crate::cgroup::systemd::unit_properties(&summary.settings, view.unified, |d| {
+                view.device_nodes
+                    .get(&d)
+                    .cloned()
+                    .unwrap_or_else(|| format!("/dev/block/{d}"))
+            });
+        let t = &tenants[ti];
+        if t.cpu.cpus.is_none() && t.cpu.numa_nodes.is_none() {
+            // Not pinned: the settings hold every allowed cpu, which for a unit is no
+            // restriction at all; left unset so that systemd need not enable cpuset for it.
+            for p in &mut props {
+                if matches!(
+                    p,
+                    Property::AllowedCpus(_) | Property::AllowedMemoryNodes(_)
+                ) {
+                    *p = p.reset();
+                }
+            }
+        }
+        for why in crate::cgroup::systemd::unexpressible(&summary.settings, view.unified) {
+            warnings.push(format!(
+                "tenant {}: not applied through systemd: {why}",
+                summary.name
+            ));
+        }
+        let scope = crate::systemd::scope_name(&summary.name);
+        let mine: std::collections::HashSet<u32> = pids.iter().copied().collect();
+        let placement = crate::systemd::plan::place(
+            &scope,
+            &pids,
+            |pid| view.unit_of.get(&pid).cloned(),
+            |unit| {
+                view.unit_pids.get(unit).is_some_and(|all| {
+                    all.iter()
+                        .all(|p| mine.contains(p) || !view.scanned.contains(p))
+                })
+            },
+            None,
+        );
+        let mut units: Vec<&String> = placement.units.keys().collect();
+        if !placement.in_scope.is_empty() {
+            units.push(&scope);
+        }
+        for unit in units {
+            let Some(now) = view.resources.get(unit) else {
+                continue;
+            };
+            let drift = now.drift(&props);
+            if drift.is_empty() {
+                continue;
+            }
+            let (set, was): (Vec<_>, Vec<_>) = drift.into_iter().unzip();
+            steps.push(Step::SetUnitProperties {
+                unit: unit.clone(),
+                tenant: summary.name.clone(),
+                set,
+                was,
+                reason: format!("tenant {}'s limits, in place on its unit", summary.name),
+            });
+        }
+        for (unit, pids) in &placement.shared {
+            warnings.push(format!(
+                "tenant {}: pids {pids:?} run in {unit}, which also runs processes of no tenant: \
+                 not governed (dbcage neither limits a shared unit nor moves a process out of a \
+                 service); run the database in a unit of its own",
+                summary.name
+            ));
+        }
+        if !placement.adopt.is_empty() {
+            steps.push(Step::Adopt {
+                tenant: summary.name.clone(),
+                pids: placement.adopt.clone(),
+                properties: props.clone(),
+                reason: format!(
+                    "tenant {}'s processes outside a unit of their own (shared units or none)",
+                    summary.name
+                ),
+            });
+        }
+    }
+    (steps, warnings)
+}

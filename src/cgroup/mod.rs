@@ -129,6 +129,9 @@ pub enum CgroupError {
     },
     #[error("{0}")]
     Layout(String),
+    /// A systemd call of the systemd driver (the unit, properties and systemd's error inside).
+    #[error("{0}")]
+    Systemd(#[from] crate::systemd::Error),
 }
 
 /// /proc/PID/cgroup: `ID:controllers:path` per hierarchy (`0::path` for v2).

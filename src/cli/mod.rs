@@ -670,7 +670,26 @@ fn release(
     if only.is_empty() && !all {
         return Err(Invalid("name the tenants to release, or give --all".into()).into());
     }
-    let (loaded, layout, _fs) = engine::layout_for(config)?;
+    let (loaded, layout, fs) = engine::layout_for(config)?;
+    if crate::systemd::resolve(loaded.policy.agent.manager, &fs).map_err(anyhow::Error::msg)?
+        == crate::systemd::Manager::Systemd
+    {
+        // Under systemd: the units get systemd's defaults back; every process stays where it
+        // is. A running daemon would set them again at its next rescan: refused as below.
+        let names: Vec<String> = if all {
+            loaded.policy.tenants.iter().map(|t| t.name.clone()).collect()
+        } else {
+            only.to_vec()
+        };
+        refuse_release_under_daemon(&config.path, socket, &loaded.policy, &names, all)?;
+        let prepared = engine::prepare(config)?;
+        let released = engine::systemd_release(&prepared, if all { &[] } else { only })?;
+        for (tenant, unit) in &released {
+            writeln!(out, "released {tenant}: {unit} back to its own settings")?;
+        }
+        writeln!(out, "{} units released; no process moved", released.len())?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let existing = layout.existing_tenants();
     let names: Vec<String> = if all {
         existing.iter().cloned().collect()

@@ -29,6 +29,8 @@ fn errors_as_text<S: serde::Serializer>(errors: &[CgroupError], s: S) -> Result<
 
 pub fn execute(plan: &Plan) -> Outcome {
     let mut out = Outcome::default();
+    // Connected on the first systemd step only: plans without them never touch the bus.
+    let mut systemd: Option<Result<crate::systemd::Systemd, crate::systemd::Error>> = None;
     for (i, step) in plan.steps.iter().enumerate() {
         match step {
             Step::Mkdir { path, .. } => match std::fs::create_dir(path) {
@@ -55,6 +57,27 @@ pub fn execute(plan: &Plan) -> Outcome {
                 }
                 Err(e) => out.errors.push(e),
             },
+            Step::SetUnitProperties { unit, set, .. } => {
+                match systemd.get_or_insert_with(crate::systemd::Systemd::connect) {
+                    Ok(sd) => match sd.set_properties(unit, set) {
+                        Ok(()) => out.written += set.len(),
+                        Err(e) => out.errors.push(e.into()),
+                    },
+                    Err(e) => out.errors.push(connect_error(e)),
+                }
+            }
+            Step::Adopt {
+                tenant,
+                pids,
+                properties,
+                ..
+            } => match systemd.get_or_insert_with(crate::systemd::Systemd::connect) {
+                Ok(sd) => match crate::systemd::govern::adopt(sd, tenant, pids, properties) {
+                    Ok(_) => out.moved += pids.len(),
+                    Err(e) => out.errors.push(e.into()),
+                },
+                Err(e) => out.errors.push(connect_error(e)),
+            },
             Step::Move { pid, targets, .. } => {
                 let mut gone = false;
                 for t in targets {
@@ -78,4 +101,9 @@ pub fn execute(plan: &Plan) -> Outcome {
         }
     }
     out
+}
+
+/// A failed connection is reported on every systemd step it prevents (the error is not Clone).
+fn connect_error(e: &crate::systemd::Error) -> CgroupError {
+    CgroupError::Layout(e.to_string())
 }

@@ -28,6 +28,8 @@ pub struct Prepared {
     pub loaded: Loaded,
     pub inventory: Inventory,
     pub layout: Layout,
+    /// `agent.manager` resolved against the host.
+    pub manager: crate::systemd::Manager,
     pub fs: HostFs,
 }
 
@@ -89,10 +91,13 @@ pub fn read_host(loaded: Loaded, scan: Scan) -> Result<Prepared> {
     }
     let setup = Setup::detect(&fs, &inventory.mounts)?;
     let layout = Layout::new(setup, &loaded.policy.agent)?;
+    let manager =
+        crate::systemd::resolve(loaded.policy.agent.manager, &fs).map_err(anyhow::Error::msg)?;
     Ok(Prepared {
         loaded,
         inventory,
         layout,
+        manager,
         fs,
     })
 }
@@ -115,11 +120,104 @@ pub fn plan(p: &Prepared, adjust: &Adjustments) -> Result<Plan> {
     let placements = classify(&policy.tenants, &p.inventory.procs);
     let pids: Vec<u32> = placements.iter().map(|x| x.pid).collect();
     let snap = Snapshot::read(&p.fs, &p.layout, &pids);
-    Ok(plan::build_with(
-        &policy,
-        &p.inventory,
-        &p.layout,
-        &snap,
-        &adjust.shares,
-    )?)
+    let mut plan = plan::build_with(&policy, &p.inventory, &p.layout, &snap, &adjust.shares)?;
+    if p.manager == crate::systemd::Manager::Systemd {
+        // The systemd driver: the settings the plan computed go on the units; no group of
+        // dbcage's own is made and no process is moved by dbcage.
+        let view = systemd_view(p, &plan, &pids)?;
+        let (steps, warnings) = plan::systemd_steps(&plan, &placements, &policy.tenants, &view);
+        plan.steps = steps;
+        plan.warnings.extend(warnings);
+    }
+    Ok(plan)
+}
+
+/// What the systemd driver plans from: each process's unit (/proc), and over D-Bus the
+/// processes and resource properties of every unit involved.
+fn systemd_view(p: &Prepared, plan: &Plan, pids: &[u32]) -> Result<plan::SystemdView> {
+    let sd = crate::systemd::Systemd::connect()?;
+    let mut view = plan::SystemdView {
+        unified: p
+            .layout
+            .setup
+            .hierarchies
+            .iter()
+            .all(|h| h.version == crate::cgroup::Version::V2),
+        ..Default::default()
+    };
+    view.scanned = p.inventory.procs.iter().map(|x| x.pid).collect();
+    for &pid in pids {
+        if let Ok(Some(unit)) = crate::systemd::unit_of_pid(&p.fs, pid) {
+            view.unit_of.insert(pid, unit);
+        }
+    }
+    let units: std::collections::BTreeSet<&String> = view.unit_of.values().collect();
+    for unit in units {
+        if !crate::systemd::holds_processes(unit) {
+            continue;
+        }
+        let procs = sd.unit_pids(unit)?;
+        let res = sd.unit_resources(unit)?;
+        view.unit_pids.insert(unit.clone(), procs);
+        view.resources.insert(unit.clone(), res);
+    }
+    for t in &plan.tenants {
+        for dev in t.settings.io.keys() {
+            view.device_nodes
+                .entry(*dev)
+                .or_insert_with(|| crate::systemd::plan::device_node(&p.fs, *dev));
+        }
+    }
+    Ok(view)
+}
+
+/// `release` under systemd: every unit that holds a selected tenant's processes in place, and
+/// the tenant's scope, get systemd's defaults back for the properties dbcage manages; no
+/// process is moved or stopped. Returns (tenant, unit) for each unit released.
+pub fn systemd_release(p: &Prepared, only: &[String]) -> Result<Vec<(String, String)>> {
+    let plan = plan(p, &Adjustments::default())?;
+    let policy = &p.loaded.policy;
+    let placements = classify(&policy.tenants, &p.inventory.procs);
+    let pids: Vec<u32> = placements.iter().map(|x| x.pid).collect();
+    let view = systemd_view(p, &plan, &pids)?;
+    let sd = crate::systemd::Systemd::connect()?;
+    let mut released = Vec::new();
+    for summary in plan
+        .tenants
+        .iter()
+        .filter(|t| only.is_empty() || only.contains(&t.name))
+    {
+        let ti = policy.tenants.iter().position(|t| t.name == summary.name);
+        let mine: Vec<u32> = placements
+            .iter()
+            .filter(|x| Some(x.tenant) == ti)
+            .map(|x| x.pid)
+            .collect();
+        let scope = crate::systemd::scope_name(&summary.name);
+        let mut units: std::collections::BTreeSet<String> = mine
+            .iter()
+            .filter_map(|pid| view.unit_of.get(pid))
+            .filter(|u| {
+                **u == scope
+                    || view
+                        .unit_pids
+                        .get(*u)
+                        .is_some_and(|all| all.iter().all(|x| mine.contains(x)))
+            })
+            .cloned()
+            .collect();
+        if view.resources.contains_key(&scope) || sd.unit_resources(&scope).is_ok() {
+            units.insert(scope);
+        }
+        let managed =
+            crate::cgroup::systemd::unit_properties(&summary.settings, view.unified, |d| {
+                view.device_nodes.get(&d).cloned().unwrap_or_default()
+            });
+        for unit in units {
+            crate::systemd::govern::release(&sd, &unit, &managed)
+                .with_context(|| format!("releasing tenant `{}`", summary.name))?;
+            released.push((summary.name.clone(), unit));
+        }
+    }
+    Ok(released)
 }

@@ -151,6 +151,9 @@ impl Host {
                         snap.files.insert(path.clone(), format!("{value}\n"));
                     }
                 }
+                Step::SetUnitProperties { .. } | Step::Adopt { .. } => {
+                    unreachable!("a cgroupfs plan has no systemd steps")
+                }
                 Step::Move { pid, targets, .. } => {
                     let dirs = snap.proc_dirs.get_mut(pid).expect("moved pid is known");
                     for t in targets {

@@ -187,6 +187,9 @@ fn run(l: &Layout, snap: &mut Snapshot, steps: &[Step]) {
                 };
                 snap.files.insert(path.clone(), text);
             }
+            Step::SetUnitProperties { .. } | Step::Adopt { .. } => {
+                unreachable!("a cgroupfs plan has no systemd steps")
+            }
             Step::Move { pid, targets, .. } => {
                 let d = snap.proc_dirs.get_mut(pid).unwrap();
                 for t in targets {

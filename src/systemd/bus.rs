@@ -40,6 +40,7 @@ trait Manager {
     ) -> zbus::Result<OwnedObjectPath>;
     fn stop_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
     fn reset_failed_unit(&self, name: &str) -> zbus::Result<()>;
+    fn get_unit_processes(&self, name: &str) -> zbus::Result<Vec<(String, u32, String)>>;
     fn attach_processes_to_unit(
         &self,
         unit_name: &str,
@@ -269,6 +270,15 @@ impl Systemd {
         self.manager
             .attach_processes_to_unit(unit, subcgroup, pids)
             .map_err(|e| Error::call("AttachProcessesToUnit", unit, &shown, e))
+    }
+
+    /// Every process of a unit, its subgroups included (GetUnitProcesses).
+    pub fn unit_pids(&self, unit: &str) -> Result<Vec<u32>, Error> {
+        let procs = self
+            .manager
+            .get_unit_processes(unit)
+            .map_err(|e| Error::call("GetUnitProcesses", unit, &[], e))?;
+        Ok(procs.into_iter().map(|(_, pid, _)| pid).collect())
     }
 
     /// Forgets a unit's failed state (so a scope of the same name can be started again).

@@ -26,11 +26,15 @@ pub struct Placement {
     /// Units that hold only this tenant's processes (or that the policy names): governed in
     /// place, by setting their properties. Processes are never moved out of them.
     pub units: BTreeMap<String, Vec<u32>>,
-    /// Processes in units they share with others (a login session, a shell's service, the
-    /// root of the tree): adopted into the tenant's scope, by systemd.
+    /// Processes started outside systemd: in a login session's scope, a user's manager, a
+    /// getty, or in no unit at all. Adopted into the tenant's scope, by systemd.
     pub adopt: Vec<u32>,
     /// Processes already in the tenant's own scope.
     pub in_scope: Vec<u32>,
+    /// Service units that also run processes of no tenant (or of another): neither governed
+    /// (their other processes would get the limits) nor emptied (dbcage never moves a process
+    /// out of a service). Reported, so that the admin gives the database a unit of its own.
+    pub shared: BTreeMap<String, Vec<u32>>,
 }
 
 /// Sorts a tenant's processes. `unit_of` gives each process's unit (None: not in a unit);
@@ -47,21 +51,20 @@ pub fn place(
     for &pid in pids {
         match unit_of(pid) {
             Some(u) if u == tenant_scope => p.in_scope.push(pid),
-            Some(u)
-                if named == Some(u.as_str())
-                    || (super::holds_processes(&u) && !is_shared(&u) && unit_is_tenants(&u)) =>
-            {
-                p.units.entry(u).or_default().push(pid)
-            }
-            _ => p.adopt.push(pid),
+            Some(u) if named == Some(u.as_str()) => p.units.entry(u).or_default().push(pid),
+            None => p.adopt.push(pid),
+            Some(u) if outside_systemd(&u) || !super::holds_processes(&u) => p.adopt.push(pid),
+            Some(u) if unit_is_tenants(&u) => p.units.entry(u).or_default().push(pid),
+            Some(u) => p.shared.entry(u).or_default().push(pid),
         }
     }
     p
 }
 
-/// Units that by their nature hold whatever a person starts: never a database's own unit, even
-/// when only the database runs in them right now.
-fn is_shared(unit: &str) -> bool {
+/// Units that by their nature hold whatever a person starts (a login session, a user's
+/// manager, a console getty without pam_systemd): a database found there was started outside
+/// systemd, even when only the database runs in them right now.
+fn outside_systemd(unit: &str) -> bool {
     (unit.starts_with("session-") && unit.ends_with(".scope"))
         || unit.starts_with("user@")
         || unit.starts_with("serial-getty@")
@@ -108,14 +111,17 @@ mod tests {
                 5 => "ssh.service".into(),
                 6 => "dbcage-pg.scope".into(),
                 7 => "cron.service".into(),
+                9 => "serial-getty@ttyS0.service".into(),
+                10 => "-.slice".into(),
                 _ => return None,
             })
         };
-        // cron.service also runs other jobs; session scopes count as shared whatever runs there.
+        // cron.service also runs other jobs; session scopes count as outside systemd whatever
+        // runs there.
         let only_tenant = |u: &str| u != "cron.service";
         let p = place(
             "dbcage-pg.scope",
-            &[1, 2, 3, 4, 5, 6, 7, 8],
+            &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
             units,
             only_tenant,
             None,
@@ -125,8 +131,10 @@ mod tests {
             ["postgresql@15-main.service", "ssh.service"]
         );
         assert_eq!(p.units["postgresql@15-main.service"], [1, 2, 3]);
-        assert_eq!(p.adopt, [4, 7, 8]);
+        assert_eq!(p.adopt, [4, 8, 9, 10]);
         assert_eq!(p.in_scope, [6]);
+        // Never moved out of a service, never governed with others' processes in it.
+        assert_eq!(p.shared["cron.service"], [7]);
         // A unit named in the policy is governed in place even when it is shared.
         let p = place(
             "dbcage-pg.scope",
@@ -136,6 +144,6 @@ mod tests {
             Some("cron.service"),
         );
         assert_eq!(p.units["cron.service"], [7]);
-        assert!(p.adopt.is_empty());
+        assert!(p.adopt.is_empty() && p.shared.is_empty());
     }
 }

@@ -15,7 +15,7 @@ const UNSET: u64 = u64::MAX;
 
 /// One device's entry in an IO property (`IOReadBandwidthMax=/dev/vdb 1M`): systemd takes a
 /// device node path (or a path on the device's file system) and a value per second.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 pub struct DeviceLimit {
     pub path: String,
     pub value: u64,
@@ -32,7 +32,7 @@ impl DeviceLimit {
 
 /// A property dbcage sets on a unit. `None` resets a value to systemd's default (infinity / not
 /// set); an empty device list clears every entry of that IO property.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub enum Property {
     /// CPU time per second of wall time, in µs (`CPUQuota=50%` is 500000).
     CpuQuotaPerSecUSec(Option<u64>),

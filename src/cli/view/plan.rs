@@ -101,6 +101,27 @@ pub fn print_plan(
                     .map(|c| format!("{:?}", c.replace('\n', "; ")))
                     .unwrap_or_else(|| "absent".into())
             )?,
+            Step::SetUnitProperties {
+                unit,
+                set,
+                was,
+                reason,
+                ..
+            } => {
+                for (s, w) in set.iter().zip(was) {
+                    writeln!(out, "  set-property {unit} {s} (now {w})    # {reason}")?;
+                }
+            }
+            Step::Adopt {
+                tenant,
+                pids,
+                reason,
+                ..
+            } => writeln!(
+                out,
+                "  adopt pids {pids:?} into {} (dbcage.slice)    # {reason}",
+                crate::systemd::scope_name(tenant)
+            )?,
             Step::Move {
                 pid,
                 comm,

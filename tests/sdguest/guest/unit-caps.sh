@@ -14,6 +14,8 @@ mkdir -p /etc/dbcage
 cat >/etc/dbcage/dbcage.toml <<'EOF'
 [agent]
 metrics = "off"
+# this test is about the cgroupfs path's capabilities (the systemd driver moves nothing itself)
+manager = "cgroupfs"
 [[tenant]]
 name = "capt"
 match = [{ comm = '^dbcagecapt$' }]

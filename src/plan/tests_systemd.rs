@@ -1,0 +1,160 @@
+//! The systemd driver's steps (pure): limits on a tenant's own unit where they differ, the
+//! rest of its processes adopted, nothing for a unit it shares, no cpuset when not pinned.
+
+use std::collections::HashMap;
+
+use super::*;
+use crate::cgroup::model::TenantSettings;
+use crate::classify::{Leaf, Placement};
+use crate::systemd::{DeviceLimit, UnitResources};
+
+fn tenants() -> Vec<Tenant> {
+    let text = "[[tenant]]\nname = \"pg\"\nmatch = [{ comm = \"postgres\" }]\n\
+                [tenant.cpu]\ncores = 0.5\n";
+    crate::policy::from_str("t.toml", text, &crate::policy::FakeAccounts)
+        .unwrap()
+        .policy
+        .tenants
+}
+
+fn settings() -> TenantSettings {
+    let mut io = BTreeMap::new();
+    io.insert(
+        DevNum {
+            major: 254,
+            minor: 32,
+        },
+        IoLimits {
+            read_bps: Some(2 << 20),
+            ..Default::default()
+        },
+    );
+    TenantSettings {
+        io,
+        cpu_cores: Some(0.5),
+        cpu_weight: 100,
+        cpus: "0-1".parse().unwrap(),
+        mems: "0".parse().unwrap(),
+        memory_max: None,
+        memory_high: None,
+        memory_low: None,
+        memory_swap_max: None,
+    }
+}
+
+fn placed(pids: &[u32]) -> Vec<Placement> {
+    pids.iter()
+        .map(|&pid| Placement {
+            pid,
+            tenant: 0,
+            leaf: Leaf::Limited,
+            reason: String::new(),
+        })
+        .collect()
+}
+
+fn view(unit_now: UnitResources) -> SystemdView {
+    let unit = "postgresql@15-main.service".to_string();
+    let mut v = SystemdView {
+        unified: true,
+        ..Default::default()
+    };
+    for pid in [1, 2] {
+        v.unit_of.insert(pid, unit.clone());
+    }
+    v.unit_of.insert(3, "session-4.scope".into());
+    v.unit_pids = HashMap::from([
+        (unit.clone(), vec![1, 2]),
+        ("session-4.scope".into(), vec![3, 99]),
+    ]);
+    v.resources.insert(unit, unit_now);
+    v.device_nodes.insert(
+        DevNum {
+            major: 254,
+            minor: 32,
+        },
+        "/dev/vdc".into(),
+    );
+    // pid 4 started in the unit after the scan: not held against it being the tenant's.
+    v.scanned = [1, 2, 3, 99].into_iter().collect();
+    v.unit_pids
+        .get_mut("postgresql@15-main.service")
+        .unwrap()
+        .push(4);
+    v
+}
+
+/// A unit as systemd reports it with nothing set (MemoryLow reads 0, not infinity).
+fn defaults() -> UnitResources {
+    UnitResources {
+        memory_low: Some(0),
+        ..Default::default()
+    }
+}
+
+fn plan_of() -> Plan {
+    Plan {
+        tenants: vec![TenantSummary {
+            name: "pg".into(),
+            settings: settings(),
+            processes: 3,
+        }],
+        ..Plan::default()
+    }
+}
+
+#[test]
+fn limits_go_on_the_tenants_unit_and_the_rest_is_adopted() {
+    let (steps, warnings) = systemd_steps(
+        &plan_of(),
+        &placed(&[1, 2, 3]),
+        &tenants(),
+        &view(defaults()),
+    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    let Step::SetUnitProperties { unit, set, .. } = &steps[0] else {
+        panic!("{steps:?}")
+    };
+    assert_eq!(unit, "postgresql@15-main.service");
+    assert_eq!(
+        set,
+        &[
+            Property::CpuQuotaPerSecUSec(Some(500_000)),
+            Property::IoReadBandwidthMax(vec![DeviceLimit::new("/dev/vdc", 2 << 20)]),
+        ],
+        "only what differs; AllowedCPUs not set for a tenant that does not pin"
+    );
+    // The session scope holds pid 99 too: pid 3 is adopted, the scope is never touched.
+    let Step::Adopt { tenant, pids, .. } = &steps[1] else {
+        panic!("{steps:?}")
+    };
+    assert_eq!((tenant.as_str(), pids.as_slice()), ("pg", &[3][..]));
+}
+
+#[test]
+fn a_unit_that_holds_the_plan_needs_no_step_and_drift_is_repaired() {
+    let held = UnitResources {
+        cpu_quota_per_sec_usec: Some(500_000),
+        io_read_bandwidth_max: vec![DeviceLimit::new("/dev/vdc", 2 << 20)],
+        memory_low: Some(0),
+        ..Default::default()
+    };
+    let (steps, _) = systemd_steps(
+        &plan_of(),
+        &placed(&[1, 2]),
+        &tenants(),
+        &view(held.clone()),
+    );
+    assert!(steps.is_empty(), "{steps:?}");
+    let drifted = UnitResources {
+        cpu_quota_per_sec_usec: Some(900_000),
+        ..held
+    };
+    let (steps, _) = systemd_steps(&plan_of(), &placed(&[1, 2]), &tenants(), &view(drifted));
+    let Step::SetUnitProperties { set, was, .. } = &steps[0] else {
+        panic!("{steps:?}")
+    };
+    assert_eq!(set, &[Property::CpuQuotaPerSecUSec(Some(500_000))]);
+    assert_eq!(was, &[Property::CpuQuotaPerSecUSec(Some(900_000))]);
+}
