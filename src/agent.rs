@@ -304,14 +304,11 @@ impl Daemon {
     }
 
     /// The tenants' processes (as classified now) that sit in groups without the controllers
-    /// their tenant's settings in `plan` need.
-    fn uncovered(&self, plan: &Plan) -> Vec<crate::cgroup::coverage::Uncovered> {
-        let tenants = &self.ctx.loaded.policy.tenants;
+    /// their tenant's limits need (a cpuset only when the tenant pins cpus or nodes: the full
+    /// set is no limit).
+    fn uncovered(&self) -> Vec<crate::cgroup::coverage::Uncovered> {
         let mut out = Vec::new();
-        for summary in &plan.tenants {
-            let Some(ti) = tenants.iter().position(|t| t.name == summary.name) else {
-                continue;
-            };
+        for (ti, tenant) in self.ctx.loaded.policy.tenants.iter().enumerate() {
             for leaf in [Leaf::Limited, Leaf::Exempt] {
                 let mut pids: Vec<u32> = self
                     .members
@@ -320,7 +317,7 @@ impl Daemon {
                     .map(|(pid, _)| *pid)
                     .collect();
                 pids.sort_unstable();
-                let mut needed = crate::cgroup::coverage::needed(&summary.settings);
+                let mut needed = crate::cgroup::coverage::needed_by_policy(tenant);
                 if leaf == Leaf::Exempt {
                     // The exempt leaf has the tenant's cpu and memory limits, no IO limits.
                     needed.remove(&crate::cgroup::Controller::Io);
@@ -328,7 +325,7 @@ impl Daemon {
                 out.extend(crate::cgroup::coverage::check(
                     &self.ctx.fs,
                     &self.ctx.layout.setup,
-                    &summary.name,
+                    &tenant.name,
                     &pids,
                     &needed,
                 ));
@@ -1018,7 +1015,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     agent.refresh_members();
     // A process whose group lacks a controller its limits need runs unlimited however many
     // moves succeeded: refuse to start (systemd shows the unit failed, with these lines).
-    let uncovered = agent.uncovered(&first);
+    let uncovered = agent.uncovered();
     if !uncovered.is_empty() {
         for u in &uncovered {
             tracing::error!("{u}");

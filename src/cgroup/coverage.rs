@@ -8,34 +8,11 @@
 
 use std::collections::BTreeSet;
 
-use super::model::TenantSettings;
 use super::{parse_proc_cgroup, Controller, Setup, Version};
 use crate::hostfs::HostFs;
 
-/// The controllers a tenant's settings need (cpuacct never: it only counts).
-pub fn needed(s: &TenantSettings) -> BTreeSet<Controller> {
-    let mut out = BTreeSet::new();
-    if s.io.values().any(|l| !l.is_empty()) {
-        out.insert(Controller::Io);
-    }
-    if s.cpu_cores.is_some() || s.cpu_weight != 100 {
-        out.insert(Controller::Cpu);
-    }
-    if !s.cpus.is_empty() || !s.mems.is_empty() {
-        out.insert(Controller::Cpuset);
-    }
-    if s.memory_max.is_some()
-        || s.memory_high.is_some()
-        || s.memory_low.is_some()
-        || s.memory_swap_max.is_some()
-    {
-        out.insert(Controller::Memory);
-    }
-    out
-}
-
-/// The controllers a policy tenant's limits need, before any plan (for `status`): like `needed`,
-/// from the policy's values.
+/// The controllers a tenant's limits need, from the policy's values (cpuacct never: it only
+/// counts; cpuset only when the tenant pins cpus or nodes: the full set limits nothing).
 pub fn needed_by_policy(t: &crate::policy::Tenant) -> BTreeSet<Controller> {
     let mut out = BTreeSet::new();
     if t.has_io_limits() {
@@ -173,32 +150,12 @@ pub fn check(
 mod tests {
     use super::*;
     use crate::cgroup::Hierarchy;
-    use crate::kernel::{CpuSet, DevNum};
-    use crate::policy::IoLimits;
 
-    fn settings() -> TenantSettings {
-        let mut io = std::collections::BTreeMap::new();
-        io.insert(
-            DevNum {
-                major: 254,
-                minor: 32,
-            },
-            IoLimits {
-                read_bps: Some(1),
-                ..Default::default()
-            },
-        );
-        TenantSettings {
-            io,
-            cpu_cores: None,
-            cpu_weight: 100,
-            cpus: "0".parse().unwrap(),
-            mems: CpuSet::default(),
-            memory_max: Some(1 << 30),
-            memory_high: None,
-            memory_low: None,
-            memory_swap_max: None,
-        }
+    /// io, cpuset and memory: what a tenant with IO limits, pinned cpus and memory.max needs.
+    fn needs() -> BTreeSet<Controller> {
+        [Controller::Io, Controller::Cpuset, Controller::Memory]
+            .into_iter()
+            .collect()
     }
 
     fn v2_host() -> (tempfile::TempDir, HostFs, Setup) {
@@ -245,28 +202,25 @@ mod tests {
     }
 
     #[test]
-    fn needed_follows_the_settings() {
-        let n = needed(&settings());
-        assert_eq!(
-            n.into_iter().collect::<Vec<_>>(),
-            [Controller::Io, Controller::Cpuset, Controller::Memory]
-        );
-        let mut s = settings();
-        s.io.clear();
-        s.cpus = CpuSet::default();
-        s.memory_max = None;
-        assert!(needed(&s).is_empty());
-        s.cpu_weight = 50;
-        assert_eq!(
-            needed(&s).into_iter().collect::<Vec<_>>(),
-            [Controller::Cpu]
-        );
+    fn needed_follows_the_policy() {
+        let text = "[[tenant]]\nname = \"a\"\nmatch = [{ comm = \"x\" }]\n\
+                    [tenant.cpu]\ncpus = \"0\"\n[tenant.memory]\nmax = \"1GiB\"\n\
+                    [[tenant]]\nname = \"b\"\nmatch = [{ comm = \"y\" }]\n[tenant.cpu]\nweight = 50\n\
+                    [[tenant]]\nname = \"c\"\nmatch = [{ comm = \"z\" }]\n";
+        let t = crate::policy::from_str("t.toml", text, &crate::policy::FakeAccounts)
+            .unwrap()
+            .policy
+            .tenants;
+        let n = |i: usize| needed_by_policy(&t[i]).into_iter().collect::<Vec<_>>();
+        assert_eq!(n(0), [Controller::Cpuset, Controller::Memory]);
+        assert_eq!(n(1), [Controller::Cpu]);
+        assert!(n(2).is_empty());
     }
 
     #[test]
     fn v2_groups_without_the_controllers_are_reported() {
         let (_d, fs, setup) = v2_host();
-        let found = check(&fs, &setup, "pg", &[10, 11, 12, 99], &needed(&settings()));
+        let found = check(&fs, &setup, "pg", &[10, 11, 12, 99], &needs());
         assert_eq!(found.len(), 2, "{found:?}");
         assert_eq!(found[0].pid, 10);
         assert_eq!(
@@ -296,7 +250,7 @@ mod tests {
         }];
         std::fs::write(fs.path("/proc/10/cgroup"), "3:cpuset:/dbcage/pg/limited\n").unwrap();
         std::fs::write(fs.path("/proc/12/cgroup"), "3:cpuset:/\n").unwrap();
-        let found = check(&fs, &setup, "pg", &[10, 12], &needed(&settings()));
+        let found = check(&fs, &setup, "pg", &[10, 12], &needs());
         assert_eq!(
             found[0].missing,
             [Controller::Io, Controller::Memory],
