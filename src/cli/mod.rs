@@ -677,7 +677,12 @@ fn release(
         // Under systemd: the units get systemd's defaults back; every process stays where it
         // is. A running daemon would set them again at its next rescan: refused as below.
         let names: Vec<String> = if all {
-            loaded.policy.tenants.iter().map(|t| t.name.clone()).collect()
+            loaded
+                .policy
+                .tenants
+                .iter()
+                .map(|t| t.name.clone())
+                .collect()
         } else {
             only.to_vec()
         };
