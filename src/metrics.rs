@@ -602,7 +602,7 @@ fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
 
     let h = &shared.health;
     let get = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
-    let daemon: [(&'static str, &'static str, Option<Unit>, Kind, f64); 9] = [
+    let daemon: [(&'static str, &'static str, Option<Unit>, Kind, f64); 10] = [
         (
             "dbcage_events",
             "Process events handled by the daemon",
