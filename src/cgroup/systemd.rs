@@ -113,6 +113,8 @@ mod tests {
             memory_high: None,
             memory_low: None,
             memory_swap_max: Some(0),
+            io_weight: None,
+            io_latency_us: Default::default(),
         }
     }
 

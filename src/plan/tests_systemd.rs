@@ -39,6 +39,8 @@ fn settings() -> TenantSettings {
         memory_high: None,
         memory_low: None,
         memory_swap_max: None,
+        io_weight: None,
+        io_latency_us: Default::default(),
     }
 }
 
