@@ -15,12 +15,14 @@ S=${SDGUEST:-$(realpath ../shared/systemd-guest/make_and_boot.sh)}
 export WORK=${WORK:-/tmp/dbcage-test-sdguest-ansible}
 R=$WORK/root
 [ -d "$R/usr" ] || "$S" rootfs
-if ! chroot "$R" sh -c 'command -v ansible-playbook && python3 -c "import apt"' >/dev/null 2>&1; then
-  echo "run.sh: installing ansible-core and python3-apt into the guest root (chroot apt-get)"
+# The guest has no network: what the role's apt task would fetch for the .deb's dependencies
+# (libelf1 for the eBPF loader) is put into its root here too.
+if ! chroot "$R" sh -c 'command -v ansible-playbook && python3 -c "import apt" && dpkg -s libelf1' >/dev/null 2>&1; then
+  echo "run.sh: installing ansible-core, python3-apt and the package's dependencies into the guest root (chroot apt-get)"
   cp /etc/resolv.conf "$R/etc/resolv.conf"
   mount --bind /proc "$R/proc"
   trap 'umount "$R/proc"' EXIT
-  chroot "$R" sh -c 'apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends ansible-core python3-apt procps' >/dev/null
+  chroot "$R" sh -c 'apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends ansible-core python3-apt procps libelf1 zlib1g' >/dev/null
   umount "$R/proc"
   trap - EXIT
 fi
