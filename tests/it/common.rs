@@ -868,3 +868,51 @@ impl Drop for Daemon<'_> {
         }
     }
 }
+
+/// A raw loop device over a sparse file in a `dbcage-test-*` temp dir (no file system: an ASM
+/// disk, a device to probe or trace), detached when dropped.
+pub struct RawDisk {
+    _dir: tempfile::TempDir,
+    pub img: PathBuf,
+    pub dev: String,
+}
+
+impl RawDisk {
+    pub fn new(size_mib: u64) -> RawDisk {
+        let dir = tempfile::Builder::new()
+            .prefix("dbcage-test-raw-")
+            .tempdir()
+            .expect("temp dir");
+        let img = dir.path().join("dbcage-test-raw.img");
+        std::fs::File::create(&img)
+            .and_then(|f| f.set_len(size_mib << 20))
+            .expect("sparse image");
+        let out = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&img)
+            .output()
+            .expect("losetup");
+        assert!(out.status.success(), "losetup: {out:?}");
+        RawDisk {
+            _dir: dir,
+            img,
+            dev: String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        }
+    }
+
+    /// The kernel's name of the device (`loop3`).
+    pub fn name(&self) -> String {
+        self.dev.trim_start_matches("/dev/").to_string()
+    }
+
+    /// Blocks the image file holds (what was written through the device).
+    pub fn blocks(&self) -> u64 {
+        std::fs::metadata(&self.img).expect("image").blocks()
+    }
+}
+
+impl Drop for RawDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+    }
+}

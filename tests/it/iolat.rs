@@ -7,45 +7,6 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 
-/// A loop device over a sparse file in a `dbcage-test-*` temp dir, with no file system;
-/// detached when dropped.
-struct RawLoop {
-    _dir: tempfile::TempDir,
-    dev: String,
-}
-
-impl RawLoop {
-    fn new(size_mib: u64) -> RawLoop {
-        let dir = tempfile::Builder::new()
-            .prefix("dbcage-test-raw-")
-            .tempdir()
-            .expect("temp dir");
-        let img = dir.path().join("dbcage-test.img");
-        std::fs::File::create(&img)
-            .and_then(|f| f.set_len(size_mib << 20))
-            .expect("sparse image");
-        let out = Command::new("losetup")
-            .args(["--find", "--show"])
-            .arg(&img)
-            .output()
-            .expect("losetup");
-        assert!(out.status.success(), "losetup: {out:?}");
-        RawLoop {
-            dev: String::from_utf8_lossy(&out.stdout).trim().to_string(),
-            _dir: dir,
-        }
-    }
-    fn name(&self) -> &str {
-        self.dev.trim_start_matches("/dev/")
-    }
-}
-
-impl Drop for RawLoop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
-    }
-}
-
 /// Starts `dbcage iolat ARGS --json` and returns once its program is attached (its three
 /// or four bpf links are open), so that workloads started after this are counted whole.
 fn start_iolat(t: &Tenancy, args: &[&str]) -> Child {
@@ -134,7 +95,7 @@ fn iolat_counts_each_request_in_the_tenant_that_issued_it() {
         return;
     }
     let _m = measure_lock();
-    let disk = RawLoop::new(512);
+    let disk = RawDisk::new(512);
     let t = Tenancy::new(
         "iolat",
         &format!(
@@ -229,7 +190,7 @@ fn iolat_shows_the_throttle_wait_at_200_iops() {
         return;
     }
     let _m = measure_lock();
-    let disk = RawLoop::new(256);
+    let disk = RawDisk::new(256);
     let t = Tenancy::new(
         "iolat-thr",
         &format!(

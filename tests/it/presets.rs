@@ -12,45 +12,6 @@ use crate::common::*;
 const LOAD_SECS: &str = "5";
 const LOAD_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A raw loop device over a sparse file (no file system: an ASM disk), detached when dropped.
-struct RawDisk {
-    _dir: tempfile::TempDir,
-    dev: String,
-}
-
-impl RawDisk {
-    fn new(size_mib: u64) -> RawDisk {
-        let dir = tempfile::Builder::new()
-            .prefix("dbcage-test-asmdisk-")
-            .tempdir()
-            .expect("temp dir");
-        let img = dir.path().join("dbcage-test-asm.img");
-        std::fs::File::create(&img)
-            .and_then(|f| f.set_len(size_mib << 20))
-            .expect("sparse image");
-        let out = Command::new("losetup")
-            .args(["--find", "--show"])
-            .arg(&img)
-            .output()
-            .expect("losetup");
-        assert!(out.status.success(), "losetup: {out:?}");
-        RawDisk {
-            _dir: dir,
-            dev: String::from_utf8_lossy(&out.stdout).trim().to_string(),
-        }
-    }
-
-    fn name(&self) -> String {
-        self.dev.trim_start_matches("/dev/").to_string()
-    }
-}
-
-impl Drop for RawDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
-    }
-}
-
 /// A directory of symlinks named like ASMLib's /dev/oracleasm/disks (`BX1_DISK1` -> loopN).
 fn asm_dir(links: &[(String, &RawDisk)]) -> tempfile::TempDir {
     let dir = tempfile::Builder::new()

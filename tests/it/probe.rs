@@ -9,7 +9,7 @@
 //! the throttle's initial burst is left out of both).
 
 use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -46,46 +46,6 @@ fn have_fio() -> bool {
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success())
-}
-
-/// A loop device over a sparse file with no file system, detached when dropped.
-struct RawLoop {
-    _dir: tempfile::TempDir,
-    img: PathBuf,
-    dev: String,
-}
-
-impl RawLoop {
-    fn new(size_mib: u64) -> RawLoop {
-        let dir = tempfile::Builder::new()
-            .prefix("dbcage-test-raw-")
-            .tempdir()
-            .unwrap();
-        let img = dir.path().join("dbcage-test-raw.img");
-        std::fs::File::create(&img)
-            .and_then(|f| f.set_len(size_mib << 20))
-            .unwrap();
-        let out = Command::new("losetup")
-            .args(["--find", "--show"])
-            .arg(&img)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "losetup: {out:?}");
-        RawLoop {
-            _dir: dir,
-            img,
-            dev: String::from_utf8_lossy(&out.stdout).trim().to_string(),
-        }
-    }
-    fn blocks(&self) -> u64 {
-        std::fs::metadata(&self.img).unwrap().blocks()
-    }
-}
-
-impl Drop for RawLoop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
-    }
 }
 
 /// The one step of a `probe --json` run: (IOPS, MiB/s, mean latency in µs).
@@ -550,7 +510,7 @@ fn ctrl_c_stops_cleanly_and_prints_what_was_measured() {
         return;
     }
     let _m = measure_lock();
-    let raw = RawLoop::new(64);
+    let raw = RawDisk::new(64);
     let child = Command::new(DBCAGE)
         .args([
             "probe",
@@ -638,7 +598,7 @@ fn bad_input_is_refused_with_exit_2_and_nothing_written() {
     assert!(String::from_utf8_lossy(&e.stderr).contains("tmpfs"));
 
     // Writes to a device: refused without --destructive, and on a mounted device even with it.
-    let raw = RawLoop::new(32);
+    let raw = RawDisk::new(32);
     bad(&[&raw.dev, "--rw", "write"], &[&raw.dev, "--destructive"]);
     assert_eq!(raw.blocks(), 0, "the sparse image was written to");
     bad(
