@@ -148,6 +148,9 @@ pub fn iolat_command(
         .as_deref()
         .map(|d| parse_device(sys, d))
         .transpose()?;
+    // Ctrl-C or SIGTERM ends the recording early and prints what it holds: blocked here (this
+    // command runs no other thread) and read from a signalfd while the recording waits.
+    let stop_signals = RecordingStop::new()?;
     let prog = IoLatency::load()?;
     let throttle_measured = prog.no_throttle_split().is_none();
     if let Some(why) = prog.no_throttle_split() {
@@ -161,7 +164,7 @@ pub fn iolat_command(
     } else {
         None
     };
-    std::thread::sleep(args.duration);
+    let recorded = stop_signals.wait(args.duration)?;
     let snap = prog.read();
     let cost = stats_on.map(|_on| cost_line(&prog.run_stats(), snap.completed()));
     drop(prog);
@@ -183,7 +186,9 @@ pub fn iolat_command(
             && args.op.is_none_or(|o| k.op == o)
             && device.is_none_or(|d| k.dev == d)
     };
-    let secs = args.duration.as_secs_f64();
+    let secs = recorded.as_secs_f64();
+    // Whole milliseconds: an interrupted recording's duration prints as `3s 212ms`.
+    let recorded = Duration::from_millis(recorded.as_millis() as u64);
     if snap.dropped > 0 {
         writeln!(
             out,
@@ -254,7 +259,7 @@ pub fn iolat_command(
                 writeln!(
                     out,
                     "(no tenant's IO completed in {})",
-                    humantime::format_duration(args.duration)
+                    humantime::format_duration(recorded)
                 )?;
             }
         }
@@ -269,7 +274,7 @@ pub fn iolat_command(
                 writeln!(
                     out,
                     "{tenant}: no IO completed in {} ({ops})",
-                    humantime::format_duration(args.duration)
+                    humantime::format_duration(recorded)
                 )?;
             }
             for (i, (dev, all)) in per_dev.iter().enumerate() {
@@ -281,7 +286,7 @@ pub fn iolat_command(
                     "{tenant} on {} ({dev}): {} requests in {} ({ops}), {} time",
                     dev_name(sys, *dev),
                     all.total.count,
-                    humantime::format_duration(args.duration),
+                    humantime::format_duration(recorded),
                     match args.stage {
                         Stage::Total => "total (submission to completion)",
                         Stage::Throttled => "waiting in the throttle",
@@ -315,6 +320,52 @@ pub fn iolat_command(
     Ok(())
 }
 
+/// SIGINT and SIGTERM, blocked and read from a signalfd: the recording ends at its duration or
+/// at the first of them, whichever comes first.
+struct RecordingStop {
+    fd: nix::sys::signalfd::SignalFd,
+}
+
+impl RecordingStop {
+    fn new() -> Result<RecordingStop> {
+        use nix::sys::signal::{SigSet, Signal};
+        use nix::sys::signalfd::{SfdFlags, SignalFd};
+        let mut mask = SigSet::empty();
+        mask.add(Signal::SIGINT);
+        mask.add(Signal::SIGTERM);
+        mask.thread_block().context("blocking SIGINT and SIGTERM")?;
+        let fd = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC).context("signalfd")?;
+        Ok(RecordingStop { fd })
+    }
+
+    /// Waits `duration` or until a signal; returns how long it waited.
+    fn wait(&self, duration: Duration) -> Result<Duration> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        let start = std::time::Instant::now();
+        loop {
+            let left = duration.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return Ok(duration);
+            }
+            let ms = left.as_millis().clamp(1, 60_000) as i32;
+            let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+            match poll(
+                &mut fds,
+                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+            ) {
+                Ok(0) | Err(nix::errno::Errno::EINTR) => {}
+                Ok(_) => {
+                    let signal = self.fd.read_signal().ok().flatten().map(|s| s.ssi_signo);
+                    tracing::debug!("iolat: recording ended early by signal {signal:?}");
+                    return Ok(start.elapsed());
+                }
+                Err(e) => return Err(anyhow::Error::new(e).context("waiting for the recording")),
+            }
+        }
+    }
+}
+
 /// `program cost: iolat_queue 1,234 runs 85 ns/run, ...; 240 ns per completed request`.
 fn cost_line(stats: &[(String, u64, u64)], completed: u64) -> String {
     let per_run: Vec<String> = stats
@@ -337,5 +388,21 @@ fn throttled_share(s: &Stages) -> f64 {
         0.0
     } else {
         s.throttled.sum_ns as f64 / s.total.sum_ns as f64
+    }
+}
+
+#[cfg(test)]
+mod recording_stop_tests {
+    use super::*;
+
+    #[test]
+    fn a_signal_ends_the_recording_early_and_the_duration_otherwise() {
+        let stop = RecordingStop::new().unwrap();
+        let waited = stop.wait(Duration::from_millis(30)).unwrap();
+        assert!(waited >= Duration::from_millis(30), "{waited:?}");
+        // Blocked in this thread, so the signal stays pending for the signalfd.
+        nix::sys::signal::raise(nix::sys::signal::Signal::SIGTERM).unwrap();
+        let waited = stop.wait(Duration::from_secs(30)).unwrap();
+        assert!(waited < Duration::from_secs(5), "{waited:?}");
     }
 }
