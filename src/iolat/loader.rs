@@ -13,8 +13,12 @@ use super::{Dev, Hist, Key, Op, Snapshot, Stages, FINE, SLOTS};
 /// The compiled program (build.rs).
 const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/iolat.bpf.o"));
 
-/// The fentry program on submit_bio_noacct (see iolat.bpf.c).
+/// The fentry program that stamps a bio before blk-throttle (see iolat.bpf.c).
 const SUBMIT_HOOK: &str = "iolat_submit";
+/// Where it attaches, first choice first: `__blk_throtl_bio` sees only the bios of groups with
+/// a limit on their disk (the others cannot wait in the throttle and cost no map update);
+/// kernels that inline it into its caller get `submit_bio_noacct`, every bio.
+const SUBMIT_TARGETS: [&str; 2] = ["__blk_throtl_bio", "submit_bio_noacct"];
 
 /// Indices of the `counters` map (iolat.bpf.c `CNT_*`).
 const CNT_UNMATCHED: u32 = 0;
@@ -140,10 +144,15 @@ impl IoLatency {
         libbpf_rs::set_print(Some((PrintLevel::Info, libbpf_print)));
         // First with the submission hook (fentry), which measures the throttle's wait; a
         // kernel that refuses it still gets the two tracepoints.
-        match Self::load_with(true) {
+        let first = match Self::load_with(Some(SUBMIT_TARGETS[0])) {
+            Ok(loaded) => return Ok(loaded),
+            Err(e) => e,
+        };
+        tracing::debug!("iolat: no hook on {}: {first}", SUBMIT_TARGETS[0]);
+        match Self::load_with(Some(SUBMIT_TARGETS[1])) {
             Ok(loaded) => Ok(loaded),
             Err(first) => {
-                let mut loaded = Self::load_with(false).map_err(|e| match e {
+                let mut loaded = Self::load_with(None).map_err(|e| match e {
                     Unavailable::Refused { step, source, log } => Unavailable::Refused {
                         step,
                         source,
@@ -157,7 +166,9 @@ impl IoLatency {
         }
     }
 
-    fn load_with(submit_hook: bool) -> Result<IoLatency, Unavailable> {
+    /// Loads the tracepoints, and the submission hook on `submit_target` when given.
+    fn load_with(submit_target: Option<&str>) -> Result<IoLatency, Unavailable> {
+        let submit_hook = submit_target.is_some();
         take_log();
         let refused = |step, source| Unavailable::Refused {
             step,
@@ -170,6 +181,10 @@ impl IoLatency {
         for mut prog in open.progs_mut() {
             if prog.name() == SUBMIT_HOOK {
                 prog.set_autoload(submit_hook);
+                if let Some(target) = submit_target {
+                    prog.set_attach_target(0, Some(target.to_owned()))
+                        .map_err(|e| refused("choosing the submission hook's function", e))?;
+                }
             }
         }
         // `const volatile bool submit_hook` in its own section (iolat.bpf.c).

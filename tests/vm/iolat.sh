@@ -6,8 +6,11 @@
 # with fsync in another, on one disk: >= 99% of what fio issued in the right tenant; on v2
 # writeback is charged to the pages' owner), the throttle's shape at read_iops = 200 and depth
 # 1 (most of the time spent waiting in the throttle, a p99 of at least one IOPS period and
-# ten times the p50: seed 000's fast bulk under a peak of waits), and fio's clat p50/p99
-# against the histogram's service time without a limit (reported; TCG makes it loose).
+# ten times the p50: seed 000's fast bulk under a peak of waits), fio's clat p50/p99 against the
+# histogram within 10% on a null_blk disk with a 2 ms timer, and the throughput the program costs
+# on the fastest disk (null_blk completing at once): <= 10% under TCG (2% on real hardware:
+# bench/iolat.sh).
+# Needs DBCAGE_VM_MODULES=null_blk (scripts/test.sh sets it).
 # Prints PASS/FAIL/INFO lines and "N passed, N failed"; exits non-zero when a check failed.
 
 P=0
@@ -122,13 +125,98 @@ in_range "$share" 50 100 && pass "throttle-share ${share}%" || fail "throttle-sh
 awk -v a="$p50" -v b="$p99" 'BEGIN { exit !(b >= 0.004 && b >= 10 * a) }' \
     && pass "throttle-peak p50 ${p50}s p99 ${p99}s" || fail "throttle-peak p50 ${p50}s p99 ${p99}s"
 
-# 3. fio's completion latency against the histogram, no limit (reader, vdb)
+# 3. Accuracy: fio's completion latency against the histogram, no limit. On a virtio disk under
+# TCG the device answers in tens of microseconds and fio's clat adds the emulated syscall and
+# wake-up path (the histogram read p50 31% below fio there), so the comparison that says whether
+# the program measures the request's time uses a null_blk disk whose requests complete on a
+# timer 2 ms after they are queued: both sides then see the same device time and fio's own path
+# is a small share of it. The virtio figure is kept as information.
 start_iolat /tmp/acc.txt --duration 30s --device vdb --op read --stage total
 dbcage -c /tmp/iolat.toml exec reader -- fio --name=a --filename=/dev/vdb --rw=randread \
     --direct=1 --bs=4k --size=100M --runtime=8 --time_based --output-format=json >/tmp/a.json
 wait $IOLAT
 line=$(row /tmp/acc.txt reader vdb read)
-info "accuracy: fio clat p50 $(fio_pct /tmp/a.json 50.000000)us p99 $(fio_pct /tmp/a.json 99.000000)us; dbcage iolat p50 $(echo "$line" | awk '{ print $7 }') p99 $(echo "$line" | awk '{ print $8 }')"
+info "virtio (TCG): fio clat p50 $(fio_pct /tmp/a.json 50.000000)us p99 $(fio_pct /tmp/a.json 99.000000)us; dbcage iolat p50 $(echo "$line" | awk '{ print $7 }') p99 $(echo "$line" | awk '{ print $8 }')"
+
+# null_blk NAME PARAMS...: (re)load null_blk with one disk, /dev/nullb0
+null_blk() {
+    rmmod null_blk 2>/dev/null
+    insmod /lib/modules/null_blk.ko nr_devices=1 queue_mode=2 gb=1 bs=4096 "$@" \
+        || { fail "null_blk: insmod $*"; return 1; }
+    i=0
+    while [ ! -b /dev/nullb0 ] && [ $i -lt 50 ]; do /bin/sleep 0.1; i=$((i + 1)); done
+    [ -b /dev/nullb0 ]
+}
+# within A B PCT: A is within PCT percent of B
+within() { awk -v a="$1" -v b="$2" -v p="$3" 'BEGIN { d = a / b - 1; if (d < 0) d = -d; exit !(b > 0 && d * 100 <= p) }'; }
+
+# Up to three tries: on a busy host the emulated CPU is sometimes not run for milliseconds, and
+# fio's tail then also holds its own late wake-ups; each try is reported.
+if null_blk irqmode=2 completion_nsec=2000000; then
+    try=1
+    while :; do
+        start_iolat /tmp/nacc.txt --duration 30s --device nullb0 --op read --stage total
+        dbcage -c /tmp/iolat.toml exec reader -- fio --name=n --filename=/dev/nullb0 --rw=randread \
+            --direct=1 --bs=4k --runtime=8 --time_based --output-format=json >/tmp/n.json
+        kill -INT $IOLAT 2>/dev/null
+        wait $IOLAT
+        line=$(row /tmp/nacc.txt reader nullb0 read)
+        f50=$(fio_pct /tmp/n.json 50.000000)
+        f99=$(fio_pct /tmp/n.json 99.000000)
+        h50=$(awk -v s="$(secs "$(echo "$line" | awk '{ print $7 }')")" 'BEGIN { print s * 1e6 }')
+        h99=$(awk -v s="$(secs "$(echo "$line" | awk '{ print $8 }')")" 'BEGIN { print s * 1e6 }')
+        info "null_blk 2 ms timer, try $try: fio clat p50 ${f50}us p99 ${f99}us; dbcage iolat p50 ${h50}us p99 ${h99}us ($(echo "$line" | awk '{ print $4 }') requests)"
+        if within "$h50" "$f50" 10 && within "$h99" "$f99" 10; then
+            pass "accuracy p50 ${h50}us vs fio ${f50}us, p99 ${h99}us vs fio ${f99}us (within 10%)"
+            break
+        fi
+        if [ $try -ge 3 ]; then
+            fail "accuracy p50 ${h50}us vs fio ${f50}us, p99 ${h99}us vs fio ${f99}us (more than 10% apart in 3 tries)"
+            break
+        fi
+        try=$((try + 1))
+    done
+fi
+
+# 4. Overhead: null_blk completing in the submitter's context (irqmode=0, no delay: the fastest
+# disk this guest has, so the program's cost is the largest share it can be), fio 4 KiB random
+# direct reads at depth 1, five rounds alternating without and with `dbcage iolat` attached.
+# The per-IO cost from the kernel's BPF run statistics on this emulated CPU is reported (measured
+# in a round of its own: the statistics cost more than the program under TCG).
+if null_blk irqmode=0; then
+    fio_iops() {
+        dbcage -c /tmp/iolat.toml exec reader -- fio --name=o --filename=/dev/nullb0 \
+            --rw=randread --direct=1 --bs=4k --runtime=5 --time_based --output-format=json >/tmp/o.json
+        awk -v n="$(fio_ios /tmp/o.json 1)" 'BEGIN { printf "%d", n / 5 }'
+    }
+    off=""
+    on=""
+    for round in 1 2 3 4 5; do
+        off="$off $(fio_iops)"
+        start_iolat /tmp/ov.txt --duration 60s --device nullb0
+        on="$on $(fio_iops)"
+        kill -INT $IOLAT 2>/dev/null
+        wait $IOLAT
+    done
+    # Each round's pair compared (the host's load drifts between rounds), the median of the five.
+    loss=$(echo "$off|$on" | awk -F'|' '{ n = split($1, a, " "); split($2, b, " ");
+        for (i = 1; i <= n; i++) r[i] = (1 - b[i] / a[i]) * 100;
+        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
+        printf "%.2f", r[int((n + 1) / 2)] }')
+    info "overhead: IOPS without:$off, with:$on: median loss of the pairs ${loss}%"
+    # The kernel's own timing of the program (BPF run statistics), one more round.
+    start_iolat /tmp/ov.txt --duration 60s --device nullb0 --cost
+    fio_iops >/dev/null
+    kill -INT $IOLAT 2>/dev/null
+    wait $IOLAT
+    grep "program cost" /tmp/ov.txt | sed 's/^/INFO /'
+    # The issue's target (<= 2%) is judged on real hardware (bench/iolat.sh); under TCG, with
+    # the host's load in every figure, the check catches a program that costs the IO path a
+    # large share (with BPF run statistics on in the "with" rounds it read a loss of 33 and 36%).
+    awk -v l="$loss" 'BEGIN { exit !(l <= 10) }' && pass "overhead-throughput median loss ${loss}% (<= 10% under TCG)" \
+        || fail "overhead-throughput median loss ${loss}% (> 10% under TCG): without$off, with$on"
+fi
+rmmod null_blk 2>/dev/null
 
 dbcage -c /tmp/iolat.toml release --all >/dev/null 2>&1
 echo "$P passed, $F failed"

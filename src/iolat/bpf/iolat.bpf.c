@@ -8,7 +8,10 @@
  * and throttles, not the task that happens to run at submission or completion: the kernel
  * sets it for writeback from the page owner's group (v2) and for the submitter otherwise.
  *
- *   fentry/submit_bio_noacct   every bio entering the block layer (before blk-throttle)
+ *   fentry/__blk_throtl_bio    a bio entering blk-throttle: only bios of groups with a limit on
+ *                              their disk come here, so the others pay no map update (the
+ *                              loader falls back to submit_bio_noacct, every bio, on kernels
+ *                              without that function)
  *   tp_btf/block_bio_queue     the bio passed the throttle and is being queued
  *   tp_btf/block_rq_complete   a request completed: its bios are done (blk-mq devices)
  *   tp_btf/block_bio_complete  a bio completed on a bio-based device (dm, md); blk-mq clears
@@ -219,6 +222,7 @@ static __always_inline u64 bio_addr(struct bio *bio)
 	return addr;
 }
 
+/* The attach target is set by the loader (__blk_throtl_bio, else submit_bio_noacct). */
 SEC("fentry/submit_bio_noacct")
 int BPF_PROG(iolat_submit, struct bio *bio)
 {
@@ -319,10 +323,13 @@ __noinline int finish_bio(u64 key, u64 cgroup_id, u64 dev_op, u64 now, u64 rq_st
 			return 0;
 	}
 	record(&v->total, now - submit_ns);
-	/* Without the submission hook total and service are the same time: the loader copies. */
+	/* Without the submission hook total and service are the same time: the loader copies.
+	 * With it, a bio it did not see never entered the throttle: its service is its total. */
 	if (seen_at_submit) {
 		record(&v->queued, queue_ns - submit_ns);
 		record(&v->service, now - queue_ns);
+	} else if (submit_hook) {
+		record(&v->service, now - submit_ns);
 	}
 	return 0;
 }
