@@ -73,6 +73,11 @@ DBCAGE_VM_MODULES=null_blk tests/vm/run.sh target/release/dbcage tests/vm/iolat.
 # Issue 24: io.weight under iocost on a virtio disk (two readers at weights 100 and 300: 1:3 +-10%),
 # check's reasons where iocost or blk-iolatency is missing.
 tests/vm/run.sh target/release/dbcage tests/vm/protect.sh
+# Issue 26: seed 002's consolidation on four NUMA nodes (numa = "auto", each tenant on its own
+# node, >= 95% of each one's memory there by numa_maps and memory.numa_stat).
+cargo build --release --quiet --example memtouch
+DBCAGE_VM_NUMA_NODES=4 DBCAGE_VM_NODE_MEM_MB=768 \
+  tests/vm/run.sh target/release/dbcage tests/vm/numa.sh target/release/examples/memtouch
 # Issue 8's storm on v2, quick: favordynmods on and off at 10 execs/s (~45 s); checks dbcage's
 # "mounted without favordynmods" notice and that the option removes the move's grace-period wait.
 bench/run-storm-vm.sh BASE_RATES=10 DBCAGE_RATES=10 DURATION=2 FORK_ROUNDS=1

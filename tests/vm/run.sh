@@ -11,6 +11,8 @@
 #   DBCAGE_VM_KERNEL_PKG    kernel package to use   (default: what linux-image-amd64 depends on)
 #   DBCAGE_VM_DISKS         number of virtio disks              (default 3, minimum 3)
 #   DBCAGE_VM_DISK_SIZE     size of each sparse disk            (default 256M)
+#   DBCAGE_VM_NUMA_NODES    NUMA nodes, one vCPU each            (default 2, 1 to 8)
+#   DBCAGE_VM_NODE_MEM_MB   memory per NUMA node in MiB         (default 512)
 #   DBCAGE_VM_MODULES       extra kernel modules to load in the guest, space separated (e.g. "bfq")
 #   DBCAGE_VM_APPEND        extra kernel command line arguments
 #   DBCAGE_VM_QEMU_OPTS     extra qemu options (word-split)
@@ -48,6 +50,10 @@ NO_FIO=${DBCAGE_VM_NO_FIO:-0}
 MODULES="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk
          loop dm_mod dm_multipath dm_round_robin ${DBCAGE_VM_MODULES:-}"
 [ "$NDISKS" -ge 3 ] 2>/dev/null || die "DBCAGE_VM_DISKS must be a number >= 3" 2
+NNODES=${DBCAGE_VM_NUMA_NODES:-2}
+NODE_MEM=${DBCAGE_VM_NODE_MEM_MB:-512}
+{ [ "$NNODES" -ge 1 ] && [ "$NNODES" -le 8 ]; } 2>/dev/null || die "DBCAGE_VM_NUMA_NODES must be a number from 1 to 8" 2
+[ "$NODE_MEM" -ge 128 ] 2>/dev/null || die "DBCAGE_VM_NODE_MEM_MB must be a number >= 128" 2
 
 T_START=$(date +%s%N)
 ms_since() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
@@ -379,14 +385,16 @@ done
 
 # ---------------------------------------------------------------- boot
 # No -enable-kvm: KVM hangs on these machines; TCG boots in a few seconds.
-# 2 vCPUs on 2 NUMA nodes with 512 MiB each.
+# One vCPU per NUMA node (2 nodes with 512 MiB each unless DBCAGE_VM_NUMA_NODES and
+# DBCAGE_VM_NODE_MEM_MB say otherwise).
+NUMA=()
+for i in $(seq 0 $((NNODES - 1))); do
+    NUMA+=(-object "memory-backend-ram,id=m$i,size=${NODE_MEM}M" -numa "node,nodeid=$i,cpus=$i,memdev=m$i")
+done
 # shellcheck disable=SC2206
 QEMU=(qemu-system-x86_64 -nographic -no-reboot -nic none
-      -smp 2 -m 1G
-      -object memory-backend-ram,id=m0,size=512M
-      -object memory-backend-ram,id=m1,size=512M
-      -numa node,nodeid=0,cpus=0,memdev=m0
-      -numa node,nodeid=1,cpus=1,memdev=m1
+      -smp "$NNODES" -m "$((NNODES * NODE_MEM))M"
+      "${NUMA[@]}"
       ${DBCAGE_VM_QEMU_OPTS:-}
       -kernel "$KIMAGE" -initrd "$INITRD"
       -append "console=ttyS0 panic=-1 quiet ${DBCAGE_VM_APPEND:-}"

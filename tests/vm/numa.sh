@@ -1,0 +1,198 @@
+#!/bin/sh
+# Seed 002's consolidation on a four-node NUMA guest (run by tests/vm/run.sh, busybox sh):
+#   cargo build --release --bin dbcage --example memtouch
+#   DBCAGE_VM_NUMA_NODES=4 DBCAGE_VM_NODE_MEM_MB=768 \
+#       tests/vm/run.sh target/release/dbcage tests/vm/numa.sh target/release/examples/memtouch
+# Four tenants with numa = "auto" (1 core, memory.max 384 MiB each) on four nodes of one cpu and
+# 768 MiB: apply puts each on a node of its own (cpuset.mems and cpuset.cpus.effective), then a
+# memory-touching instance per tenant (examples/memtouch, 192 MiB, started in the tenant with
+# `dbcage exec` as cgexec does in the seed) keeps >= 95% of its memory on its node, counted three
+# ways: this script's own sum over /proc/PID/numa_maps, `dbcage status --json`'s
+# numa_local_share, and the kernel's per-cgroup memory.numa_stat (anon). Then: a tenant too big
+# for one node gets two and the others still fit; a set larger than the host is refused by check
+# with the numbers.
+# Emulation has no remote-memory cost, so no performance is measured: locality is the figure.
+# Prints PASS/FAIL lines and "N passed, N failed"; exits non-zero when a check failed.
+
+CG=/sys/fs/cgroup
+ROOT=$CG/dbcage-test
+MEMTOUCH=/extra/memtouch
+TOUCH_MIB=192
+P=0
+F=0
+pass() { echo "PASS $*"; P=$((P + 1)); }
+fail() { echo "FAIL $*"; F=$((F + 1)); }
+info() { echo "INFO $*"; }
+now_ns() { /bin/date +%s%N; }
+ge() { awk -v v="$1" -v lo="$2" 'BEGIN { exit !(v + 0 >= lo + 0) }'; }
+# numa_share NODE PID...: "local_bytes total_bytes" of these processes' numa_maps
+numa_share() {
+    node=$1
+    shift
+    for pid in "$@"; do cat "/proc/$pid/numa_maps" 2>/dev/null; done | awk -v own="$node" '
+        { kb = 4
+          for (i = 1; i <= NF; i++) if ($i ~ /^kernelpagesize_kB=/) { split($i, a, "="); kb = a[2] }
+          for (i = 1; i <= NF; i++) if ($i ~ /^N[0-9]+=/) {
+              split(substr($i, 2), a, "="); b = a[2] * kb * 1024; total += b; if (a[1] == own) local += b } }
+        END { printf "%d %d\n", local, total }'
+}
+# numa_stat_share FILE NODE: "local_bytes total_bytes" of the anon line of a memory.numa_stat
+numa_stat_share() {
+    awk -v own="N$2" '$1 == "anon" { for (i = 2; i <= NF; i++) { split($i, a, "="); t += a[2]; if (a[1] == own) l += a[2] } }
+        END { printf "%d %d\n", l, t }' "$1"
+}
+pct() { awk -v l="$1" -v t="$2" 'BEGIN { if (t > 0) printf "%.1f", 100 * l / t; else print 0 }'; }
+mib() { echo $(($1 / 1048576)); }
+
+NODES=$(ls -d /sys/devices/system/node/node* 2>/dev/null | wc -l)
+echo "=== dbcage NUMA placement: kernel $(uname -r), $(nproc) cpus, $NODES nodes"
+for d in /sys/devices/system/node/node*; do
+    info "${d##*/}: cpus $(cat "$d/cpulist"), $(awk '/MemTotal/ { t = $4 } /MemFree/ { f = $4 } END { printf "MemTotal %d MiB, MemFree %d MiB", t / 1024, f / 1024 }' "$d/meminfo")"
+done
+info "numa_balancing: $(cat /proc/sys/kernel/numa_balancing 2>/dev/null || echo absent)"
+if [ "$NODES" -ne 4 ] || [ ! -x "$MEMTOUCH" ]; then
+    fail setup "needs 4 NUMA nodes (DBCAGE_VM_NUMA_NODES=4; got $NODES) and $MEMTOUCH (examples/memtouch as an extra file)"
+    echo "$P passed, $F failed"
+    exit 1
+fi
+
+TENANTS="ORA1 ORA2 ORA3 ORA4"
+policy() { # policy MEMORY_MAX_OF_ORA1 [EXTRA_TENANT_TOML]
+    {
+        echo '[agent]'
+        echo 'parent = "root"'
+        echo 'root = "dbcage-test"'
+        echo 'metrics = "off"'
+        for t in $TENANTS; do
+            max=384MiB
+            [ "$t" = ORA1 ] && max=$1
+            echo
+            echo '[[tenant]]'
+            echo "name = \"$t\""
+            echo "match = [{ comm = '^ora_[a-z0-9]{4}_$t\$' }]"
+            echo '[tenant.cpu]'
+            echo 'cores = 1'
+            echo 'numa = "auto"'
+            echo '[tenant.memory]'
+            echo "max = \"$max\""
+        done
+        [ -n "${2:-}" ] && printf '%s\n' "$2"
+    } >/tmp/numa.toml
+}
+D="/bin/dbcage -c /tmp/numa.toml"
+policy 384MiB
+
+# (1) placement: check passes, plan says why, apply gives each tenant a node of its own
+out=$($D check 2>&1)
+rc=$?
+echo "$out" | sed 's/^/INFO check | /'
+if [ $rc -eq 0 ]; then pass check "exit 0"; else fail check "exit $rc"; fi
+plan=$($D plan 2>&1)
+echo "$plan" | grep "numa" | sed 's/^/INFO plan | /'
+n=$(echo "$plan" | grep -c 'holds it alone')
+if [ "$n" -eq 4 ]; then pass plan_reasons "4 tenants each 'holds it alone'"; else fail plan_reasons "$n of 4 placed alone: $plan"; fi
+out=$($D apply 2>&1)
+rc=$?
+[ $rc -eq 0 ] || echo "$out" | sed 's/^/INFO apply | /'
+seen=""
+ok=1
+for t in $TENANTS; do
+    mems=$(cat $ROOT/$t/cpuset.mems.effective 2>/dev/null)
+    cpus=$(cat $ROOT/$t/cpuset.cpus.effective 2>/dev/null)
+    node_cpus=$(cat /sys/devices/system/node/node$mems/cpulist 2>/dev/null)
+    info "$t: cpuset.mems.effective=$mems cpuset.cpus.effective=$cpus (node $mems has cpus $node_cpus)"
+    case "$mems" in [0-9]) ;; *) ok=0 ;; esac
+    [ -n "$node_cpus" ] && [ "$cpus" = "$node_cpus" ] || ok=0
+    case " $seen " in *" $mems "*) ok=0 ;; esac
+    seen="$seen $mems"
+    eval "NODE_$t=$mems"
+done
+if [ $rc -eq 0 ] && [ $ok = 1 ]; then
+    pass placement "apply exit 0; each tenant alone on one node:$seen"
+else
+    fail placement "apply exit $rc; nodes per tenant:$seen (want 4 distinct single nodes, cpus those of the node)"
+fi
+
+# (2) an instance per tenant touches 192 MiB inside its group
+mkdir -p /tmp/x
+for t in $TENANTS; do
+    ln -sf $MEMTOUCH "/tmp/x/ora_pmon_$t"
+    $D exec "$t" -- "/tmp/x/ora_pmon_$t" $TOUCH_MIB >"/tmp/touch.$t" 2>&1 &
+done
+T0=$(now_ns)
+for i in $(seq 1 600); do
+    ready=0
+    for t in $TENANTS; do grep -q touched "/tmp/touch.$t" 2>/dev/null && ready=$((ready + 1)); done
+    [ $ready -eq 4 ] && break
+    /bin/sleep 0.2
+done
+info "4 x $TOUCH_MIB MiB touched in $((($(now_ns) - T0) / 1000000)) ms ($ready of 4 ready)"
+/bin/sleep 2
+for d in /sys/devices/system/node/node*; do
+    info "${d##*/} after: $(awk '/MemFree/ { printf "MemFree %d MiB", $4 / 1024 }' "$d/meminfo")"
+done
+
+# (3) locality, three ways
+st=$($D status --json --interval 0 2>&1)
+for t in $TENANTS; do
+    eval "node=\$NODE_$t"
+    pids=$(cat $ROOT/$t/limited/cgroup.procs $ROOT/$t/exempt/cgroup.procs 2>/dev/null)
+    set -- $(numa_share "$node" $pids)
+    maps_local=$1 maps_total=$2
+    set -- $(numa_stat_share $ROOT/$t/memory.numa_stat "$node")
+    stat_local=$1 stat_total=$2
+    share=$(echo "$st" | tr -d ' \n' | sed 's/},{/}\n{/g' | grep "\"name\":\"$t\"" | sed -n 's/.*"numa_local_share":\([0-9.e-]*\).*/\1/p')
+    mp=$(pct "$maps_local" "$maps_total")
+    sp=$(pct "$stat_local" "$stat_total")
+    fig="node $node: numa_maps $mp% of $(mib "$maps_total") MiB, memory.numa_stat anon $sp% of $(mib "$stat_total") MiB, status numa_local_share ${share:-none}"
+    if [ "$(mib "$maps_total")" -ge $TOUCH_MIB ] && [ "$(mib "$stat_total")" -ge $TOUCH_MIB ] &&
+        ge "$mp" 95 && ge "$sp" 95 && [ -n "$share" ] && ge "$share" 0.95; then
+        pass "locality_$t" "$fig"
+    else
+        fail "locality_$t" "$fig (want >= 95% each, over >= $TOUCH_MIB MiB)"
+    fi
+done
+$D status --interval 0 2>&1 | sed 's/^/INFO status | /'
+
+for t in $TENANTS; do
+    for p in $(cat $ROOT/$t/limited/cgroup.procs 2>/dev/null); do kill "$p" 2>/dev/null; done
+done
+wait 2>/dev/null
+
+# (4) a tenant too big for one node gets two, and the others still fit
+TENANTS="ORA1 ORA2"
+policy 384MiB '
+[[tenant]]
+name = "BIG"
+match = [{ comm = "^ora_[a-z0-9]{4}_BIG$" }]
+[tenant.cpu]
+numa = "auto"
+[tenant.memory]
+max = "1GiB"'
+plan=$($D plan 2>&1)
+rc=$?
+echo "$plan" | grep "numa" | sed 's/^/INFO plan | /'
+big=$(echo "$plan" | grep -c 'nodes [0-9][,-][0-9] (needs 0 cores and 1GiB of memory; no single node holds it')
+alone=$(echo "$plan" | grep -c 'holds it alone')
+if [ $rc -eq 0 ] && [ "$big" -ge 1 ] && [ "$alone" -eq 2 ]; then
+    pass spill "BIG (1 GiB) on two nodes, ORA1 and ORA2 each alone on another"
+else
+    fail spill "plan exit $rc, BIG on two nodes: $big, alone: $alone"
+fi
+
+# (5) a set larger than the host: check refuses it, naming the tenant, its needs and each node
+TENANTS="ORA1 ORA2 ORA3 ORA4"
+policy 2GiB
+out=$($D check 2>&1)
+rc=$?
+echo "$out" | sed 's/^/INFO check | /'
+if [ $rc -ne 0 ] && echo "$out" | grep -q 'cannot place it: it needs' &&
+    echo "$out" | grep -q 'node 0: ' && echo "$out" | grep -q 'node 3: '; then
+    pass refused "check exit $rc, names the tenant's needs and every node"
+else
+    fail refused "check exit $rc: $out"
+fi
+
+$D release --all >/dev/null 2>&1
+echo "$P passed, $F failed"
+[ "$F" -eq 0 ]
