@@ -21,7 +21,9 @@ fn main() -> ExitCode {
         eprintln!("usage: memtouch MIB [SECONDS]");
         return ExitCode::from(2);
     };
-    let hold = args.get(1).map(|s| s.parse::<u64>().map(Duration::from_secs));
+    let hold = args
+        .get(1)
+        .map(|s| s.parse::<u64>().map(Duration::from_secs));
     let hold = match hold {
         Some(Ok(d)) => Some(d),
         Some(Err(e)) => {

@@ -82,6 +82,53 @@ pub struct Plan {
     /// The nodes chosen for `numa = "auto"` tenants, and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub numa: Vec<numa::Choice>,
+    /// Running tenants whose memory nodes the policy changes: moved now or kept until restart.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub memory_moves: Vec<MemoryMove>,
+}
+
+/// A tenant with processes in its groups whose memory nodes (`cpuset.mems`) the policy changes.
+/// Its pages follow a new `cpuset.mems` (cgroup v2 always migrates them; on v1 the plan sets
+/// `cpuset.memory_migrate` first), a copy of every page held on the nodes it leaves, paid by
+/// the running instance. So the plan makes the change only when asked (`apply
+/// --migrate-memory`, or `cpu.migrate_memory = true` in the policy or in a window that is open);
+/// otherwise the tenant keeps its cpus and nodes while those processes run, and the new ones
+/// are written once its groups hold none (the instance restarted: its new processes start on
+/// the new nodes).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemoryMove {
+    pub tenant: String,
+    pub from: CpuSet,
+    pub to: CpuSet,
+    /// The processes in the tenant's groups now.
+    pub pids: Vec<u32>,
+    /// Their resident bytes on nodes outside `to` (what moves), from /proc/PID/numa_maps;
+    /// `None` when those were not read.
+    pub bytes: Option<u64>,
+    /// Moved by this plan (true), or kept on `from` until the instance restarts (false).
+    pub migrate: bool,
+}
+
+impl MemoryMove {
+    /// Why the tenant stays on its nodes, for `check`, `plan` and `apply`.
+    pub fn deferred_text(&self, cpus: &CpuSet) -> String {
+        let bytes = match self.bytes {
+            Some(b) => format!(
+                "{} of their memory is on nodes outside {}",
+                HumanBytes(b),
+                self.to
+            ),
+            None => "how much of their memory would move is unknown (numa_maps unreadable)".into(),
+        };
+        format!(
+            "tenant `{}`: its memory nodes change from {} to {} with {} in its groups ({bytes}): it keeps nodes {} and cpus {cpus} until the instance restarts; `dbcage apply --migrate-memory` (or cpu.migrate_memory = true) moves its memory now",
+            self.tenant,
+            self.from,
+            self.to,
+            crate::units::count(self.pids.len(), "process", "processes"),
+            self.from,
+        )
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -284,6 +331,55 @@ fn cpu_sets(
     (cpus, mems)
 }
 
+/// A memory-node change of a tenant whose groups hold processes (with `migrate` false), and the
+/// cpus it has now; `None` when its nodes stay, or when nothing runs in it.
+fn memory_move(
+    t: &Tenant,
+    members: &[&Placement],
+    layout: &Layout,
+    snap: &Snapshot,
+    want: &CpuSet,
+) -> Option<(MemoryMove, CpuSet)> {
+    let (h, cpus, from) = snap.tenant_cpuset(layout, &t.name)?;
+    if from == *want {
+        return None;
+    }
+    let dir = layout.tenant_dir(h, &t.name);
+    let pids: Vec<u32> = members
+        .iter()
+        .map(|p| p.pid)
+        .filter(|pid| {
+            snap.proc_dirs
+                .get(pid)
+                .and_then(|d| d.get(h)?.as_ref())
+                .is_some_and(|d| d.starts_with(&dir))
+        })
+        .collect();
+    if pids.is_empty() {
+        return None;
+    }
+    let read: Vec<&BTreeMap<u32, u64>> =
+        pids.iter().filter_map(|p| snap.proc_nodes.get(p)).collect();
+    let bytes = (!read.is_empty()).then(|| {
+        read.iter()
+            .flat_map(|nodes| nodes.iter())
+            .filter(|(n, _)| !want.contains(**n))
+            .map(|(_, b)| b)
+            .sum()
+    });
+    Some((
+        MemoryMove {
+            tenant: t.name.clone(),
+            from,
+            to: want.clone(),
+            pids,
+            bytes,
+            migrate: false,
+        },
+        cpus,
+    ))
+}
+
 /// Places the `numa = "auto"` tenants on the nodes the parent cgroup allows (see `numa::place`);
 /// a set that does not fit is a problem at the refused tenant's `numa` key.
 fn place_numa(
@@ -342,18 +438,20 @@ pub fn build(
     layout: &Layout,
     snap: &Snapshot,
 ) -> Result<Plan, PolicyErrors> {
-    build_with(policy, inv, layout, snap, &Shares::new())
+    build_with(policy, inv, layout, snap, &Shares::new(), false)
 }
 
 /// `build`, with the per-device shares the daemon's balancer decided for tenants with
 /// `io.split = "demand"` (tenant name → device → limits). Shares that do not fit the tenant's
-/// current devices and totals are ignored (the equal split applies).
+/// current devices and totals are ignored (the equal split applies). With `migrate_memory`,
+/// running tenants whose memory nodes change move their memory now (see `MemoryMove`).
 pub fn build_with(
     policy: &Policy,
     inv: &Inventory,
     layout: &Layout,
     snap: &Snapshot,
     shares: &Shares,
+    migrate_memory: bool,
 ) -> Result<Plan, PolicyErrors> {
     let mut problems = Vec::new();
     let mut plan = Plan::default();
@@ -407,6 +505,22 @@ pub fn build_with(
             &mut problems,
         );
         let members: Vec<&Placement> = placements.iter().filter(|p| p.tenant == ti).collect();
+        let (cpus, mems) = match memory_move(t, &members, layout, snap, &mems) {
+            Some((mut m, now_cpus)) => {
+                m.migrate = migrate_memory || t.cpu.migrate_memory;
+                let held = (!m.migrate).then(|| {
+                    plan.warnings.push(m.deferred_text(&now_cpus));
+                    (now_cpus, m.from.clone())
+                });
+                plan.memory_moves.push(m);
+                held.unwrap_or((cpus, mems))
+            }
+            None => (cpus, mems),
+        };
+        let migrate_pages = plan
+            .memory_moves
+            .iter()
+            .any(|m| m.tenant == t.name && m.migrate);
         if let Some(max) = &t.memory.max {
             let used: u64 = members
                 .iter()
@@ -432,6 +546,7 @@ pub fn build_with(
             memory_high: t.memory.high,
             memory_low: t.memory.low,
             memory_swap_max: t.memory.swap_max,
+            migrate_memory: migrate_pages,
             io_weight: t.io_weight.as_ref().map(|w| w.value),
             io_latency_us: t
                 .io_latency_target

@@ -249,7 +249,7 @@ pub fn collect(
                 }
                 if own_nodes.is_some() {
                     if let Ok(text) = fs.read_to_string(format!("/proc/{pid}/numa_maps")) {
-                        for (n, b) in parse_numa_maps(&text) {
+                        for (n, b) in crate::inventory::numa::parse_numa_maps(&text) {
                             *node_bytes.entry(n).or_default() += b;
                         }
                     }
@@ -362,29 +362,6 @@ pub fn proportional_set_size(fs: &HostFs, pid: u32) -> Option<u64> {
         .read_to_string(format!("/proc/{pid}/smaps_rollup"))
         .ok()?;
     parse_pss(&text)
-}
-
-/// Bytes per NUMA node of a /proc/PID/numa_maps text: each mapping's `N<node>=<pages>` times
-/// its `kernelpagesize_kB` (huge pages included).
-pub fn parse_numa_maps(text: &str) -> BTreeMap<u32, u64> {
-    let mut out = BTreeMap::new();
-    for line in text.lines() {
-        let page_kib = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("kernelpagesize_kB=")?.parse::<u64>().ok())
-            .unwrap_or(4);
-        for w in line.split_whitespace() {
-            let Some((node, pages)) = w
-                .strip_prefix('N')
-                .and_then(|r| r.split_once('='))
-                .and_then(|(n, p)| Some((n.parse::<u32>().ok()?, p.parse::<u64>().ok()?)))
-            else {
-                continue;
-            };
-            *out.entry(node).or_default() += pages * page_kib * 1024;
-        }
-    }
-    out
 }
 
 /// The share of `bytes` on the nodes `own`; `None` when there are none.
@@ -586,7 +563,7 @@ pub(crate) mod tests {
                     7f2a00000000 default file=/anon_hugepage\\040(deleted) huge dirty=2 N1=2 kernelpagesize_kB=2048\n\
                     7ffd5b1c4000 default stack anon=3 dirty=3 N0=3 kernelpagesize_kB=4\n\
                     7ffd5b1f0000 default\n";
-        let b = parse_numa_maps(text);
+        let b = crate::inventory::numa::parse_numa_maps(text);
         assert_eq!(b.get(&0), Some(&(303 * 4096)));
         assert_eq!(b.get(&1), Some(&(11988 * 4096 + 2 * (2 << 20))));
         let share = local_share(&b, &"1".parse().unwrap()).unwrap();

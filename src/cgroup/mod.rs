@@ -417,6 +417,9 @@ pub struct Snapshot {
     pub proc_dirs: HashMap<u32, Vec<Option<PathBuf>>>,
     /// pid → resident memory in bytes.
     pub proc_rss: HashMap<u32, u64>,
+    /// pid → bytes of its resident pages per NUMA node (numa_maps), read only for the processes
+    /// of a running tenant whose memory nodes the plan changes (see `plan::MemoryMove`).
+    pub proc_nodes: BTreeMap<u32, BTreeMap<u32, u64>>,
     /// cpus and memory nodes the parent allows (v1 cpuset.effective_*, v2 cpuset.*.effective).
     pub parent_cpus: Option<crate::kernel::CpuSet>,
     pub parent_mems: Option<crate::kernel::CpuSet>,
@@ -479,6 +482,26 @@ impl Snapshot {
 
     pub fn file(&self, path: &Path) -> Option<&str> {
         self.files.get(path).map(String::as_str)
+    }
+
+    /// A tenant's cpuset now: (its hierarchy, cpus, mems) from its group's `cpuset.cpus` and
+    /// `cpuset.mems` (the same names on v1 and v2); `None` without a cpuset controller, a group
+    /// or a non-empty value in both.
+    pub fn tenant_cpuset(
+        &self,
+        layout: &Layout,
+        tenant: &str,
+    ) -> Option<(usize, crate::kernel::CpuSet, crate::kernel::CpuSet)> {
+        let (h, _) = layout.setup.driver_of(Controller::Cpuset)?;
+        let dir = layout.tenant_dir(h, tenant);
+        let read = |f: &str| {
+            self.file(&dir.join(f))?
+                .trim()
+                .parse::<crate::kernel::CpuSet>()
+                .ok()
+                .filter(|s| !s.is_empty())
+        };
+        Some((h, read(v2::CPUS)?, read(v2::MEMS)?))
     }
 
     /// Tenant names that have groups under dbcage's root in any hierarchy.

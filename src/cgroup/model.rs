@@ -25,6 +25,10 @@ pub struct TenantSettings {
     pub memory_high: Option<u64>,
     pub memory_low: Option<u64>,
     pub memory_swap_max: Option<u64>,
+    /// A change of `mems` moves the pages the tenant's processes hold (see
+    /// `plan::MemoryMove`): on v1 `cpuset.memory_migrate` is set first (v2 always migrates).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub migrate_memory: bool,
     /// `io.weight` (1..=10000); `None`: the kernel's default (100).
     pub io_weight: Option<u32>,
     /// `io.latency_target` in microseconds, per device of the tenant.

@@ -113,6 +113,7 @@ mod tests {
             memory_high: None,
             memory_low: None,
             memory_swap_max: Some(0),
+            migrate_memory: false,
             io_weight: None,
             io_latency_us: Default::default(),
         }

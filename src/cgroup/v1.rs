@@ -32,6 +32,8 @@ pub const CFS_PERIOD: &str = "cpu.cfs_period_us";
 pub const SHARES: &str = "cpu.shares";
 pub const CPUS: &str = "cpuset.cpus";
 pub const MEMS: &str = "cpuset.mems";
+/// 1: pages of the group's processes follow a change of `cpuset.mems` (v2 always does this).
+pub const MEMORY_MIGRATE: &str = "cpuset.memory_migrate";
 pub const MEM_LIMIT: &str = "memory.limit_in_bytes";
 pub const MEM_SOFT: &str = "memory.soft_limit_in_bytes";
 pub const MEMSW_LIMIT: &str = "memory.memsw.limit_in_bytes";
@@ -43,7 +45,7 @@ pub fn managed_files(controllers: &[Controller]) -> Vec<&'static str> {
         out.extend_from_slice(match c {
             Controller::Io => &[READ_BPS, WRITE_BPS, READ_IOPS, WRITE_IOPS][..],
             Controller::Cpu => &[CFS_QUOTA, CFS_PERIOD, SHARES][..],
-            Controller::Cpuset => &[CPUS, MEMS][..],
+            Controller::Cpuset => &[CPUS, MEMS, MEMORY_MIGRATE][..],
             Controller::Memory => &[MEM_LIMIT, MEM_SOFT, MEMSW_LIMIT][..],
             Controller::Cpuacct => &[][..],
         });
@@ -131,6 +133,15 @@ pub fn tenant_files(tenant: &str, s: &TenantSettings, has_memsw: bool) -> Vec<Fi
 
     // cpuset on the tenant and on both leaves (v1 children start empty).
     for g in [&t, &limited, &exempt] {
+        if s.migrate_memory {
+            // a Text write (phase 1) precedes the narrowing of mems (phase 2) that moves pages
+            push(
+                Controller::Cpuset,
+                g,
+                MEMORY_MIGRATE,
+                Desired::Text("1".into()),
+            );
+        }
         push(Controller::Cpuset, g, CPUS, Desired::List(s.cpus.clone()));
         push(Controller::Cpuset, g, MEMS, Desired::List(s.mems.clone()));
     }

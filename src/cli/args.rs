@@ -39,12 +39,19 @@ pub enum Command {
         /// Print the plan as JSON.
         #[arg(long)]
         json: bool,
+        /// Show the plan `apply --migrate-memory` would carry out.
+        #[arg(long)]
+        migrate_memory: bool,
     },
     /// Make the kernel match the policy: create groups, write limits, move processes.
     Apply {
         /// Print the plan and the outcome as JSON.
         #[arg(long)]
         json: bool,
+        /// Move the memory of running tenants whose NUMA nodes change, now (the kernel copies
+        /// their pages to the new nodes). Without it they keep their nodes until they restart.
+        #[arg(long)]
+        migrate_memory: bool,
     },
     /// Show what each tenant uses: IO rates against its limits, CPU against its quota, memory
     /// against its limits, OOM events and pressure, measured over a short interval.

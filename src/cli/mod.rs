@@ -143,9 +143,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let config = PolicyPath::new(cli.config.clone(), trust);
     match cli.command {
         Command::Check => check(&config, &mut out),
-        Command::Plan { json } => {
+        Command::Plan {
+            json,
+            migrate_memory,
+        } => {
             let ctx = engine::prepare(&config)?;
-            let plan = engine::plan(&ctx, &Adjustments::default())?;
+            let adjust = Adjustments {
+                migrate_memory,
+                ..Adjustments::default()
+            };
+            let plan = engine::plan(&ctx, &adjust)?;
             if json {
                 serde_json::to_writer_pretty(&mut out, &plan)?;
                 writeln!(out)?;
@@ -154,9 +161,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Apply { json } => {
+        Command::Apply {
+            json,
+            migrate_memory,
+        } => {
             let ctx = engine::prepare(&config)?;
-            let plan = engine::plan(&ctx, &Adjustments::default())?;
+            let adjust = Adjustments {
+                migrate_memory,
+                ..Adjustments::default()
+            };
+            let plan = engine::plan(&ctx, &adjust)?;
             let outcome = engine::execute(&plan);
             if json {
                 #[derive(Serialize)]

@@ -41,6 +41,9 @@ pub struct Adjustments {
     pub shares: Shares,
     /// The replication guard's raises: per tenant, the IO totals in force while it holds them.
     pub raises: BTreeMap<String, IoLimits>,
+    /// `apply --migrate-memory`: running tenants whose memory nodes change move their memory
+    /// now instead of at their restart (see `plan::MemoryMove`).
+    pub migrate_memory: bool,
 }
 
 impl Adjustments {
@@ -119,8 +122,30 @@ pub fn plan(p: &Prepared, adjust: &Adjustments) -> Result<Plan> {
     let policy = adjust.policy(&p.loaded.policy);
     let placements = classify(&policy.tenants, &p.inventory.procs);
     let pids: Vec<u32> = placements.iter().map(|x| x.pid).collect();
-    let snap = Snapshot::read(&p.fs, &p.layout, &pids);
-    let mut plan = plan::build_with(&policy, &p.inventory, &p.layout, &snap, &adjust.shares)?;
+    let mut snap = Snapshot::read(&p.fs, &p.layout, &pids);
+    let build = |snap: &Snapshot| {
+        plan::build_with(
+            &policy,
+            &p.inventory,
+            &p.layout,
+            snap,
+            &adjust.shares,
+            adjust.migrate_memory,
+        )
+    };
+    let mut plan = build(&snap)?;
+    // A running tenant's nodes change: how much memory that moves comes from its processes'
+    // numa_maps, read only then (they walk page tables), and the plan is made again with them.
+    let unread: Vec<u32> = plan
+        .memory_moves
+        .iter()
+        .filter(|m| m.bytes.is_none())
+        .flat_map(|m| m.pids.iter().copied())
+        .collect();
+    if !unread.is_empty() {
+        snap.proc_nodes = inventory::numa::read_process_nodes(&p.fs, &unread);
+        plan = build(&snap)?;
+    }
     if p.manager == crate::systemd::Manager::Systemd {
         // The systemd driver: the settings the plan computed go on the units; no group of
         // dbcage's own is made and no process is moved by dbcage.

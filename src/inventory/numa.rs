@@ -28,6 +28,41 @@ pub fn parse_node_memtotal(text: &str) -> Option<u64> {
     })
 }
 
+/// Bytes per NUMA node of a /proc/PID/numa_maps text: each mapping's `N<node>=<pages>` times
+/// its `kernelpagesize_kB` (huge pages included).
+pub fn parse_numa_maps(text: &str) -> BTreeMap<u32, u64> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let page_kib = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("kernelpagesize_kB=")?.parse::<u64>().ok())
+            .unwrap_or(4);
+        for w in line.split_whitespace() {
+            let Some((node, pages)) = w
+                .strip_prefix('N')
+                .and_then(|r| r.split_once('='))
+                .and_then(|(n, p)| Some((n.parse::<u32>().ok()?, p.parse::<u64>().ok()?)))
+            else {
+                continue;
+            };
+            *out.entry(node).or_default() += pages * page_kib * 1024;
+        }
+    }
+    out
+}
+
+/// Bytes per NUMA node of the resident pages of each of `pids` (/proc/PID/numa_maps; it walks
+/// the process's page tables, so read it only for the processes that need it). A process that
+/// is gone or whose file cannot be read is absent.
+pub fn read_process_nodes(fs: &HostFs, pids: &[u32]) -> BTreeMap<u32, BTreeMap<u32, u64>> {
+    pids.iter()
+        .filter_map(|pid| {
+            let text = fs.read_to_string(format!("/proc/{pid}/numa_maps")).ok()?;
+            Some((*pid, parse_numa_maps(&text)))
+        })
+        .collect()
+}
+
 impl NumaTopology {
     pub fn read(fs: &HostFs) -> std::io::Result<NumaTopology> {
         let online_cpus: CpuSet = fs

@@ -1209,3 +1209,89 @@ fn numa_auto_that_cannot_fit_is_refused_at_the_tenants_key() {
         assert!(e[0].contains(part), "{part}: {}", e[0]);
     }
 }
+
+// ---------------------------------------------------------------- moving a running tenant's memory
+
+/// Issue 26: a running tenant whose nodes change keeps them until asked (`--migrate-memory`,
+/// `cpu.migrate_memory`) or until its processes are gone; the plan says how much would move.
+#[test]
+fn a_running_tenants_memory_moves_only_when_asked_or_at_restart() {
+    let text = |nodes: &str, extra: &str| {
+        format!("[[tenant]]\nname = \"pg\"\n[[tenant.match]]\ncomm = \"^postgres\"\n[tenant.cpu]\nnuma_nodes = [{nodes}]\n{extra}")
+    };
+    let on_1 = policy(&text("1", ""));
+    let host = Host::new(&on_1);
+    let mut inv = inventory(&on_1, &[vec![]], vec![proc(200, "postgres")]);
+    inv.numa = two_nodes_of_4gib();
+    let mut snap = Snapshot::default();
+    host.at_root(&mut snap, &[200]);
+    let first = build(&on_1, &inv, &host.layout, &snap).unwrap();
+    assert!(first.memory_moves.is_empty(), "{:?}", first.memory_moves);
+    host.apply(&mut snap, &first.steps);
+
+    let on_0 = policy(&text("0", ""));
+    let mems = host.tenant_file(Controller::Cpuset, "pg", v1::MEMS);
+    let limited_mems = host.leaf_file(Controller::Cpuset, "pg", Leaf::Limited, v1::MEMS);
+    let migrate = host.leaf_file(Controller::Cpuset, "pg", Leaf::Limited, v1::MEMORY_MIGRATE);
+    // not asked: nothing changes, and the plan says why and how much
+    snap.proc_nodes
+        .insert(200, [(0, 4096), (1, 100 * MIB)].into_iter().collect());
+    let held = build(&on_0, &inv, &host.layout, &snap).unwrap();
+    assert!(held.is_empty(), "{:#?}", held.steps);
+    let m = &held.memory_moves[0];
+    assert_eq!(
+        (m.from.to_string(), m.to.to_string()),
+        ("1".into(), "0".into())
+    );
+    assert_eq!(
+        (m.pids.clone(), m.bytes, m.migrate),
+        (vec![200], Some(100 * MIB), false)
+    );
+    assert!(
+        held.warnings.iter().any(|w| w.contains(
+            "tenant `pg`: its memory nodes change from 1 to 0 with 1 process in its groups"
+        ) && w
+            .contains("100MiB of their memory is on nodes outside 0")
+            && w.contains("keeps nodes 1 and cpus 2-3")),
+        "{:?}",
+        held.warnings
+    );
+    // asked: memory_migrate on before the narrowing that moves the pages (v1)
+    for asked in [
+        build_with(&on_0, &inv, &host.layout, &snap, &Shares::new(), true).unwrap(),
+        build(
+            &policy(&text("0", "migrate_memory = true\n")),
+            &inv,
+            &host.layout,
+            &snap,
+        )
+        .unwrap(),
+    ] {
+        assert!(asked.memory_moves[0].migrate);
+        assert_eq!(writes_to(&asked.steps, &mems), vec!["0-1", "0"]);
+        assert_eq!(writes_to(&asked.steps, &migrate), vec!["1"]);
+        assert!(
+            write_index(&asked.steps, &migrate, "1")
+                < write_index(&asked.steps, &limited_mems, "0"),
+            "{:#?}",
+            asked.steps
+        );
+        assert!(asked
+            .warnings
+            .iter()
+            .all(|w| !w.contains("memory nodes change")));
+    }
+    // restarted: the old processes are gone and the new one is not in the group yet, so the
+    // nodes change at once and the new process moves in after
+    let mut inv = inv.clone();
+    inv.procs = vec![proc(300, "postgres")];
+    snap.proc_dirs.clear();
+    host.at_root(&mut snap, &[300]);
+    let restart = build(&on_0, &inv, &host.layout, &snap).unwrap();
+    assert!(restart.memory_moves.is_empty());
+    assert_eq!(writes_to(&restart.steps, &mems), vec!["0-1", "0"]);
+    assert!(matches!(
+        restart.steps.last(),
+        Some(Step::Move { pid: 300, .. })
+    ));
+}

@@ -39,6 +39,7 @@ fn settings() -> TenantSettings {
         memory_high: None,
         memory_low: None,
         memory_swap_max: None,
+        migrate_memory: false,
         io_weight: None,
         io_latency_us: Default::default(),
     }

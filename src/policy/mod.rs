@@ -259,6 +259,10 @@ pub struct CpuPolicy {
     /// `numa = "auto"`: the plan chooses the nodes (see `plan::numa`); the origin locates its
     /// refusals.
     pub numa_auto: Option<Origin>,
+    /// `migrate_memory = true`: a change of the tenant's memory nodes moves the memory of its
+    /// running processes at once (see `plan::MemoryMove`); false (default) keeps the running
+    /// instance where it is until it restarts.
+    pub migrate_memory: bool,
     /// Quota in cores (2.5 = two and a half cpus' worth of time per period).
     pub cores: Option<f64>,
     /// Relative share, 1..=10000, default 100.

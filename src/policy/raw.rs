@@ -228,6 +228,7 @@ pub struct RawCpu {
     pub cpus: Option<Loc<String>>,
     pub numa_nodes: Option<Loc<Vec<i64>>>,
     pub numa: Option<Loc<String>>,
+    pub migrate_memory: Option<Loc<bool>>,
     pub cores: Option<Loc<Quantity>>,
     pub weight: Option<Loc<Quantity>>,
 }
@@ -316,6 +317,7 @@ impl RawTenant {
                 take(&mut c.cpus, l.cpus);
                 take(&mut c.numa_nodes, l.numa_nodes);
                 take(&mut c.numa, l.numa);
+                take(&mut c.migrate_memory, l.migrate_memory);
                 take(&mut c.cores, l.cores);
                 take(&mut c.weight, l.weight);
             }

@@ -616,6 +616,7 @@ fn validate_schedules(
             for (k, set) in [
                 ("cpus", c.cpus.is_some()),
                 ("numa_nodes", c.numa_nodes.is_some()),
+                ("migrate_memory", c.migrate_memory.is_some()),
                 ("cores", c.cores.is_some()),
                 ("weight", c.weight.is_some()),
             ] {
@@ -1158,6 +1159,7 @@ fn validate_cpu(ctx: &mut Ctx, tenant: &str, c: &super::raw::RawCpu) -> CpuPolic
         cpus,
         numa_nodes,
         numa_auto,
+        migrate_memory: c.migrate_memory.as_ref().is_some_and(|m| m.value),
         cores,
         weight,
     }

@@ -8,9 +8,12 @@
 # memory-touching instance per tenant (examples/memtouch, 192 MiB, started in the tenant with
 # `dbcage exec` as cgexec does in the seed) keeps >= 95% of its memory on its node, counted three
 # ways: this script's own sum over /proc/PID/numa_maps, `dbcage status --json`'s
-# numa_local_share, and the kernel's per-cgroup memory.numa_stat (anon). Then: a tenant too big
-# for one node gets two and the others still fit; a set larger than the host is refused by check
-# with the numbers.
+# numa_local_share, and the kernel's per-cgroup memory.numa_stat (anon). Then moving a running
+# tenant to another node: without --migrate-memory it stays and plan says how much would move;
+# with it, its pages follow (>= 95% on the new node, the time it took); tenants whose nodes change
+# while they run stay put until restarted, and the new instances start on the new nodes. Then: a
+# tenant too big for one node gets two and the others still fit; a set larger than the host is
+# refused by check with the numbers.
 # Emulation has no remote-memory cost, so no performance is measured: locality is the figure.
 # Prints PASS/FAIL lines and "N passed, N failed"; exits non-zero when a check failed.
 
@@ -154,12 +157,110 @@ for t in $TENANTS; do
 done
 $D status --interval 0 2>&1 | sed 's/^/INFO status | /'
 
-for t in $TENANTS; do
-    for p in $(cat $ROOT/$t/limited/cgroup.procs 2>/dev/null); do kill "$p" 2>/dev/null; done
-done
+# (4) moving a running tenant: ORA2 to ORA4's node, ORA4 (stopped) to ORA2's. Without the flag
+# ORA2 stays and plan says how much would move; with --migrate-memory its pages follow.
+stop() { # stop TENANT: end its instance, wait until its groups are empty
+    for p in $(cat $ROOT/$1/limited/cgroup.procs 2>/dev/null); do kill "$p" 2>/dev/null; done
+    for i in $(seq 1 100); do [ -z "$(cat $ROOT/$1/limited/cgroup.procs)" ] && break; /bin/sleep 0.1; done
+}
+start() { # start TENANT: an instance touching TOUCH_MIB in it; waits until touched
+    : >"/tmp/touch.$1"
+    $D exec "$1" -- "/tmp/x/ora_pmon_$1" $TOUCH_MIB >"/tmp/touch.$1" 2>&1 &
+    for i in $(seq 1 600); do grep -q touched "/tmp/touch.$1" && break; /bin/sleep 0.2; done
+}
+pinned() { # pinned ORA1_NODE ORA2_NODE ORA3_NODE ORA4_NODE [EXTRA]: the four pinned
+    {
+        echo '[agent]'
+        echo 'parent = "root"'
+        echo 'root = "dbcage-test"'
+        echo 'metrics = "off"'
+        i=0
+        for t in $TENANTS; do
+            i=$((i + 1))
+            eval "n=\$$i"
+            echo
+            echo '[[tenant]]'
+            echo "name = \"$t\""
+            echo "match = [{ comm = '^ora_[a-z0-9]{4}_$t\$' }]"
+            echo '[tenant.cpu]'
+            echo "numa_nodes = [$n]"
+            echo '[tenant.memory]'
+            echo 'max = "384MiB"'
+        done
+    } >/tmp/numa.toml
+}
+maps_pct() { # maps_pct TENANT NODE: share of its processes' numa_maps on NODE
+    set -- $(numa_share "$2" $(cat $ROOT/$1/limited/cgroup.procs 2>/dev/null))
+    pct "$1" "$2"
+}
+stop ORA4
+pinned "$NODE_ORA1" "$NODE_ORA4" "$NODE_ORA3" "$NODE_ORA2"
+plan=$($D plan 2>&1)
+echo "$plan" | grep -i "memory\|warning" | sed 's/^/INFO plan | /'
+would=$(echo "$plan" | sed -n 's/.*tenant `ORA2`: its memory nodes change .*(\([0-9.]*\)MiB of their memory is on nodes outside.*/\1/p')
+out=$($D apply 2>&1)
+rc=$?
+m2=$(cat $ROOT/ORA2/cpuset.mems)
+m4=$(cat $ROOT/ORA4/cpuset.mems)
+if [ $rc -eq 0 ] && [ "$m2" = "$NODE_ORA2" ] && [ "$m4" = "$NODE_ORA2" ] && [ -n "$would" ] && ge "$would" $((TOUCH_MIB * 9 / 10)); then
+    pass move_held "without the flag ORA2 keeps node $m2 (plan: ${would} MiB would move); ORA4, stopped, is on $m4 at once"
+else
+    fail move_held "apply exit $rc, ORA2 mems [$m2] (want $NODE_ORA2), ORA4 mems [$m4] (want $NODE_ORA2), would move [$would] MiB: $out"
+fi
+plan=$($D plan --migrate-memory 2>&1)
+echo "$plan" | grep "memory moves" | sed 's/^/INFO plan --migrate-memory | /'
+T0=$(now_ns)
+out=$($D apply --migrate-memory 2>&1)
+rc=$?
+T1=$(now_ns)
+echo "$out" | sed 's/^/INFO apply --migrate-memory | /'
+m2=$(cat $ROOT/ORA2/cpuset.mems)
+share=$(maps_pct ORA2 "$NODE_ORA4")
+for i in $(seq 1 60); do ge "$share" 95 && break; /bin/sleep 0.5; share=$(maps_pct ORA2 "$NODE_ORA4"); done
+T2=$(now_ns)
+set -- $(numa_stat_share $ROOT/ORA2/memory.numa_stat "$NODE_ORA4")
+sp=$(pct "$1" "$2")
+if [ $rc -eq 0 ] && [ "$m2" = "$NODE_ORA4" ] && ge "$share" 95 && ge "$sp" 95 && echo "$out" | grep -q "tenant ORA2: memory moves from nodes $NODE_ORA2 to $NODE_ORA4"; then
+    pass move_migrated "ORA2 on node $m2: numa_maps $share%, numa_stat anon $sp% there; apply took $(((T1 - T0) / 1000000)) ms, >= 95% $(((T2 - T0) / 1000000)) ms after it began"
+else
+    fail move_migrated "apply exit $rc, ORA2 mems [$m2], numa_maps $share%, numa_stat $sp% on node $NODE_ORA4: $out"
+fi
+out=$($D apply 2>&1)
+if echo "$out" | grep -q "^nothing to do"; then pass move_idempotent "then: nothing to do"; else fail move_idempotent "$out"; fi
+
+# (5) restart: ORA1 and ORA3 swap nodes; both run, so both stay until restarted, and the new
+# instances start on the new nodes
+pinned "$NODE_ORA3" "$NODE_ORA4" "$NODE_ORA1" "$NODE_ORA2"
+out=$($D apply 2>&1)
+held=$(echo "$out" | grep -c "its memory nodes change")
+m1=$(cat $ROOT/ORA1/cpuset.mems)
+m3=$(cat $ROOT/ORA3/cpuset.mems)
+if [ "$held" -eq 2 ] && [ "$m1" = "$NODE_ORA1" ] && [ "$m3" = "$NODE_ORA3" ]; then
+    pass restart_held "running ORA1 and ORA3 keep nodes $m1 and $m3"
+else
+    fail restart_held "$held warnings, ORA1 [$m1], ORA3 [$m3]: $out"
+fi
+stop ORA1
+stop ORA3
+$D apply >/dev/null 2>&1
+m1=$(cat $ROOT/ORA1/cpuset.mems)
+m3=$(cat $ROOT/ORA3/cpuset.mems)
+start ORA1
+start ORA3
+start ORA4
+/bin/sleep 1
+s1=$(maps_pct ORA1 "$NODE_ORA3")
+s3=$(maps_pct ORA3 "$NODE_ORA1")
+s4=$(maps_pct ORA4 "$NODE_ORA2")
+if [ "$m1" = "$NODE_ORA3" ] && [ "$m3" = "$NODE_ORA1" ] && ge "$s1" 95 && ge "$s3" 95 && ge "$s4" 95; then
+    pass restart_moved "restarted ORA1 on node $m1 ($s1%), ORA3 on node $m3 ($s3%), ORA4 started on node $NODE_ORA2 ($s4%)"
+else
+    fail restart_moved "ORA1 mems [$m1] $s1% on $NODE_ORA3, ORA3 mems [$m3] $s3% on $NODE_ORA1, ORA4 $s4% on $NODE_ORA2"
+fi
+for t in $TENANTS; do stop $t; done
 wait 2>/dev/null
 
-# (4) a tenant too big for one node gets two, and the others still fit
+# (6) a tenant too big for one node gets two, and the others still fit
 TENANTS="ORA1 ORA2"
 policy 384MiB '
 [[tenant]]
@@ -180,7 +281,7 @@ else
     fail spill "plan exit $rc, BIG on two nodes: $big, alone: $alone"
 fi
 
-# (5) a set larger than the host: check refuses it, naming the tenant, its needs and each node
+# (7) a set larger than the host: check refuses it, naming the tenant, its needs and each node
 TENANTS="ORA1 ORA2 ORA3 ORA4"
 policy 2GiB
 out=$($D check 2>&1)

@@ -55,6 +55,9 @@ pub fn print_plan(
         if let Some(c) = plan.numa.iter().find(|c| c.tenant == t.name) {
             writeln!(out, "  numa = auto: nodes {} ({})", c.nodes, c.reason)?;
         }
+        if let Some(m) = plan.memory_moves.iter().find(|m| m.tenant == t.name) {
+            writeln!(out, "  {}", memory_move_line(m))?;
+        }
         writeln!(
             out,
             "  cpus {} mems {} weight {}",
@@ -141,6 +144,26 @@ pub fn print_plan(
     Ok(())
 }
 
+/// A running tenant's change of memory nodes: what moves, and whether now.
+fn memory_move_line(m: &crate::plan::MemoryMove) -> String {
+    let bytes = m
+        .bytes
+        .map_or("an unknown amount".into(), |b| HumanBytes(b).to_string());
+    if m.migrate {
+        format!(
+            "memory moves from nodes {} to {}: {bytes} of the pages of its {}",
+            m.from,
+            m.to,
+            count(m.pids.len(), "process", "processes")
+        )
+    } else {
+        format!(
+            "memory nodes stay {} (policy: {}) until the instance restarts: {bytes} would move (--migrate-memory moves it now)",
+            m.from, m.to
+        )
+    }
+}
+
 /// The plan's warnings, to `warn` (stderr): the cgroup v1 write-limit caveat only when the plan
 /// writes something, in one line (`check` gives it in full).
 pub fn print_warnings(warn: &mut dyn std::io::Write, plan: &Plan) -> Result<()> {
@@ -183,6 +206,9 @@ pub fn print_apply(
                 String::new()
             }
         )?;
+    }
+    for m in plan.memory_moves.iter().filter(|m| m.migrate) {
+        writeln!(out, "tenant {}: {}", m.tenant, memory_move_line(m))?;
     }
     for e in &outcome.errors {
         writeln!(out, "error: {e}")?;
