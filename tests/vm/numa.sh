@@ -110,7 +110,9 @@ for t in $TENANTS; do
     seen="$seen $mems"
     eval "NODE_$t=$mems"
 done
+PLACED=0
 if [ $rc -eq 0 ] && [ $ok = 1 ]; then
+    PLACED=1
     pass placement "apply exit 0; each tenant alone on one node:$seen"
 else
     fail placement "apply exit $rc; nodes per tenant:$seen (want 4 distinct single nodes, cpus those of the node)"
@@ -166,7 +168,12 @@ stop() { # stop TENANT: end its instance, wait until its groups are empty
 start() { # start TENANT: an instance touching TOUCH_MIB in it; waits until touched
     : >"/tmp/touch.$1"
     $D exec "$1" -- "/tmp/x/ora_pmon_$1" $TOUCH_MIB >"/tmp/touch.$1" 2>&1 &
-    for i in $(seq 1 600); do grep -q touched "/tmp/touch.$1" && break; /bin/sleep 0.2; done
+    sp=$!
+    for i in $(seq 1 600); do
+        grep -q touched "/tmp/touch.$1" && break
+        kill -0 $sp 2>/dev/null || break # exec failed
+        /bin/sleep 0.2
+    done
 }
 pinned() { # pinned ORA1_NODE ORA2_NODE ORA3_NODE ORA4_NODE [EXTRA]: the four pinned
     {
@@ -193,6 +200,7 @@ maps_pct() { # maps_pct TENANT NODE: share of its processes' numa_maps on NODE
     set -- $(numa_share "$2" $(cat $ROOT/$1/limited/cgroup.procs 2>/dev/null))
     pct "$1" "$2"
 }
+moves() {
 stop ORA4
 pinned "$NODE_ORA1" "$NODE_ORA4" "$NODE_ORA3" "$NODE_ORA2"
 plan=$($D plan 2>&1)
@@ -256,6 +264,12 @@ if [ "$m1" = "$NODE_ORA3" ] && [ "$m3" = "$NODE_ORA1" ] && ge "$s1" 95 && ge "$s
     pass restart_moved "restarted ORA1 on node $m1 ($s1%), ORA3 on node $m3 ($s3%), ORA4 started on node $NODE_ORA2 ($s4%)"
 else
     fail restart_moved "ORA1 mems [$m1] $s1% on $NODE_ORA3, ORA3 mems [$m3] $s3% on $NODE_ORA1, ORA4 $s4% on $NODE_ORA2"
+fi
+}
+if [ $PLACED = 1 ]; then
+    moves
+else
+    fail moves "not run: the placement above failed, so there is no node of each tenant to move from"
 fi
 for t in $TENANTS; do stop $t; done
 wait 2>/dev/null
