@@ -400,7 +400,13 @@ fn place_numa(
         .map(|(id, cpus)| numa::Node {
             id: *id,
             cpus: cpus.difference(&cpus.difference(allowed_cpus)).len(),
-            memory: inv.numa.memory.get(id).copied(),
+            // the huge page pools are not memory other allocations can use
+            memory: inv
+                .numa
+                .memory
+                .get(id)
+                .map(|m| m.saturating_sub(inv.numa.huge_pages.get(id).copied().unwrap_or(0))),
+            huge_pages: inv.numa.huge_pages.get(id).copied().unwrap_or(0),
         })
         .collect();
     let needs: Vec<numa::Need> = policy
@@ -411,6 +417,7 @@ fn place_numa(
             tenant: t.name.clone(),
             cores: t.cpu.cores.unwrap_or(0.0),
             memory: t.memory.max.as_ref().map_or(0, |m| m.value),
+            huge_pages: t.memory.huge_pages.unwrap_or(0),
             pinned: t.cpu.numa_nodes.as_ref().map(|n| n.value.clone()),
         })
         .collect();

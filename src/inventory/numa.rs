@@ -17,6 +17,9 @@ pub struct NumaTopology {
     pub online_cpus: CpuSet,
     /// /proc/sys/kernel/numa_balancing is on (non-zero); `None` when the kernel has no such file.
     pub balancing: Option<bool>,
+    /// node number → bytes in its huge page pools (`nr_hugepages` times the page size, summed
+    /// over `nodeN/hugepages/hugepages-<size>kB`); a node without a pool is absent.
+    pub huge_pages: BTreeMap<u32, u64>,
 }
 
 /// `MemTotal` in bytes from a node's meminfo (`Node 0 MemTotal:  16318480 kB`).
@@ -63,6 +66,31 @@ pub fn read_process_nodes(fs: &HostFs, pids: &[u32]) -> BTreeMap<u32, BTreeMap<u
         .collect()
 }
 
+/// Bytes in the huge page pools under a node's `hugepages` directory (`hugepages-2048kB/
+/// nr_hugepages` and so on); 0 without any.
+fn node_huge_pages(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let kib: u64 = name
+                .strip_prefix("hugepages-")?
+                .strip_suffix("kB")?
+                .parse()
+                .ok()?;
+            let pages: u64 = std::fs::read_to_string(e.path().join("nr_hugepages"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            pages.checked_mul(kib)?.checked_mul(1024)
+        })
+        .sum()
+}
+
 impl NumaTopology {
     pub fn read(fs: &HostFs) -> std::io::Result<NumaTopology> {
         let online_cpus: CpuSet = fs
@@ -77,6 +105,7 @@ impl NumaTopology {
             })?;
         let mut nodes = BTreeMap::new();
         let mut memory = BTreeMap::new();
+        let mut huge_pages = BTreeMap::new();
         if let Ok(entries) = std::fs::read_dir(fs.path("/sys/devices/system/node")) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
@@ -98,6 +127,10 @@ impl NumaTopology {
                 {
                     memory.insert(num, bytes);
                 }
+                let pools = node_huge_pages(&e.path().join("hugepages"));
+                if pools > 0 {
+                    huge_pages.insert(num, pools);
+                }
             }
         }
         if nodes.is_empty() {
@@ -112,6 +145,7 @@ impl NumaTopology {
             memory,
             online_cpus,
             balancing,
+            huge_pages,
         })
     }
 
@@ -150,7 +184,23 @@ mod tests {
             "Node 0 MemTotal:       16318480 kB\nNode 0 MemFree:        15101200 kB\nNode 0 MemUsed:         1217280 kB\n",
         )
         .unwrap();
+        // node 0: 512 pages of 2 MiB and 1 of 1 GiB (the layout of a real host's node0/hugepages);
+        // node 1 has the directories with empty pools
+        for (n, size, pages) in [
+            (0, "hugepages-2048kB", "512\n"),
+            (0, "hugepages-1048576kB", "1\n"),
+            (1, "hugepages-2048kB", "0\n"),
+            (1, "hugepages-1048576kB", "0\n"),
+        ] {
+            let d = fs.path(format!("/sys/devices/system/node/node{n}/hugepages/{size}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("nr_hugepages"), pages).unwrap();
+            std::fs::write(d.join("free_hugepages"), pages).unwrap();
+            std::fs::write(d.join("surplus_hugepages"), "0\n").unwrap();
+        }
         let t = NumaTopology::read(&fs).unwrap();
+        assert_eq!(t.huge_pages.get(&0), Some(&((512 << 21) + (1 << 30))));
+        assert_eq!(t.huge_pages.get(&1), None);
         assert_eq!(t.nodes.len(), 2);
         assert_eq!(t.memory.get(&0), Some(&(16318480 * 1024)));
         assert_eq!(t.memory.get(&1), None);

@@ -7,7 +7,11 @@
 //! no tenant uses yet (tenants that share nothing stay apart), then the node with the most free
 //! memory; a tenant that no single node holds is spread over the fewest nodes (largest free
 //! first). Cores count against a node's cpus (a quota of 2.5 cores takes 2.5 of them): the quota
-//! is what the tenant may use, so nodes are not promised more than they can run.
+//! is what the tenant may use, so nodes are not promised more than they can run. Huge pages
+//! (`memory.huge_pages`) count against each node's huge page pools (nodeN/hugepages/*), which
+//! other allocations cannot use: a node's memory is its MemTotal less its pools. The pools, not
+//! their free pages, are the capacity: a running tenant's own pages are not free, and a plan
+//! must not move it for holding them.
 
 use std::collections::BTreeMap;
 
@@ -22,6 +26,8 @@ pub struct Need {
     pub tenant: String,
     pub cores: f64,
     pub memory: u64,
+    /// Bytes of huge pages (`memory.huge_pages`).
+    pub huge_pages: u64,
     /// `numa_nodes` set by the policy: the tenant is on these nodes, not placed.
     pub pinned: Option<CpuSet>,
 }
@@ -33,6 +39,8 @@ pub struct Node {
     pub cpus: usize,
     /// `None` when the host does not say (no nodeN/meminfo): memory is then not a limit.
     pub memory: Option<u64>,
+    /// Bytes in the node's huge page pools (0 without any).
+    pub huge_pages: u64,
 }
 
 /// The nodes chosen for one `numa = "auto"` tenant and why (shown by `plan`).
@@ -54,12 +62,15 @@ pub struct Refusal {
 struct Free {
     cpus: f64,
     memory: Option<u64>,
+    huge_pages: u64,
     users: Vec<String>,
 }
 
 impl Free {
-    fn holds(&self, cores: f64, memory: u64) -> bool {
-        self.cpus + 1e-9 >= cores && self.memory.is_none_or(|m| m >= memory)
+    fn holds(&self, n: &Need) -> bool {
+        self.cpus + 1e-9 >= n.cores
+            && self.memory.is_none_or(|m| m >= n.memory)
+            && self.huge_pages >= n.huge_pages
     }
     fn memory_left(&self) -> u64 {
         self.memory.unwrap_or(u64::MAX)
@@ -68,7 +79,16 @@ impl Free {
 
 fn needs_text(n: &Need) -> String {
     let unit = if n.cores == 1.0 { "core" } else { "cores" };
-    format!("{} {unit} and {} of memory", n.cores, HumanBytes(n.memory))
+    let huge = if n.huge_pages > 0 {
+        format!(" and {} of huge pages", HumanBytes(n.huge_pages))
+    } else {
+        String::new()
+    };
+    format!(
+        "{} {unit} and {} of memory{huge}",
+        n.cores,
+        HumanBytes(n.memory)
+    )
 }
 
 fn nodes_text(free: &BTreeMap<u32, Free>, nodes: &[Node]) -> String {
@@ -82,7 +102,19 @@ fn nodes_text(free: &BTreeMap<u32, Free>, nodes: &[Node]) -> String {
                 }
                 _ => "memory unknown".into(),
             };
-            format!("node {}: {} of {} cpus free, {mem}", n.id, f.cpus, n.cpus)
+            let huge = if n.huge_pages > 0 {
+                format!(
+                    ", {} of {} of huge pages free",
+                    HumanBytes(f.huge_pages),
+                    HumanBytes(n.huge_pages)
+                )
+            } else {
+                ", no huge pages".into()
+            };
+            format!(
+                "node {}: {} of {} cpus free, {mem}{huge}",
+                n.id, f.cpus, n.cpus
+            )
         })
         .collect::<Vec<_>>()
         .join("; ")
@@ -90,9 +122,12 @@ fn nodes_text(free: &BTreeMap<u32, Free>, nodes: &[Node]) -> String {
 
 /// Takes what `need` uses from the nodes `on`, filling each in order.
 fn take(free: &mut BTreeMap<u32, Free>, on: &[u32], need: &Need) {
-    let (mut cores, mut memory) = (need.cores, need.memory);
+    let (mut cores, mut memory, mut huge) = (need.cores, need.memory, need.huge_pages);
     for id in on {
         let Some(f) = free.get_mut(id) else { continue };
+        let h = huge.min(f.huge_pages);
+        f.huge_pages -= h;
+        huge -= h;
         let c = cores.min(f.cpus);
         f.cpus -= c;
         cores -= c;
@@ -115,6 +150,7 @@ pub fn place(needs: &[Need], nodes: &[Node]) -> Result<Vec<Choice>, Refusal> {
                 Free {
                     cpus: n.cpus as f64,
                     memory: n.memory,
+                    huge_pages: n.huge_pages,
                     users: Vec::new(),
                 },
             )
@@ -137,7 +173,7 @@ pub fn place(needs: &[Need], nodes: &[Node]) -> Result<Vec<Choice>, Refusal> {
     for need in order {
         let fits_one = free
             .iter()
-            .filter(|(_, f)| f.holds(need.cores, need.memory))
+            .filter(|(_, f)| f.holds(need))
             .min_by(|(ia, a), (ib, b)| {
                 a.users
                     .len()
@@ -167,25 +203,32 @@ pub fn place(needs: &[Need], nodes: &[Node]) -> Result<Vec<Choice>, Refusal> {
             // the fewest nodes: largest free memory first, then most free cpus
             let mut by_size: Vec<(u32, Free)> = free.iter().map(|(i, f)| (*i, f.clone())).collect();
             by_size.sort_by(|(ia, a), (ib, b)| {
-                b.memory_left()
-                    .cmp(&a.memory_left())
+                // a tenant that needs huge pages goes where the pools are first
+                let huge = |f: &Free| if need.huge_pages > 0 { f.huge_pages } else { 0 };
+                huge(b)
+                    .cmp(&huge(a))
+                    .then(b.memory_left().cmp(&a.memory_left()))
                     .then(b.cpus.total_cmp(&a.cpus))
                     .then(ia.cmp(ib))
             });
-            let (mut cores, mut memory, mut on) = (0.0, 0u64, Vec::new());
+            let (mut cores, mut memory, mut huge, mut on) = (0.0, 0u64, 0u64, Vec::new());
+            let enough = |cores: f64, memory: u64, huge: u64| {
+                cores + 1e-9 >= need.cores && memory >= need.memory && huge >= need.huge_pages
+            };
             for (id, f) in &by_size {
-                if cores + 1e-9 >= need.cores && memory >= need.memory {
+                if enough(cores, memory, huge) {
                     break;
                 }
                 cores += f.cpus;
                 memory = memory.saturating_add(f.memory_left());
+                huge = huge.saturating_add(f.huge_pages);
                 on.push(*id);
             }
-            if cores + 1e-9 < need.cores || memory < need.memory {
+            if !enough(cores, memory, huge) {
                 return Err(Refusal {
                     tenant: need.tenant.clone(),
                     message: format!(
-                        "tenant `{}`: numa = \"auto\" cannot place it: it needs {}, and the nodes have (after the tenants placed before it) {}; lower its cpu.cores or memory.max, or pin some tenants with numa_nodes",
+                        "tenant `{}`: numa = \"auto\" cannot place it: it needs {}, and the nodes have (after the tenants placed before it) {}; lower its cpu.cores, memory.max or memory.huge_pages (or grow the nodes' huge page pools), or pin some tenants with numa_nodes",
                         need.tenant,
                         needs_text(need),
                         nodes_text(&free, nodes)
@@ -224,6 +267,7 @@ mod tests {
             tenant: name.into(),
             cores,
             memory: gib * GIB,
+            huge_pages: 0,
             pinned: None,
         }
     }
@@ -234,6 +278,7 @@ mod tests {
                 id,
                 cpus: 1,
                 memory: Some(4 * GIB),
+                huge_pages: 0,
             })
             .collect()
     }
@@ -316,9 +361,43 @@ mod tests {
             id: 0,
             cpus: 2,
             memory: None,
+            huge_pages: 0,
         }];
         let c = place(&[need("a", 2.0, 100)], &nodes).unwrap();
         assert_eq!(c[0].nodes.to_string(), "0");
+    }
+
+    #[test]
+    fn huge_pages_go_where_the_pools_are() {
+        // node 0 has no pool, node 1 one of 2 GiB, node 2 one of 1 GiB
+        let mut nodes = four_nodes();
+        nodes[1].huge_pages = 2 * GIB;
+        nodes[2].huge_pages = GIB;
+        let mut sga = need("sga", 1.0, 1);
+        sga.huge_pages = 2 * GIB;
+        let mut small = need("small", 1.0, 1);
+        small.huge_pages = GIB;
+        let c = place(&[sga.clone(), small, need("plain", 1.0, 1)], &nodes).unwrap();
+        assert_eq!(nodes_of(&c), ["1", "2", "0"]);
+        assert!(
+            c[0].reason.contains("2GiB of huge pages"),
+            "{}",
+            c[0].reason
+        );
+        // more than one pool holds: spread over the pools; more than all hold: refused
+        sga.huge_pages = 3 * GIB;
+        let c = place(std::slice::from_ref(&sga), &nodes).unwrap();
+        assert_eq!(nodes_of(&c), ["1-2"]);
+        sga.huge_pages = 4 * GIB;
+        let e = place(&[sga], &nodes).unwrap_err();
+        for part in [
+            "4GiB of huge pages",
+            "node 0: 1 of 1 cpus free, 4GiB of 4GiB free, no huge pages",
+            "node 1: 1 of 1 cpus free, 4GiB of 4GiB free, 2GiB of 2GiB of huge pages free",
+            "memory.huge_pages",
+        ] {
+            assert!(e.message.contains(part), "{part}: {}", e.message);
+        }
     }
 
     proptest! {
@@ -332,7 +411,7 @@ mod tests {
             let needs: Vec<Need> = needs.iter().enumerate()
                 .map(|(i, (c, g))| need(&format!("t{i}"), *c as f64, *g)).collect();
             let nodes: Vec<Node> = node_gib.iter().enumerate()
-                .map(|(i, g)| Node { id: i as u32, cpus: 4, memory: Some(g * GIB) }).collect();
+                .map(|(i, g)| Node { id: i as u32, cpus: 4, memory: Some(g * GIB), huge_pages: 0 }).collect();
             let first = place(&needs, &nodes);
             prop_assert_eq!(&first, &place(&needs, &nodes));
             // spreading fills whatever is left, so a set is refused exactly when it is larger

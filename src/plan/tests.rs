@@ -194,6 +194,7 @@ fn inventory(policy: &Policy, devices: &[Vec<DevNum>], procs: Vec<ProcInfo>) -> 
             online_cpus: "0-1".parse().unwrap(),
             memory: Default::default(),
             balancing: None,
+            huge_pages: Default::default(),
         },
         procs,
         mounts: Default::default(),
@@ -581,6 +582,7 @@ fn idempotent_with_several_tenants_and_numa() {
         online_cpus: "0-3".parse().unwrap(),
         memory: Default::default(),
         balancing: None,
+        huge_pages: Default::default(),
     };
     let mut snap = Snapshot::default();
     host.at_root(&mut snap, &[100, 101, 102, 103, 200, 201]);
@@ -960,6 +962,7 @@ fn numa_nodes_without_an_allowed_cpu_are_an_error() {
         online_cpus: "0-3".parse().unwrap(),
         memory: Default::default(),
         balancing: None,
+        huge_pages: Default::default(),
     };
     let snap = Snapshot {
         parent_cpus: Some("0-1".parse().unwrap()),
@@ -986,6 +989,7 @@ fn two_nodes(inv: &mut Inventory) {
         online_cpus: "0-3".parse().unwrap(),
         memory: Default::default(),
         balancing: None,
+        huge_pages: Default::default(),
     };
 }
 
@@ -1155,6 +1159,7 @@ fn two_nodes_of_4gib() -> NumaTopology {
         memory: [(0, 4 << 30), (1, 4 << 30)].into_iter().collect(),
         online_cpus: "0-3".parse().unwrap(),
         balancing: None,
+        huge_pages: Default::default(),
     }
 }
 
@@ -1294,4 +1299,35 @@ fn a_running_tenants_memory_moves_only_when_asked_or_at_restart() {
         restart.steps.last(),
         Some(Step::Move { pid: 300, .. })
     ));
+}
+
+/// Issue 26: a tenant's huge pages go where a node's pool holds them, and the pools are not
+/// counted as memory other tenants can use.
+#[test]
+fn numa_auto_places_huge_pages_on_the_node_with_the_pool() {
+    let text = "[[tenant]]\nname = \"sga\"\n[tenant.cpu]\nnuma = \"auto\"\n[tenant.memory]\nmax = \"1GiB\"\nhuge_pages = \"2GiB\"\n\
+                [[tenant]]\nname = \"big\"\n[tenant.cpu]\nnuma = \"auto\"\n[tenant.memory]\nmax = \"3GiB\"\n";
+    let p = policy(text);
+    let host = Host::new(&p);
+    let mut inv = inventory(&p, &[vec![], vec![]], vec![]);
+    inv.numa = two_nodes_of_4gib();
+    // node 0: 2 GiB of 2 MiB pages (nodeN/hugepages/hugepages-2048kB/nr_hugepages = 1024)
+    inv.numa.huge_pages.insert(0, 1024 * (2 << 20));
+    let plan = build(&p, &inv, &host.layout, &Snapshot::default()).unwrap();
+    let nodes: Vec<String> = plan.numa.iter().map(|c| c.nodes.to_string()).collect();
+    // big (3 GiB, placed first, and on node 0 without pools) no longer fits beside the pool on
+    // node 0 (4 GiB less 2 GiB): node 1
+    assert_eq!(nodes, ["0", "1"], "{:?}", plan.numa);
+    assert!(
+        plan.numa[0].reason.contains("2GiB of huge pages"),
+        "{:?}",
+        plan.numa
+    );
+    // without the pool the huge pages cannot be placed, and check says where they are not
+    inv.numa.huge_pages.clear();
+    let e = error_text(build(&p, &inv, &host.layout, &Snapshot::default()));
+    assert!(
+        e[0].contains("tenant `sga`") && e[0].contains("no huge pages"),
+        "{e:?}"
+    );
 }

@@ -105,6 +105,7 @@ fn inventory(p: &Policy, devices: &[DevNum]) -> Inventory {
             online_cpus: "0-1".parse().unwrap(),
             memory: Default::default(),
             balancing: None,
+            huge_pages: Default::default(),
         },
         procs: vec![ProcInfo {
             pid: 100,

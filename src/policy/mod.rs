@@ -275,6 +275,10 @@ pub struct MemoryPolicy {
     pub high: Option<u64>,
     pub low: Option<u64>,
     pub swap_max: Option<u64>,
+    /// Bytes of huge pages the instance uses (PostgreSQL `huge_pages = on`, Oracle
+    /// `use_large_pages`): counted by `numa = "auto"` against the nodes' huge page pools. Not a
+    /// limit: hugetlb memory is not charged to memory.max.
+    pub huge_pages: Option<u64>,
 }
 
 /// One match rule: every field that is set must match (AND); a tenant's rules are ORed.

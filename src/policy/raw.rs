@@ -239,6 +239,7 @@ pub struct RawMemory {
     pub high: Option<Loc<Quantity>>,
     pub low: Option<Loc<Quantity>>,
     pub swap_max: Option<Loc<Quantity>>,
+    pub huge_pages: Option<Loc<Quantity>>,
 }
 
 /// Replaces `into` with `from` when `from` is set: the drop-in merge rule for one key.
@@ -329,6 +330,7 @@ impl RawTenant {
                 take(&mut m.high, l.high);
                 take(&mut m.low, l.low);
                 take(&mut m.swap_max, l.swap_max);
+                take(&mut m.huge_pages, l.huge_pages);
             }
             (slot, l) => take(slot, l),
         }

@@ -627,6 +627,12 @@ fn validate_schedules(
         }
         if let Some(m) = &s.memory {
             validate_memory(ctx, tenant, m);
+            if let Some(h) = &m.huge_pages {
+                ctx.error(
+                    h,
+                    format!("{what}: memory.huge_pages belongs in [tenant.memory] (it places the tenant, it is no limit)"),
+                );
+            }
             for (k, set) in [
                 ("max", m.max.is_some()),
                 ("high", m.high.is_some()),
@@ -1175,6 +1181,7 @@ fn validate_memory(ctx: &mut Ctx, tenant: &str, m: &super::raw::RawMemory) -> Me
     let high = get("high", &m.high);
     let low = get("low", &m.low);
     let swap_max = get("swap_max", &m.swap_max);
+    let huge_pages = get("huge_pages", &m.huge_pages);
     if let (Some((max, _)), Some((high, o))) = (&max, &high) {
         if high > max {
             ctx.warnings.push(Problem::at(
@@ -1200,6 +1207,7 @@ fn validate_memory(ctx: &mut Ctx, tenant: &str, m: &super::raw::RawMemory) -> Me
         high: high.map(|h| h.0),
         low: low.map(|l| l.0),
         swap_max: swap_max.map(|s| s.0),
+        huge_pages: huge_pages.map(|h| h.0),
     }
 }
 
