@@ -21,19 +21,12 @@ use crate::policy::Policy;
 use crate::status::{self, Sample, TenantStatus};
 
 /// Columns, in display order; the sort key of each.
-const COLUMNS: [&str; 8] = [
-    "TENANT",
-    "PROC",
-    "READ MiB/s",
-    "WRITE MiB/s",
-    "READ IOPS",
-    "WRITE IOPS",
-    "CPU",
-    "MEM MiB",
+const COLUMNS: [&str; 9] = [
+    "TENANT", "PROC", "RD MiB/s", "WR MiB/s", "RD IOPS", "WR IOPS", "CPU", "MEM MiB", "NUMA",
 ];
 
-/// Column widths: 73 plus 7 spaces between them make 80.
-const WIDTHS: [u16; 8] = [9, 4, 11, 11, 10, 10, 9, 9];
+/// Column widths: 71 plus 8 spaces between them make 79.
+const WIDTHS: [u16; 9] = [9, 4, 9, 9, 9, 9, 9, 9, 4];
 
 /// The IOPS columns' other face (key `l`): each tenant's IO latency over the last interval.
 const LATENCY_COLUMNS: [&str; 2] = ["IO p50 ms", "IO p99 ms"];
@@ -57,6 +50,7 @@ fn sort_key(t: &TenantStatus, col: usize, lat: Option<&Latencies>) -> f64 {
         5 => r.write_iops,
         6 => t.cpu_cores_used.unwrap_or(0.0),
         7 => t.memory.current_bytes.unwrap_or(0) as f64,
+        8 => t.numa_local_share.unwrap_or(-1.0),
         _ => 0.0,
     }
 }
@@ -170,6 +164,11 @@ fn row(t: &TenantStatus, lat: Option<&Latencies>) -> Row<'static> {
             mib(t.memory_limit_bytes),
             0,
         )),
+        // the share of a NUMA-pinned tenant's memory on its own nodes
+        Cell::from(
+            t.numa_local_share
+                .map_or("-".into(), |l| format!("{:.0}%", (l * 100.0).floor())),
+        ),
     ];
     let style = if at_limit {
         Style::default().add_modifier(Modifier::BOLD).red()
@@ -344,7 +343,7 @@ pub fn run(
                                 latency_source = Some(LatencySource::start(layout, policy));
                             }
                         }
-                        KeyCode::Char(c @ '1'..='8') => view.sort = c as usize - '1' as usize,
+                        KeyCode::Char(c @ '1'..='9') => view.sort = c as usize - '1' as usize,
                         _ => {}
                     }
                 }
@@ -396,6 +395,7 @@ mod tests {
             write_iops: 7.0,
         });
         t.cpu_cores_used = Some(0.5);
+        t.numa_local_share = Some(0.9913);
         t.at_limit = vec!["cpu.cores".into()];
         let sample = Sample {
             at: Instant::now(),
