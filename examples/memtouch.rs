@@ -7,7 +7,8 @@
 //! ```text
 //! memtouch MIB [SECONDS]
 //! ```
-//! Build: `cargo build --release --example memtouch`.
+//! Build: `cargo build --release --example memtouch`, or with nothing but std as scripts/test.sh
+//! does: `rustc -O --edition 2021 -o target/release/examples/memtouch examples/memtouch.rs`.
 
 use std::io::Write;
 use std::process::ExitCode;
