@@ -110,6 +110,11 @@ struct Daemon {
     /// re-checked, and an event for one whose classification still gives that place needs no
     /// move. Kept exact by fork events (a fork from a non-member forgets a reused PID).
     members: HashMap<u32, (usize, Leaf)>,
+    /// Tenants whose change of NUMA nodes waits for their restart (the last full plan's
+    /// deferred `memory_moves`): when the last member of one exits, a full plan runs at once,
+    /// so that the new nodes are written before the restarted instance's first process is
+    /// moved in (the event path only moves processes).
+    deferred_moves: std::collections::BTreeSet<usize>,
     rechecks: BTreeMap<(Instant, u32), ()>,
     stats: AgentStats,
     event_hist: Histogram<u64>,
@@ -271,6 +276,44 @@ impl Daemon {
         );
     }
 
+    /// Whether a tenant's leaves hold no process in the cpuset hierarchy (two small reads).
+    fn tenant_groups_empty(&self, tenant: usize) -> bool {
+        let layout = &self.ctx.layout;
+        let Some((h, _)) = layout.setup.driver_of(crate::cgroup::Controller::Cpuset) else {
+            return false;
+        };
+        let name = &self.ctx.loaded.policy.tenants[tenant].name;
+        [Leaf::Limited, Leaf::Exempt].iter().all(|leaf| {
+            std::fs::read_to_string(crate::cgroup::procs_file(&layout.leaf_dir(h, name, *leaf)))
+                .is_ok_and(|t| t.trim().is_empty())
+        })
+    }
+
+    /// Remembers which tenants' node changes wait for their restart (see `deferred_moves`).
+    fn note_deferred_moves(&mut self, plan: &Plan) {
+        let tenants = &self.ctx.loaded.policy.tenants;
+        let deferred: std::collections::BTreeSet<usize> = plan
+            .memory_moves
+            .iter()
+            .filter(|m| !m.migrate)
+            .filter_map(|m| tenants.iter().position(|t| t.name == m.tenant))
+            .collect();
+        for m in plan.memory_moves.iter().filter(|m| !m.migrate) {
+            let known = tenants
+                .iter()
+                .position(|t| t.name == m.tenant)
+                .is_some_and(|i| self.deferred_moves.contains(&i));
+            if !known {
+                info!(
+                    tenant = %m.tenant,
+                    "NUMA nodes change from {} to {} at the instance's restart (its processes keep running on {}; `dbcage apply --migrate-memory` moves them now)",
+                    m.from, m.to, m.from
+                );
+            }
+        }
+        self.deferred_moves = deferred;
+    }
+
     fn rescan(&mut self, why: &str) {
         let start = Instant::now();
         self.stats.rescans += 1;
@@ -290,6 +333,7 @@ impl Daemon {
                 self.ctx = ctx;
                 self.publish();
                 let (_, written) = self.execute(&plan, None);
+                self.note_deferred_moves(&plan);
                 // Plans write only values that differ from the kernel's: each write here
                 // corrects a drift from the policy in force.
                 self.shared
@@ -462,6 +506,16 @@ impl Daemon {
             self.stats.already_placed += 1;
             return;
         }
+        // The first process of a restarted instance whose node change waited for the restart:
+        // a full plan writes the new nodes before it moves the process in (the kernel's exit
+        // events, which would have said when the old instance was gone, are not subscribed).
+        if self.deferred_moves.contains(&placed.tenant)
+            && self.members.get(&pid) != Some(&(placed.tenant, placed.leaf))
+            && self.tenant_groups_empty(placed.tenant)
+        {
+            self.rescan("a tenant whose NUMA nodes change at its restart starts again");
+            return;
+        }
         let place = (placed.tenant, placed.leaf);
         if self.members.insert(pid, place) == Some(place) {
             // Placed there already (by us, or inherited from its parent): nothing to read or write.
@@ -513,7 +567,13 @@ impl Daemon {
                 }
             }
             ProcEvent::Exit { pid } => {
-                self.members.remove(&pid);
+                if let Some((t, _)) = self.members.remove(&pid) {
+                    if self.deferred_moves.contains(&t)
+                        && !self.members.values().any(|(x, _)| *x == t)
+                    {
+                        self.rescan("the last process of a tenant whose NUMA nodes change at its restart exited");
+                    }
+                }
             }
             ProcEvent::Other => {}
         }
@@ -972,8 +1032,12 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     let mut agent = Daemon {
         shared,
         ctx,
-        adjust: Adjustments::default(),
+        adjust: Adjustments {
+            skip_move_sizes: true,
+            ..Adjustments::default()
+        },
         members: HashMap::new(),
+        deferred_moves: Default::default(),
         rechecks: BTreeMap::new(),
         stats: AgentStats {
             connector: connector.is_some(),
@@ -1007,6 +1071,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     }
     let first = engine::plan(&agent.ctx, &agent.adjust)?;
     agent.execute(&first, None);
+    agent.note_deferred_moves(&first);
     agent
         .shared
         .health

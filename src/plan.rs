@@ -345,9 +345,12 @@ fn memory_move(
         return None;
     }
     let dir = layout.tenant_dir(h, &t.name);
+    // A process with no resident memory is a zombie (an instance that just exited, not yet
+    // reaped: /proc still shows its group) and holds nothing that could move.
     let pids: Vec<u32> = members
         .iter()
         .map(|p| p.pid)
+        .filter(|pid| snap.proc_rss.get(pid).is_some_and(|r| *r > 0))
         .filter(|pid| {
             snap.proc_dirs
                 .get(pid)

@@ -44,6 +44,10 @@ pub struct Adjustments {
     /// `apply --migrate-memory`: running tenants whose memory nodes change move their memory
     /// now instead of at their restart (see `plan::MemoryMove`).
     pub migrate_memory: bool,
+    /// Leave out how much memory a running tenant's node change would move: numa_maps walks
+    /// the page tables of a tenant's processes, which the daemon would pay at every rescan of
+    /// a deferred change it does not show (`plan`, `check` and `apply` do read it).
+    pub skip_move_sizes: bool,
 }
 
 impl Adjustments {
@@ -142,7 +146,7 @@ pub fn plan(p: &Prepared, adjust: &Adjustments) -> Result<Plan> {
         .filter(|m| m.bytes.is_none())
         .flat_map(|m| m.pids.iter().copied())
         .collect();
-    if !unread.is_empty() {
+    if !unread.is_empty() && !adjust.skip_move_sizes {
         snap.proc_nodes = inventory::numa::read_process_nodes(&p.fs, &unread);
         plan = build(&snap)?;
     }

@@ -1230,6 +1230,7 @@ fn a_running_tenants_memory_moves_only_when_asked_or_at_restart() {
     inv.numa = two_nodes_of_4gib();
     let mut snap = Snapshot::default();
     host.at_root(&mut snap, &[200]);
+    snap.proc_rss.insert(200, 100 * MIB);
     let first = build(&on_1, &inv, &host.layout, &snap).unwrap();
     assert!(first.memory_moves.is_empty(), "{:?}", first.memory_moves);
     host.apply(&mut snap, &first.steps);
@@ -1286,6 +1287,11 @@ fn a_running_tenants_memory_moves_only_when_asked_or_at_restart() {
             .iter()
             .all(|w| !w.contains("memory nodes change")));
     }
+    // exited but not reaped: a zombie (no resident memory) still shows its group in /proc
+    snap.proc_rss.insert(200, 0);
+    let zombie = build(&on_0, &inv, &host.layout, &snap).unwrap();
+    assert!(zombie.memory_moves.is_empty(), "{:?}", zombie.memory_moves);
+    assert_eq!(writes_to(&zombie.steps, &mems), vec!["0-1", "0"]);
     // restarted: the old processes are gone and the new one is not in the group yet, so the
     // nodes change at once and the new process moves in after
     let mut inv = inv.clone();
