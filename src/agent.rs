@@ -111,9 +111,9 @@ struct Daemon {
     /// move. Kept exact by fork events (a fork from a non-member forgets a reused PID).
     members: HashMap<u32, (usize, Leaf)>,
     /// Tenants whose change of NUMA nodes waits for their restart (the last full plan's
-    /// deferred `memory_moves`): when the last member of one exits, a full plan runs at once,
-    /// so that the new nodes are written before the restarted instance's first process is
-    /// moved in (the event path only moves processes).
+    /// deferred `memory_moves`): when a process of one starts while its groups are empty, a
+    /// full plan runs first, so that the new nodes are written before the restarted instance's
+    /// first process is moved in (the event path only moves processes).
     deferred_moves: std::collections::BTreeSet<usize>,
     rechecks: BTreeMap<(Instant, u32), ()>,
     stats: AgentStats,
@@ -567,13 +567,7 @@ impl Daemon {
                 }
             }
             ProcEvent::Exit { pid } => {
-                if let Some((t, _)) = self.members.remove(&pid) {
-                    if self.deferred_moves.contains(&t)
-                        && !self.members.values().any(|(x, _)| *x == t)
-                    {
-                        self.rescan("the last process of a tenant whose NUMA nodes change at its restart exited");
-                    }
-                }
+                self.members.remove(&pid);
             }
             ProcEvent::Other => {}
         }
