@@ -11,7 +11,8 @@
 # numa_local_share, and the kernel's per-cgroup memory.numa_stat (anon). Then moving a running
 # tenant to another node: without --migrate-memory it stays and plan says how much would move;
 # with it, its pages follow (>= 95% on the new node, the time it took); tenants whose nodes change
-# while they run stay put until restarted, and the new instances start on the new nodes. Then: a
+# while they run stay put until restarted, and the new instances start on the new nodes (also
+# under the daemon, for an instance restarted outside any group). Then: a
 # tenant too big for one node gets two and the others still fit; a set larger than the host is
 # refused by check with the numbers.
 # Emulation has no remote-memory cost, so no performance is measured: locality is the figure.
@@ -265,6 +266,31 @@ if [ "$m1" = "$NODE_ORA3" ] && [ "$m3" = "$NODE_ORA1" ] && ge "$s1" 95 && ge "$s
 else
     fail restart_moved "ORA1 mems [$m1] $s1% on $NODE_ORA3, ORA3 mems [$m3] $s3% on $NODE_ORA1, ORA4 $s4% on $NODE_ORA2"
 fi
+
+    # (5b) the same under the daemon: ORA1 (running on ORA3's old node) is to go back to its
+    # first node; the daemon keeps it while it runs, and when it restarts outside any group (as
+    # a service would) the daemon writes the new nodes before it moves the new process in
+    pinned "$NODE_ORA1" "$NODE_ORA4" "$NODE_ORA1" "$NODE_ORA2"
+    $D run --rescan-interval 1h 2>/tmp/run.log &
+    dpid=$!
+    for i in $(seq 1 300); do grep -q 'dbcage running' /tmp/run.log && break; /bin/sleep 0.1; done
+    m1=$(cat $ROOT/ORA1/cpuset.mems)
+    stop ORA1
+    : >/tmp/touch.ORA1
+    "/tmp/x/ora_pmon_ORA1" $TOUCH_MIB >/tmp/touch.ORA1 2>&1 &
+    for i in $(seq 1 600); do grep -q touched /tmp/touch.ORA1 && break; /bin/sleep 0.2; done
+    /bin/sleep 1
+    m1_after=$(cat $ROOT/ORA1/cpuset.mems)
+    s1=$(maps_pct ORA1 "$NODE_ORA1")
+    n1=$(wc -l <$ROOT/ORA1/limited/cgroup.procs)
+    kill "$dpid" 2>/dev/null
+    wait "$dpid" 2>/dev/null
+    if [ "$m1" = "$NODE_ORA3" ] && [ "$m1_after" = "$NODE_ORA1" ] && [ "$n1" -eq 1 ] && ge "$s1" 95; then
+        pass daemon_restart "the daemon kept running ORA1 on node $m1, and wrote node $m1_after when the restarted instance appeared, before moving it in ($s1% of its memory there)"
+    else
+        fail daemon_restart "ORA1 mems while running [$m1] (want $NODE_ORA3), after its restart [$m1_after] (want $NODE_ORA1), $n1 processes in it, $s1% on node $NODE_ORA1"
+        tail -n 20 /tmp/run.log
+    fi
 }
 if [ $PLACED = 1 ]; then
     moves
