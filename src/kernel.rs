@@ -166,6 +166,13 @@ impl serde::Serialize for DevNum {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for DevNum {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl serde::Serialize for CpuSet {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.to_string())

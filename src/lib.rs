@@ -14,6 +14,7 @@ pub mod engine;
 pub mod hostfs;
 pub mod import;
 pub mod inventory;
+pub mod iocost;
 pub mod iolat;
 pub mod kernel;
 pub mod metrics;

@@ -166,6 +166,10 @@ pub enum Command {
     /// operation p50/p99 and the share spent waiting in the throttle, or one tenant's
     /// histogram. Needs a kernel with BTF and CAP_BPF with CAP_PERFMON (root has them).
     Iolat(crate::iolat::command::IolatArgs),
+    /// Turn on the kernel's iocost (cgroup v2) for disks so that `[tenant.io] weight` acts:
+    /// measure each disk with the probe, propose io.cost.model and io.cost.qos lines, show
+    /// them, and write them only with --apply (--revert puts back what was there).
+    Iocost(crate::iocost::command::IocostArgs),
     /// Write the man pages (dbcage(8), one per subcommand) into DIR; used when packaging.
     #[command(hide = true)]
     GenerateMan { dir: PathBuf },

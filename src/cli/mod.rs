@@ -315,6 +315,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             .map(|()| ExitCode::SUCCESS),
         Command::Iolat(args) => crate::iolat::command::iolat_command(&config, &args, &mut out)
             .map(|()| ExitCode::SUCCESS),
+        Command::Iocost(args) => {
+            crate::iocost::command::iocost_command(&args, &mut out).map(|()| ExitCode::SUCCESS)
+        }
     }
 }
 

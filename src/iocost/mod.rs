@@ -1,0 +1,393 @@
+//! `dbcage iocost`: turns on the kernel's iocost controller for a tenant's disks with a cost
+//! model measured on the disk itself, so that `[tenant.io] weight` has effect
+//! (Documentation/admin-guide/cgroup-v2.rst, "io.cost.model" and "io.cost.qos";
+//! block/blk-iocost.c).
+//!
+//! It owns the two root files of the unified hierarchy, one line per disk:
+//! - `io.cost.model`: `MAJ:MIN ctrl=user model=linear rbps= rseqiops= rrandiops= wbps= ...`,
+//!   what the disk delivers (bytes/s for large sequential IO, 4 KiB IOPS sequential and
+//!   random). iocost charges each IO its cost under this model and shares the "virtual time"
+//!   among cgroups by io.weight.
+//! - `io.cost.qos`: `MAJ:MIN enable=1 ctrl=user rpct= rlat= wpct= wlat= min= max=`: iocost
+//!   takes the disk as saturated when the rpct-th percentile of read completion latency passes
+//!   rlat (µs), and then slows every group down (vrate, bounded by min and max percent).
+//!
+//! The kernel overlays a written line on the disk's current values, so dbcage writes only the
+//! keys it measured (reads always; writes only with `--destructive` on an unused device) and
+//! the kernel keeps the rest. Before writing it records the lines it found in
+//! `/run/dbcage/iocost/MAJ:MIN.json` (the kernel forgets iocost settings at reboot, so does
+//! /run): `--revert` writes them back, and a later run recognises its own values. Values that
+//! someone else set (`ctrl=user`, or iocost switched on with the kernel's own model) are not
+//! overwritten without `--force`; where it can tell, it names who: systemd's `systemd-iocost`
+//! (udev rule 90-iocost.rules applying a hwdb solution, visible as `IOCOST_*` properties in the
+//! disk's udev database entry `/run/udev/data/bMAJ:MIN`).
+//!
+//! It never writes anything without `--apply` or `--revert`, and a model write is undone when
+//! the QoS write that follows it fails.
+
+pub mod command;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cgroup::v2::{device_lines, IO_COST_MODEL, IO_COST_QOS};
+use crate::hostfs::HostFs;
+use crate::kernel::DevNum;
+
+/// Where the lines dbcage found before it wrote are kept, one file per disk.
+pub const RECORD_DIR: &str = "/run/dbcage/iocost";
+
+/// One disk's `io.cost.model` line, as the kernel prints it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Model {
+    /// `ctrl=user`: someone wrote the parameters (`ctrl=auto`: the kernel's defaults).
+    pub user: bool,
+    pub rbps: u64,
+    pub rseqiops: u64,
+    pub rrandiops: u64,
+    pub wbps: u64,
+    pub wseqiops: u64,
+    pub wrandiops: u64,
+}
+
+/// One disk's `io.cost.qos` line, as the kernel prints it (percentages in hundredths).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Qos {
+    pub enable: bool,
+    pub user: bool,
+    /// Percentile (in hundredths of a percent) of read latencies compared with `rlat`.
+    pub rpct: u32,
+    /// Read latency target, µs.
+    pub rlat: u64,
+    pub wpct: u32,
+    pub wlat: u64,
+    /// vrate bounds, in hundredths of a percent.
+    pub min: u32,
+    pub max: u32,
+}
+
+/// `95.00` → 9500.
+fn hundredths(v: &str) -> Option<u32> {
+    let (int, frac) = v.split_once('.').unwrap_or((v, "0"));
+    let frac = format!("{frac:0<2}");
+    Some(int.parse::<u32>().ok()? * 100 + frac.get(..2)?.parse::<u32>().ok()?)
+}
+
+fn show_hundredths(v: u32) -> String {
+    format!("{}.{:02}", v / 100, v % 100)
+}
+
+impl Model {
+    /// The write that gives a disk this model again: its values when someone had set them,
+    /// else `ctrl=auto` (the kernel's defaults).
+    pub fn restore_line(model: Option<&Model>, dev: DevNum) -> String {
+        match model {
+            Some(m) if m.user => format!(
+                "{dev} ctrl=user model=linear rbps={} rseqiops={} rrandiops={} wbps={} wseqiops={} wrandiops={}",
+                m.rbps, m.rseqiops, m.rrandiops, m.wbps, m.wseqiops, m.wrandiops
+            ),
+            _ => format!("{dev} ctrl=auto"),
+        }
+    }
+
+    /// The disk's line in `io.cost.model`; `None` when iocost was never configured on it.
+    pub fn find(text: &str, dev: DevNum) -> Option<Model> {
+        let (_, pairs) = device_lines(text).find(|(d, _)| *d == dev)?;
+        let mut m = Model::default();
+        for (k, v) in pairs {
+            let n = v.parse::<u64>().ok();
+            match (k, n) {
+                ("ctrl", _) => m.user = v == "user",
+                ("rbps", Some(n)) => m.rbps = n,
+                ("rseqiops", Some(n)) => m.rseqiops = n,
+                ("rrandiops", Some(n)) => m.rrandiops = n,
+                ("wbps", Some(n)) => m.wbps = n,
+                ("wseqiops", Some(n)) => m.wseqiops = n,
+                ("wrandiops", Some(n)) => m.wrandiops = n,
+                _ => {}
+            }
+        }
+        Some(m)
+    }
+}
+
+impl Qos {
+    /// The disk's line in `io.cost.qos`; `None` when iocost was never configured on it.
+    pub fn find(text: &str, dev: DevNum) -> Option<Qos> {
+        let (_, pairs) = device_lines(text).find(|(d, _)| *d == dev)?;
+        let mut q = Qos::default();
+        for (k, v) in pairs {
+            match k {
+                "enable" => q.enable = v == "1",
+                "ctrl" => q.user = v == "user",
+                "rpct" => q.rpct = hundredths(v).unwrap_or(0),
+                "rlat" => q.rlat = v.parse().unwrap_or(0),
+                "wpct" => q.wpct = hundredths(v).unwrap_or(0),
+                "wlat" => q.wlat = v.parse().unwrap_or(0),
+                "min" => q.min = hundredths(v).unwrap_or(0),
+                "max" => q.max = hundredths(v).unwrap_or(0),
+                _ => {}
+            }
+        }
+        Some(q)
+    }
+}
+
+/// What dbcage measured on a disk: each `None` is left to the kernel's current value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Measured {
+    pub rbps: u64,
+    pub rseqiops: u64,
+    pub rrandiops: u64,
+    /// 4 KiB random reads: the p95 completion latency (µs) at the smallest parallelism that
+    /// reached 90% of the most IOPS (where the disk saturates).
+    pub rlat_p95_us: u64,
+    pub writes: Option<MeasuredWrites>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct MeasuredWrites {
+    pub wbps: u64,
+    pub wseqiops: u64,
+    pub wrandiops: u64,
+    pub wlat_p95_us: u64,
+}
+
+/// The lines dbcage proposes for one disk: only the keys it measured, so the kernel keeps the
+/// rest (it overlays a write on the disk's current values).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Proposal {
+    pub model_line: String,
+    pub qos_line: String,
+}
+
+/// The QoS percentile dbcage proposes: iocost reacts when one read in twenty misses the target.
+pub const PROPOSED_PCT: u32 = 9500;
+
+/// A latency target rounded up to 100 µs (and at least that): the kernel compares whole µs and
+/// a measured p95 is not precise below that.
+fn round_latency(us: u64) -> u64 {
+    us.max(1).div_ceil(100) * 100
+}
+
+pub fn propose(dev: DevNum, m: &Measured) -> Proposal {
+    let mut model = format!(
+        "{dev} ctrl=user model=linear rbps={} rseqiops={} rrandiops={}",
+        m.rbps, m.rseqiops, m.rrandiops
+    );
+    let mut qos = format!(
+        "{dev} enable=1 ctrl=user rpct={} rlat={}",
+        show_hundredths(PROPOSED_PCT),
+        round_latency(m.rlat_p95_us)
+    );
+    if let Some(w) = &m.writes {
+        model.push_str(&format!(
+            " wbps={} wseqiops={} wrandiops={}",
+            w.wbps, w.wseqiops, w.wrandiops
+        ));
+        qos.push_str(&format!(
+            " wpct={} wlat={}",
+            show_hundredths(PROPOSED_PCT),
+            round_latency(w.wlat_p95_us)
+        ));
+    }
+    Proposal {
+        model_line: model,
+        qos_line: qos,
+    }
+}
+
+/// What dbcage found on a disk before it wrote, and what it wrote.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub device: DevNum,
+    pub name: String,
+    pub model_before: Option<Model>,
+    pub qos_before: Option<Qos>,
+    pub model_written: Model,
+    pub qos_written: Qos,
+}
+
+/// Who set the iocost values a disk has now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// The kernel's defaults, iocost off (or never configured): free to write.
+    Nobody,
+    /// The values dbcage wrote (its record matches what the kernel shows).
+    Dbcage,
+    /// systemd-iocost, from the udev hwdb; the solution names and the property lines.
+    Udev { properties: Vec<String> },
+    /// Someone else; what is not the default.
+    Unknown { what: String },
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Owner::Nobody => f.write_str("nobody (the kernel's defaults, iocost off)"),
+            Owner::Dbcage => f.write_str("dbcage (its record in /run/dbcage/iocost matches)"),
+            Owner::Udev { properties } => write!(
+                f,
+                "systemd-iocost through udev (rule 90-iocost.rules applies the hwdb solution named by TargetSolution= in /etc/udev/iocost.conf; this disk's udev entry has {}); to stop it setting them again, mask the rule: ln -s /dev/null /etc/udev/rules.d/90-iocost.rules",
+                properties.join(" ")
+            ),
+            Owner::Unknown { what } => write!(
+                f,
+                "another owner, not dbcage ({what}; no IOCOST_* udev properties on this disk, so not systemd-iocost: a boot script, resctl-demo or a manual write)"
+            ),
+        }
+    }
+}
+
+/// The disk's udev database entry: `/run/udev/data/bMAJ:MIN`.
+pub fn udev_entry(fs: &HostFs, dev: DevNum) -> PathBuf {
+    fs.path(format!("/run/udev/data/b{dev}"))
+}
+
+/// The `IOCOST_*` properties udev holds for the disk (`E:IOCOST_SOLUTIONS=...` lines).
+pub fn udev_iocost_properties(fs: &HostFs, dev: DevNum) -> Vec<String> {
+    std::fs::read_to_string(udev_entry(fs, dev))
+        .map(|t| {
+            t.lines()
+                .filter_map(|l| l.strip_prefix("E:"))
+                .filter(|p| p.starts_with("IOCOST_"))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Who set the disk's current values (see [`Owner`]).
+pub fn owner(
+    model: Option<&Model>,
+    qos: Option<&Qos>,
+    record: Option<&Record>,
+    udev_properties: Vec<String>,
+) -> Owner {
+    let model_user = model.is_some_and(|m| m.user);
+    let qos_user = qos.is_some_and(|q| q.user);
+    let enabled = qos.is_some_and(|q| q.enable);
+    if !model_user && !qos_user && !enabled {
+        return Owner::Nobody;
+    }
+    if let Some(r) = record {
+        if model == Some(&r.model_written) && qos == Some(&r.qos_written) {
+            return Owner::Dbcage;
+        }
+    }
+    if !udev_properties.is_empty() {
+        return Owner::Udev {
+            properties: udev_properties,
+        };
+    }
+    let mut what = Vec::new();
+    if model_user {
+        what.push("io.cost.model has ctrl=user");
+    }
+    if qos_user {
+        what.push("io.cost.qos has ctrl=user");
+    } else if enabled {
+        what.push("iocost was switched on (enable=1) with the kernel's own parameters");
+    }
+    Owner::Unknown {
+        what: what.join(", "),
+    }
+}
+
+/// The lines that put a disk back as a record found it: the values someone had written, or
+/// `ctrl=auto` (the kernel's defaults) with iocost on or off as it was.
+pub fn restore_lines(r: &Record) -> (String, String) {
+    let dev = r.device;
+    let model = Model::restore_line(r.model_before.as_ref(), dev);
+    let qos = match &r.qos_before {
+        Some(q) if q.user => format!(
+            "{dev} enable={} ctrl=user rpct={} rlat={} wpct={} wlat={} min={} max={}",
+            u8::from(q.enable),
+            show_hundredths(q.rpct),
+            q.rlat,
+            show_hundredths(q.wpct),
+            q.wlat,
+            show_hundredths(q.min),
+            show_hundredths(q.max)
+        ),
+        Some(q) => format!("{dev} enable={} ctrl=auto", u8::from(q.enable)),
+        None => format!("{dev} enable=0 ctrl=auto"),
+    };
+    (model, qos)
+}
+
+pub fn record_path(fs: &HostFs, dev: DevNum) -> PathBuf {
+    fs.path(RECORD_DIR).join(format!("{dev}.json"))
+}
+
+pub fn read_record(fs: &HostFs, dev: DevNum) -> Option<Record> {
+    let text = std::fs::read_to_string(record_path(fs, dev)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+pub fn write_record(fs: &HostFs, r: &Record) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::os::unix::fs::DirBuilderExt;
+    let path = record_path(fs, r.device);
+    let dir = path.parent().expect("record path has a directory");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::write(&path, serde_json::to_string_pretty(r)?)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The root's two files.
+#[derive(Debug, Clone)]
+pub struct RootFiles {
+    pub model: PathBuf,
+    pub qos: PathBuf,
+}
+
+impl RootFiles {
+    pub fn at(root: &Path) -> RootFiles {
+        RootFiles {
+            model: root.join(IO_COST_MODEL),
+            qos: root.join(IO_COST_QOS),
+        }
+    }
+
+    /// The disk's current lines.
+    pub fn read(&self, dev: DevNum) -> anyhow::Result<(Option<Model>, Option<Qos>)> {
+        use anyhow::Context;
+        let read = |p: &Path| {
+            std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))
+        };
+        Ok((
+            Model::find(&read(&self.model)?, dev),
+            Qos::find(&read(&self.qos)?, dev),
+        ))
+    }
+
+    /// Writes a model line, then a QoS line; when the QoS write fails, the model is put back to
+    /// `model_undo` so that nothing is left half-applied.
+    pub fn write_pair(&self, model: &str, qos: &str, model_undo: &str) -> anyhow::Result<()> {
+        use crate::cgroup::apply::write_file;
+        write_file(&self.model, model)?;
+        if let Err(e) = write_file(&self.qos, qos) {
+            return Err(match write_file(&self.model, model_undo) {
+                Ok(()) => anyhow::anyhow!(
+                    "{e}; {} was put back to `{model_undo}`",
+                    self.model.display()
+                ),
+                Err(undo) => anyhow::anyhow!(
+                    "{e}; putting {} back to `{model_undo}` failed too ({undo}): check it by hand",
+                    self.model.display()
+                ),
+            });
+        }
+        Ok(())
+    }
+}

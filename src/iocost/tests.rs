@@ -1,0 +1,168 @@
+use super::*;
+
+const DEV: DevNum = DevNum {
+    major: 254,
+    minor: 16,
+};
+
+/// What a 6.1 kernel prints after `254:16 enable=1` (the kernel's own model).
+const MODEL_AUTO: &str = "254:16 ctrl=auto model=linear rbps=2706339840 rseqiops=89698 rrandiops=110036 wbps=1063126016 wseqiops=135560 wrandiops=130734\n";
+const QOS_ON_AUTO: &str =
+    "254:16 enable=1 ctrl=auto rpct=0.00 rlat=250000 wpct=0.00 wlat=250000 min=1.00 max=10000.00\n";
+const QOS_USER: &str =
+    "254:16 enable=1 ctrl=user rpct=95.00 rlat=1200 wpct=0.00 wlat=250000 min=1.00 max=10000.00\n";
+
+#[test]
+fn parses_the_kernels_lines() {
+    let m = Model::find(MODEL_AUTO, DEV).unwrap();
+    assert!(!m.user);
+    assert_eq!(
+        (m.rbps, m.rrandiops, m.wrandiops),
+        (2706339840, 110036, 130734)
+    );
+    let q = Qos::find(QOS_USER, DEV).unwrap();
+    assert!(q.enable && q.user);
+    assert_eq!((q.rpct, q.rlat, q.min, q.max), (9500, 1200, 100, 1_000_000));
+    assert_eq!(Model::find(MODEL_AUTO, DevNum::new(8, 0)), None);
+}
+
+#[test]
+fn proposes_only_the_measured_keys() {
+    let m = Measured {
+        rbps: 200 << 20,
+        rseqiops: 9000,
+        rrandiops: 7000,
+        rlat_p95_us: 1234,
+        writes: None,
+    };
+    let p = propose(DEV, &m);
+    assert_eq!(
+        p.model_line,
+        "254:16 ctrl=user model=linear rbps=209715200 rseqiops=9000 rrandiops=7000"
+    );
+    assert_eq!(p.qos_line, "254:16 enable=1 ctrl=user rpct=95.00 rlat=1300");
+    let w = propose(
+        DEV,
+        &Measured {
+            writes: Some(MeasuredWrites {
+                wbps: 100,
+                wseqiops: 2,
+                wrandiops: 3,
+                wlat_p95_us: 0,
+            }),
+            ..m
+        },
+    );
+    assert!(w.model_line.ends_with(" wbps=100 wseqiops=2 wrandiops=3"));
+    assert!(w.qos_line.ends_with(" wpct=95.00 wlat=100"));
+}
+
+fn record(model_written: Model, qos_written: Qos) -> Record {
+    Record {
+        device: DEV,
+        name: "vdb".into(),
+        model_before: None,
+        qos_before: None,
+        model_written,
+        qos_written,
+    }
+}
+
+#[test]
+fn tells_who_set_the_values() {
+    let model = Model::find(MODEL_AUTO, DEV);
+    let off = Qos {
+        enable: false,
+        ..Qos::find(QOS_ON_AUTO, DEV).unwrap()
+    };
+    assert_eq!(
+        owner(model.as_ref(), Some(&off), None, vec![]),
+        Owner::Nobody
+    );
+    assert_eq!(owner(None, None, None, vec![]), Owner::Nobody);
+    let on = Qos::find(QOS_ON_AUTO, DEV);
+    let Owner::Unknown { what } = owner(model.as_ref(), on.as_ref(), None, vec![]) else {
+        panic!("enable=1 by someone else is foreign");
+    };
+    assert!(what.contains("enable=1"), "{what}");
+    let user = Qos::find(QOS_USER, DEV);
+    let props = vec!["IOCOST_SOLUTIONS=isolation isolated-bandwidth".to_string()];
+    let who = owner(model.as_ref(), user.as_ref(), None, props.clone());
+    assert_eq!(who, Owner::Udev { properties: props });
+    assert!(who.to_string().contains("90-iocost.rules"), "{who}");
+    // dbcage's own values, as its record has them: its own, even with udev properties.
+    let r = record(model.unwrap(), user.unwrap());
+    assert_eq!(
+        owner(model.as_ref(), user.as_ref(), Some(&r), vec![]),
+        Owner::Dbcage
+    );
+    // changed since dbcage wrote: not its own any more.
+    let changed = Qos {
+        rlat: 5000,
+        ..user.unwrap()
+    };
+    assert!(matches!(
+        owner(model.as_ref(), Some(&changed), Some(&r), vec![]),
+        Owner::Unknown { .. }
+    ));
+}
+
+#[test]
+fn restores_what_was_there() {
+    let mut r = record(Model::default(), Qos::default());
+    assert_eq!(
+        restore_lines(&r),
+        (
+            "254:16 ctrl=auto".into(),
+            "254:16 enable=0 ctrl=auto".into()
+        )
+    );
+    r.qos_before = Qos::find(QOS_ON_AUTO, DEV);
+    assert_eq!(restore_lines(&r).1, "254:16 enable=1 ctrl=auto");
+    r.qos_before = Qos::find(QOS_USER, DEV);
+    r.model_before = Some(Model {
+        user: true,
+        ..Model::find(MODEL_AUTO, DEV).unwrap()
+    });
+    let (m, q) = restore_lines(&r);
+    assert_eq!(m, "254:16 ctrl=user model=linear rbps=2706339840 rseqiops=89698 rrandiops=110036 wbps=1063126016 wseqiops=135560 wrandiops=130734");
+    assert_eq!(
+        q,
+        "254:16 enable=1 ctrl=user rpct=95.00 rlat=1200 wpct=0.00 wlat=250000 min=1.00 max=10000.00"
+    );
+    // what restore writes parses back to what was recorded
+    assert_eq!(Qos::find(&q, DEV), r.qos_before);
+}
+
+#[test]
+fn udev_properties_come_from_the_disks_entry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = HostFs::with_root(tmp.path());
+    assert!(udev_iocost_properties(&fs, DEV).is_empty());
+    std::fs::create_dir_all(fs.path("/run/udev/data")).unwrap();
+    std::fs::write(
+        udev_entry(&fs, DEV),
+        "S:disk/by-id/virtio-x\nE:ID_SERIAL=x\nE:IOCOST_SOLUTIONS=isolation\nE:IOCOST_MODEL_ISOLATION=rbps=1\n",
+    )
+    .unwrap();
+    assert_eq!(
+        udev_iocost_properties(&fs, DEV),
+        vec![
+            "IOCOST_SOLUTIONS=isolation",
+            "IOCOST_MODEL_ISOLATION=rbps=1"
+        ]
+    );
+}
+
+#[test]
+fn record_round_trips() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = HostFs::with_root(tmp.path());
+    let r = record(
+        Model::find(MODEL_AUTO, DEV).unwrap(),
+        Qos::find(QOS_USER, DEV).unwrap(),
+    );
+    write_record(&fs, &r).unwrap();
+    assert_eq!(read_record(&fs, DEV), Some(r));
+    assert!(record_path(&fs, DEV).ends_with("run/dbcage/iocost/254:16.json"));
+}

@@ -1,0 +1,181 @@
+#!/bin/sh
+# Guest-side checks of `dbcage iocost` on cgroup v2 (run by tests/vm/run.sh, busybox sh):
+#   cargo build --release && tests/vm/run.sh target/release/dbcage tests/vm/iocost.sh
+# - without --apply it measures vdb, prints the proposed io.cost.model/io.cost.qos lines and
+#   writes nothing;
+# - --apply writes them (ctrl=user, the measured rbps, rpct=95 and the measured rlat) and
+#   keeps a record; a second --apply over its own values is accepted;
+# - under the applied model, io.weight binds: two direct readers at weights 100 and 300 read
+#   within +-15% of 1:3;
+# - --revert puts the kernel's defaults back (ctrl=auto, enable=0) and drops the record;
+# - values written by hand (ctrl=user) are refused without --force, naming another owner;
+#   with the disk's udev entry holding IOCOST_* properties the refusal names systemd-iocost;
+#   --force replaces them and --revert puts the hand-written values back exactly;
+# - a dm linear device over vdc resolves to vdc (the member gets the settings);
+# - a policy-less error path: a missing device is refused with exit 2.
+# Prints PASS/FAIL lines and "N passed, N failed"; exits non-zero when a check failed.
+
+CG=/sys/fs/cgroup
+P=0
+F=0
+pass() { echo "PASS $*"; P=$((P + 1)); }
+fail() { echo "FAIL $*"; F=$((F + 1)); }
+info() { echo "INFO $*"; }
+VDB=$(cat /sys/class/block/vdb/dev)
+VDC=$(cat /sys/class/block/vdc/dev)
+echo "=== dbcage iocost: kernel $(uname -r), vdb=$VDB vdc=$VDC"
+IOC="/bin/dbcage iocost --step-time 500ms --jobs-max 8"
+line() { grep "^$2 " "$CG/$1" 2>/dev/null; }
+key() { line "$1" "$2" | tr ' ' '\n' | sed -n "s/^$3=//p"; }
+
+if [ ! -e $CG/io.cost.qos ]; then
+    fail iocost "this kernel has no $CG/io.cost.qos (CONFIG_BLK_CGROUP_IOCOST): nothing to test"
+    echo "$P passed, $F failed"
+    exit 1
+fi
+
+# (1) show only
+before_q=$(line io.cost.qos "$VDB")
+before_m=$(line io.cost.model "$VDB")
+out=$($IOC /dev/vdb 2>&1)
+rc=$?
+echo "$out" | sed 's/^/INFO | /'
+if [ $rc -eq 0 ] && echo "$out" | grep -q "proposed $CG/io.cost.model: $VDB ctrl=user model=linear rbps=" &&
+    echo "$out" | grep -q "proposed $CG/io.cost.qos: $VDB enable=1 ctrl=user rpct=95.00 rlat=" &&
+    [ "$(line io.cost.qos "$VDB")" = "$before_q" ] && [ "$(line io.cost.model "$VDB")" = "$before_m" ]; then
+    pass show_only "proposed lines shown, io.cost.qos/model unchanged ([$before_q])"
+else
+    fail show_only "exit $rc; qos now [$(line io.cost.qos "$VDB")]"
+fi
+
+# (2) --apply
+out=$($IOC /dev/vdb --apply 2>&1)
+rc=$?
+echo "$out" | sed 's/^/INFO | /'
+want_rbps=$(echo "$out" | sed -n "s/.*proposed .*io.cost.model: .* rbps=\([0-9]*\).*/\1/p")
+want_rlat=$(echo "$out" | sed -n "s/.*proposed .*io.cost.qos: .* rlat=\([0-9]*\).*/\1/p")
+info "io.cost.model: $(line io.cost.model "$VDB")"
+info "io.cost.qos: $(line io.cost.qos "$VDB")"
+if [ $rc -eq 0 ] && [ -n "$want_rbps" ] && [ "$(key io.cost.model "$VDB" rbps)" = "$want_rbps" ] &&
+    [ "$(key io.cost.model "$VDB" ctrl)" = user ] && [ "$(key io.cost.qos "$VDB" enable)" = 1 ] &&
+    [ "$(key io.cost.qos "$VDB" rpct)" = 95.00 ] && [ "$(key io.cost.qos "$VDB" rlat)" = "$want_rlat" ] &&
+    [ -f "/run/dbcage/iocost/$VDB.json" ]; then
+    pass apply "model rbps=$want_rbps ctrl=user, qos enable=1 rpct=95.00 rlat=$want_rlat, record kept"
+else
+    fail apply "exit $rc, want rbps=$want_rbps rlat=$want_rlat"
+fi
+
+# (3) io.weight binds under dbcage's model: two direct readers at 100 and 300
+mkdir -p $CG/dbcage-test-ioc
+echo +io >$CG/cgroup.subtree_control
+echo +io >$CG/dbcage-test-ioc/cgroup.subtree_control 2>/dev/null
+for t in low high; do mkdir -p $CG/dbcage-test-ioc/$t; done
+echo "default 100" >$CG/dbcage-test-ioc/low/io.weight
+echo "default 300" >$CG/dbcage-test-ioc/high/io.weight
+rb() { grep "^$VDB " "$CG/dbcage-test-ioc/$1/io.stat" | tr ' ' '\n' | sed -n 's/^rbytes=//p'; }
+reader() { # reader GROUP OFFSET
+    sh -c "echo \$\$ > $CG/dbcage-test-ioc/$1/cgroup.procs; exec fio --name=dbcage-test-$1 --filename=/dev/vdb --rw=read --bs=1M --direct=1 --ioengine=libaio --iodepth=4 --offset=$2 --size=128M --time_based --runtime=30 >/dev/null 2>&1" &
+    echo $!
+}
+RL=$(reader low 0)
+RH=$(reader high 128M)
+/bin/sleep 3
+l0=$(rb low)
+h0=$(rb high)
+/bin/sleep 6
+l1=$(rb low)
+h1=$(rb high)
+kill "$RL" "$RH" 2>/dev/null
+wait 2>/dev/null
+ratio=$(awk -v l="$((l1 - l0))" -v h="$((h1 - h0))" 'BEGIN { if (l > 0) printf "%.2f", h / l; else print 0 }')
+lm=$(awk -v b="$((l1 - l0))" 'BEGIN { printf "%.1f", b / 1048576 / 6 }')
+hm=$(awk -v b="$((h1 - h0))" 'BEGIN { printf "%.1f", b / 1048576 / 6 }')
+if awk -v r="$ratio" 'BEGIN { exit !(r >= 2.55 && r <= 3.45) }'; then
+    pass weight_ratio "under dbcage's model: low (100) $lm MiB/s, high (300) $hm MiB/s: 1:$ratio (want 1:3 +-15%)"
+else
+    fail weight_ratio "under dbcage's model: low (100) $lm MiB/s, high (300) $hm MiB/s: 1:$ratio (want 1:2.55-3.45)"
+fi
+rmdir $CG/dbcage-test-ioc/low $CG/dbcage-test-ioc/high $CG/dbcage-test-ioc 2>/dev/null
+
+# (4) --revert: back to the kernel's defaults
+out=$(/bin/dbcage iocost /dev/vdb --revert 2>&1)
+rc=$?
+echo "$out" | sed 's/^/INFO | /'
+if [ $rc -eq 0 ] && [ "$(key io.cost.model "$VDB" ctrl)" = auto ] && [ "$(key io.cost.qos "$VDB" ctrl)" = auto ] &&
+    [ "$(key io.cost.qos "$VDB" enable)" = 0 ] && [ ! -e "/run/dbcage/iocost/$VDB.json" ]; then
+    pass revert "model ctrl=auto, qos enable=0 ctrl=auto, record gone"
+else
+    fail revert "exit $rc: model [$(line io.cost.model "$VDB")] qos [$(line io.cost.qos "$VDB")]"
+fi
+out=$(/bin/dbcage iocost /dev/vdb --revert 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && echo "$out" | grep -q "dbcage has not set iocost on it"; then
+    pass revert_twice "a second --revert is refused: $out"
+else
+    fail revert_twice "exit $rc: $out"
+fi
+
+# (5) someone else's values: refused, named; --force replaces; --revert restores them
+echo "$VDB enable=1 ctrl=user rpct=90 rlat=5000" >$CG/io.cost.qos
+hand=$(line io.cost.qos "$VDB")
+info "by hand: $hand"
+out=$($IOC /dev/vdb --apply 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && echo "$out" | grep -q "another owner, not dbcage (io.cost.qos has ctrl=user" &&
+    [ "$(line io.cost.qos "$VDB")" = "$hand" ]; then
+    pass refuse_foreign "exit 2, nothing written: $out"
+else
+    fail refuse_foreign "exit $rc: $out"
+fi
+mkdir -p /run/udev/data
+printf 'E:ID_MODEL=dbcage-test\nE:IOCOST_SOLUTIONS=isolation\nE:IOCOST_QOS_ISOLATION=rpct=90 rlat=5000\n' >"/run/udev/data/b$VDB"
+out=$($IOC /dev/vdb --apply 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && echo "$out" | grep -q "systemd-iocost through udev" && echo "$out" | grep -q "IOCOST_SOLUTIONS=isolation"; then
+    pass refuse_udev "names systemd-iocost and the hwdb solution"
+else
+    fail refuse_udev "exit $rc: $out"
+fi
+rm -f "/run/udev/data/b$VDB"
+out=$($IOC /dev/vdb --apply --force 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && [ "$(key io.cost.qos "$VDB" rpct)" = 95.00 ]; then
+    pass force "--force wrote [$(line io.cost.qos "$VDB")]"
+else
+    fail force "exit $rc: $out"
+fi
+out=$(/bin/dbcage iocost /dev/vdb --revert 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && [ "$(line io.cost.qos "$VDB")" = "$hand" ]; then
+    pass revert_foreign "the hand-written line is back: $hand"
+else
+    fail revert_foreign "exit $rc, qos [$(line io.cost.qos "$VDB")], want [$hand]: $out"
+fi
+echo "$VDB enable=0 ctrl=auto" >$CG/io.cost.qos
+
+# (6) dm linear over vdc: the member disk gets the settings
+if dmsetup --noudevsync create dbcage-test-ioc --table "0 262144 linear /dev/vdc 0" >/dev/null 2>&1; then
+    dm=""
+    for d in /sys/block/dm-*; do
+        [ "$(cat "$d/dm/name" 2>/dev/null)" = dbcage-test-ioc ] && dm=${d##*/}
+    done
+    [ -b "/dev/$dm" ] || mknod "/dev/$dm" b $(cat /sys/block/$dm/dev | tr ':' ' ')
+    out=$($IOC "/dev/$dm" 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ] && echo "$out" | grep -q "^vdc ($VDC), probed at /dev/vdc" &&
+        echo "$out" | grep -q "io.cost.qos: $VDC enable=1"; then
+        pass dm_member "/dev/$dm resolves to vdc ($VDC)"
+    else
+        fail dm_member "exit $rc: $out"
+    fi
+    dmsetup --noudevsync remove dbcage-test-ioc >/dev/null 2>&1
+else
+    fail dm_member "dmsetup create failed"
+fi
+
+out=$(/bin/dbcage iocost /dev/dbcage-test-missing 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && echo "$out" | grep -q "dbcage-test-missing"; then pass missing "exit 2: $out"; else fail missing "exit $rc: $out"; fi
+
+echo "$P passed, $F failed"
+[ "$F" -eq 0 ]
