@@ -1147,13 +1147,28 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     let mut balancer = crate::balance::Balancer::default();
     // [tenant.replication]: lag watchers, warnings, temporary IO raises (replication/mod.rs).
     let mut replication = crate::replication::Guard::default();
+    // io.protect_*: PSI triggers on protected tenants, lowered donor weights (protect/mod.rs).
+    let mut protection = crate::protect::Guard::default();
     loop {
         let timeout = {
-            let a = lock(&agent);
+            let mut a = lock(&agent);
             let now = Instant::now();
+            let a = &mut *a;
+            if protection.sync(&a.ctx.loaded.policy, &a.ctx.layout, now) {
+                a.adjust.weights = protection.weights(&a.ctx.loaded.policy);
+                match engine::plan(&a.ctx, &a.adjust) {
+                    Ok(plan) => {
+                        a.execute(&plan, None);
+                    }
+                    Err(e) => warn!("protection guard: cannot plan the restored weights: {e:#}"),
+                }
+            }
             let mut deadline = next_rescan;
             if replication.active(&a.ctx.loaded.policy) {
                 deadline = deadline.min(now + crate::replication::TICK);
+            }
+            if protection.active() {
+                deadline = deadline.min(now + crate::protect::TICK);
             }
             if let Some(at) = balancer.next_due(&a.ctx.loaded.policy) {
                 deadline = deadline.min(at);
@@ -1174,11 +1189,16 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             PollTimeout::try_from(wait.as_millis().min(60_000) as i32 + 1)
                 .unwrap_or(PollTimeout::MAX)
         };
-        let (sig_ready, storage_changed, control_ready) = {
+        let triggers = protection.triggers();
+        let (sig_ready, storage_changed, control_ready, pressured) = {
             let mut fds = vec![
                 PollFd::new(signals.as_fd(), PollFlags::POLLIN),
                 PollFd::new(waker.fd.as_fd(), PollFlags::POLLIN),
             ];
+            let triggers_at = fds.len();
+            for (_, fd) in &triggers {
+                fds.push(PollFd::new(*fd, PollFlags::POLLPRI));
+            }
             let watch_at = fds.len();
             if let Some(w) = &storage_watch {
                 fds.push(PollFd::new(w.as_fd(), PollFlags::POLLIN));
@@ -1196,12 +1216,21 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             if ready(&fds[1]) {
                 waker.clear();
             }
+            let pressured: Vec<String> = triggers
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| ready(&fds[triggers_at + i]))
+                .map(|(_, (name, _))| name.clone())
+                .collect();
             (
                 ready(&fds[0]),
                 storage_watch.is_some() && ready(&fds[watch_at]),
                 control.is_some() && fds.get(control_at).is_some_and(ready),
+                pressured,
             )
         };
+        drop(triggers);
+        let woke = Instant::now();
         let mut a = lock(&agent);
         let agent = &mut *a;
         if storage_changed {
@@ -1291,6 +1320,26 @@ pub fn run(opts: AgentOptions) -> Result<()> {
                     }
                     Err(e) => warn!("io.split = demand: cannot plan the new shares: {e:#}"),
                 }
+            }
+        }
+        let mut lowered = false;
+        for tenant in &pressured {
+            lowered |= protection.fired(&agent.ctx.loaded.policy, tenant, woke);
+        }
+        let restored = protection.active() && protection.tick(&agent.ctx.loaded.policy, now);
+        if lowered || restored {
+            agent.adjust.weights = protection.weights(&agent.ctx.loaded.policy);
+            match engine::plan(&agent.ctx, &agent.adjust) {
+                Ok(plan) => {
+                    agent.execute(&plan, None);
+                    if lowered {
+                        info!(
+                            "protection guard: weights written {} ms after the pressure trigger",
+                            woke.elapsed().as_millis()
+                        );
+                    }
+                }
+                Err(e) => warn!("protection guard: cannot plan the changed weights: {e:#}"),
             }
         }
         if replication.tick(&agent.ctx.loaded.policy) {

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod plan;
 pub mod policy;
 pub mod probe;
+pub mod protect;
 pub mod replication;
 pub mod rundir;
 pub mod status;

@@ -41,6 +41,8 @@ pub const IO_LATENCY: &str = "io.latency";
 pub const IO_COST_QOS: &str = "io.cost.qos";
 /// iocost's per-disk cost model, on the hierarchy's root only.
 pub const IO_COST_MODEL: &str = "io.cost.model";
+/// The group's IO pressure (PSI): averages, the stall total, and where triggers are set.
+pub const IO_PRESSURE: &str = "io.pressure";
 /// io.weight's value when none is set.
 pub const DEFAULT_IO_WEIGHT: u32 = 100;
 pub const CPU_MAX: &str = "cpu.max";

@@ -48,18 +48,29 @@ pub struct Adjustments {
     /// the page tables of a tenant's processes, which the daemon would pay at every rescan of
     /// a deferred change it does not show (`plan`, `check` and `apply` do read it).
     pub skip_move_sizes: bool,
+    /// The protection guard's lowered donors: per tenant, the io.weight in force while it
+    /// holds them.
+    pub weights: BTreeMap<String, u32>,
 }
 
 impl Adjustments {
     /// The policy as planned: the tenants' IO totals with the raises in force.
     pub fn policy<'a>(&self, policy: &'a Policy) -> Cow<'a, Policy> {
-        if self.raises.is_empty() {
+        if self.raises.is_empty() && self.weights.is_empty() {
             return Cow::Borrowed(policy);
         }
         let mut p = policy.clone();
         for t in &mut p.tenants {
             if let Some(r) = self.raises.get(&t.name) {
                 t.io = *r;
+            }
+            if let Some(&w) = self.weights.get(&t.name) {
+                let origin = t
+                    .io_weight
+                    .as_ref()
+                    .map(|s| s.origin.clone())
+                    .unwrap_or_else(|| t.origin.clone());
+                t.io_weight = Some(crate::policy::Sourced { value: w, origin });
             }
         }
         Cow::Owned(p)

@@ -125,12 +125,25 @@ pub struct Tenant {
     pub io_weight: Option<Sourced<u32>>,
     /// `io.latency_target`: the completion latency the tenant is protected at (cgroup v2).
     pub io_latency_target: Option<Sourced<std::time::Duration>>,
+    /// `io.protect_*`: the protection guard, if any.
+    pub io_guard: Option<IoGuard>,
     pub cpu: CpuPolicy,
     pub memory: MemoryPolicy,
     /// `[tenant.replication]`: the replication guard, if any.
     pub replication: Option<replication::GuardConfig>,
     /// `[[tenant.schedule]]` windows, in file order (a later window wins where two overlap).
     pub schedules: Vec<Schedule>,
+}
+
+/// `[tenant.io] protect_pressure`, `protect_window`, `protect_donors`: when this tenant's io
+/// pressure passes `pressure` of `window`, the daemon lowers the donors' io.weight.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IoGuard {
+    /// The share of the window (0 < p <= 1) the tenant's tasks may stall on IO.
+    pub pressure: f64,
+    pub window: std::time::Duration,
+    pub donors: Vec<Sourced<String>>,
+    pub origin: Origin,
 }
 
 impl Tenant {

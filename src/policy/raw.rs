@@ -170,6 +170,14 @@ pub struct RawIo {
     pub weight: Option<Loc<Quantity>>,
     /// `"5ms"`: the IO completion latency the tenant is protected at (cgroup v2 `io.latency`).
     pub latency_target: Option<Loc<String>>,
+    /// `"20%"`: the io pressure (share of time some of the tenant's tasks stall on IO) at which
+    /// the protection guard lowers the donors' weights.
+    pub protect_pressure: Option<Loc<String>>,
+    /// `"1s"`: the window the pressure is measured over (a PSI trigger's window).
+    pub protect_window: Option<Loc<String>>,
+    /// The tenants whose io.weight the guard lowers while this one is under pressure.
+    #[serde(default)]
+    pub protect_donors: Vec<Loc<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -307,6 +315,11 @@ impl RawTenant {
                 take(&mut io.smoothing, l.smoothing);
                 take(&mut io.weight, l.weight);
                 take(&mut io.latency_target, l.latency_target);
+                take(&mut io.protect_pressure, l.protect_pressure);
+                take(&mut io.protect_window, l.protect_window);
+                if !l.protect_donors.is_empty() {
+                    io.protect_donors = l.protect_donors;
+                }
                 if !l.devices.is_empty() {
                     io.devices = l.devices;
                 }

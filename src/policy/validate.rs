@@ -240,6 +240,7 @@ pub(super) fn from_sources_with(
         }
     }
     check_overlaps(&mut ctx, &out, &same_instance);
+    check_donors(&mut ctx, &out);
     if ctx.problems.is_empty() {
         Ok(Loaded {
             policy: Policy {
@@ -429,6 +430,7 @@ fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
         None => (None, None),
         Some(io) => validate_protection(ctx, &name, io),
     };
+    let io_guard = t.io.as_ref().and_then(|io| validate_guard(ctx, &name, io));
     let (io, io_devices) = match &t.io {
         None => (IoLimits::default(), Vec::new()),
         Some(io) => {
@@ -511,6 +513,7 @@ fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
         io_split,
         io_weight,
         io_latency_target,
+        io_guard,
         cpu,
         memory,
         replication,
@@ -735,6 +738,84 @@ fn validate_protection(
         }
     });
     (weight, latency)
+}
+
+/// The window of a PSI trigger: the kernel accepts 500ms to 10s.
+const GUARD_WINDOW_RANGE: (std::time::Duration, std::time::Duration) = (
+    std::time::Duration::from_millis(500),
+    std::time::Duration::from_secs(10),
+);
+
+/// `[tenant.io] protect_pressure`, `protect_window`, `protect_donors` (donor names are checked
+/// against the tenants in `check_donors`).
+fn validate_guard(ctx: &mut Ctx, tenant: &str, io: &super::raw::RawIo) -> Option<IoGuard> {
+    let Some(p) = &io.protect_pressure else {
+        if let Some(w) = &io.protect_window {
+            ctx.error(w, format!("tenant `{tenant}`: io.protect_window needs io.protect_pressure (the pressure that starts the guard), e.g. protect_pressure = \"20%\""));
+        }
+        if let Some(d) = io.protect_donors.first() {
+            ctx.error(d, format!("tenant `{tenant}`: io.protect_donors needs io.protect_pressure (the pressure that starts the guard), e.g. protect_pressure = \"20%\""));
+        }
+        return None;
+    };
+    let pressure = match p
+        .value
+        .trim()
+        .strip_suffix('%')
+        .map(|v| v.trim().parse::<f64>())
+    {
+        Some(Ok(v)) if v > 0.0 && v <= 100.0 => v / 100.0,
+        _ => {
+            ctx.error(p, format!("tenant `{tenant}`: io.protect_pressure `{}` is not a share of time; write a percentage above 0% up to 100%, such as \"20%\"", p.value));
+            return None;
+        }
+    };
+    let window = match &io.protect_window {
+        None => std::time::Duration::from_secs(1),
+        Some(w) => {
+            let (lo, hi) = GUARD_WINDOW_RANGE;
+            match parse_duration(&w.value) {
+                Some(d) if d >= lo && d <= hi => d,
+                _ => {
+                    ctx.error(w, format!("tenant `{tenant}`: io.protect_window `{}` must be a duration from 500ms to 10s (the kernel's range for a pressure trigger), such as \"1s\"", w.value));
+                    return None;
+                }
+            }
+        }
+    };
+    if io.protect_donors.is_empty() {
+        ctx.error(p, format!("tenant `{tenant}`: io.protect_pressure needs io.protect_donors, the tenants whose io.weight the guard lowers, e.g. protect_donors = [\"batch\"]"));
+        return None;
+    }
+    Some(IoGuard {
+        pressure,
+        window,
+        donors: io
+            .protect_donors
+            .iter()
+            .map(|d| Sourced {
+                value: d.value.clone(),
+                origin: ctx.origin(d),
+            })
+            .collect(),
+        origin: ctx.origin(p),
+    })
+}
+
+/// Each donor of a protection guard is another tenant of the policy.
+fn check_donors(ctx: &mut Ctx, tenants: &[Tenant]) {
+    for t in tenants {
+        for d in t.io_guard.iter().flat_map(|g| &g.donors) {
+            let msg = if d.value == t.name {
+                format!("tenant `{}`: io.protect_donors names the tenant itself; name the tenants that give way to it", t.name)
+            } else if !tenants.iter().any(|o| o.name == d.value) {
+                format!("tenant `{}`: io.protect_donors names `{}`, which is not a tenant of this policy", t.name, d.value)
+            } else {
+                continue;
+            };
+            ctx.problems.push(Problem::at(&d.origin, msg));
+        }
+    }
 }
 
 /// `"1s"`, `"500ms"`, `"250us"`, `"2.5s"`, `"1m"` → a duration.

@@ -1517,3 +1517,56 @@ fn io_weight_and_latency_target_parse_and_their_errors_are_located() {
         "{e:?}"
     );
 }
+
+#[test]
+fn protection_guard_keys_parse_and_their_errors_are_located() {
+    let t = |name: &str, extra: &str| {
+        format!("[[tenant]]\nname = \"{name}\"\nmatch = [{{ comm = \"{name}\" }}]\nstorage = [\"/data\"]\n[tenant.io]\n{extra}")
+    };
+    let l = ok(&format!(
+        "{}{}",
+        t(
+            "db",
+            "protect_pressure = \"20%\"\nprotect_donors = [\"batch\"]\n"
+        ),
+        t("batch", "weight = 200\n")
+    ));
+    let g = l.policy.tenants[0].io_guard.as_ref().unwrap();
+    assert_eq!(g.pressure, 0.2);
+    assert_eq!(g.window, std::time::Duration::from_secs(1));
+    assert_eq!(g.donors[0].value, "batch");
+    assert!(l.policy.tenants[1].io_guard.is_none());
+
+    let e = errors(&format!(
+        "{}{}",
+        t(
+            "db",
+            "protect_pressure = \"20\"\nprotect_window = \"100ms\"\nprotect_donors = [\"batch\"]\n"
+        ),
+        t("batch", "")
+    ));
+    assert!(
+        e[0].starts_with("dbcage.toml:6:20:") && e[0].contains("not a share of time"),
+        "{e:?}"
+    );
+    let e = errors(&t(
+        "db",
+        "protect_pressure = \"20%\"\nprotect_window = \"20s\"\nprotect_donors = [\"batch\"]\n",
+    ));
+    assert!(e[0].contains("from 500ms to 10s"), "{e:?}");
+    let e = errors(&t("db", "protect_pressure = \"20%\"\n"));
+    assert!(e[0].contains("needs io.protect_donors"), "{e:?}");
+    let e = errors(&t("db", "protect_donors = [\"batch\"]\n"));
+    assert!(e[0].contains("needs io.protect_pressure"), "{e:?}");
+    let e = errors(&t(
+        "db",
+        "protect_pressure = \"20%\"\nprotect_donors = [\"db\", \"nobody\"]\n",
+    ));
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(e[0].contains("names the tenant itself"), "{e:?}");
+    assert!(
+        e[1].starts_with("dbcage.toml:7:")
+            && e[1].contains("`nobody`, which is not a tenant of this policy"),
+        "{e:?}"
+    );
+}

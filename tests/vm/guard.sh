@@ -1,0 +1,148 @@
+#!/bin/sh
+# Guest-side check of the protection guard ([tenant.io] protect_pressure, protect_window,
+# protect_donors) on cgroup v2 (run by tests/vm/run.sh, busybox sh):
+#   cargo build --release && tests/vm/run.sh target/release/dbcage tests/vm/guard.sh
+# Two tenants on vdb with iocost on: `db` (protected: io pressure above 40% of 1 s) runs 4 KiB
+# direct random reads with 5 ms think time (alone it stalls well under 20% of the time);
+# `batch` (the donor) floods vdb with 1 MiB random reads at depth 32. Checks, with `dbcage run`:
+# - the guard arms its trigger and batch keeps its weight while db is alone;
+# - under the flood, the trigger fires, the daemon lowers batch's io.weight (100 -> 50 -> ...,
+#   at most 3 halvings) and writes the first lowering within 1 s of the trigger (its log says
+#   how many ms; the script also times it from the flood's start);
+# - once the flood stops, batch's weight goes back to 100 after 5 quiet windows, in one write,
+#   and nothing oscillates: over the whole run at most 3 lowerings and exactly 1 restore.
+# Prints PASS/FAIL lines and "N passed, N failed"; exits non-zero when a check failed.
+
+CG=/sys/fs/cgroup
+ROOT=$CG/dbcage-test
+P=0
+F=0
+pass() { echo "PASS $*"; P=$((P + 1)); }
+fail() { echo "FAIL $*"; F=$((F + 1)); }
+info() { echo "INFO $*"; }
+now_ms() { echo $(($(/bin/date +%s%N) / 1000000)); }
+VDB=$(cat /sys/class/block/vdb/dev)
+echo "=== dbcage protection guard: kernel $(uname -r), vdb=$VDB"
+if [ ! -e $CG/io.pressure ] && [ ! -e /proc/pressure/io ]; then
+    fail psi "this kernel has no PSI (/proc/pressure/io): the guard cannot be tested"
+    echo "$P passed, $F failed"
+    exit 1
+fi
+echo "$VDB enable=1" >$CG/io.cost.qos
+
+cat >/tmp/guard.toml <<EOF2
+[agent]
+parent = "root"
+root = "dbcage-test"
+metrics = "off"
+
+[[tenant]]
+name = "db"
+match = [{ cmdline = "^dbcage-test-db" }]
+storage = ["/dev/vdb"]
+[tenant.io]
+protect_pressure = "40%"
+protect_window = "1s"
+protect_donors = ["batch"]
+
+[[tenant]]
+name = "batch"
+match = [{ cmdline = "^dbcage-test-batch" }]
+storage = ["/dev/vdb"]
+[tenant.io]
+weight = 100
+EOF2
+D="/bin/dbcage -c /tmp/guard.toml"
+out=$($D check 2>&1)
+rc=$?
+[ $rc -eq 0 ] || info "check exit $rc: $out"
+$D run >/tmp/guard-daemon.log 2>&1 &
+DAEMON=$!
+i=0
+while [ $i -lt 100 ] && ! grep -q "protection guard armed" /tmp/guard-daemon.log; do /bin/sleep 0.1; i=$((i + 1)); done
+if grep -q "protection guard armed" /tmp/guard-daemon.log; then
+    pass armed "$(grep "protection guard armed" /tmp/guard-daemon.log | sed 's/.*protection guard armed/protection guard armed/')"
+else
+    fail armed "no 'protection guard armed' in the log after 10 s"
+    sed 's/^/INFO | /' /tmp/guard-daemon.log
+fi
+weight() { sed -n 's/^default //p' $ROOT/batch/io.weight 2>/dev/null; }
+
+ln -sf "$(command -v fio)" /tmp/dbcage-test-db
+ln -sf "$(command -v fio)" /tmp/dbcage-test-batch
+$D exec db -- /tmp/dbcage-test-db --name=dbcage-test-db --filename=/dev/vdb --rw=randread --bs=4k \
+    --direct=1 --ioengine=psync --thinktime=5000 --size=256M --time_based --runtime=120 \
+    >/dev/null 2>&1 &
+DB=$!
+/bin/sleep 4
+w=$(weight)
+lowered_alone=$(grep -c "protection guard: io pressure of" /tmp/guard-daemon.log)
+info "db alone: io.pressure [$(head -1 $ROOT/db/io.pressure)]"
+if [ "$w" = 100 ] && [ "$lowered_alone" -eq 0 ]; then
+    pass quiet_alone "db alone: batch keeps io.weight 100, no action"
+else
+    fail quiet_alone "db alone: batch io.weight [$w], $lowered_alone actions"
+fi
+
+t0=$(now_ms)
+$D exec batch -- /tmp/dbcage-test-batch --name=dbcage-test-batch --filename=/dev/vdb --rw=randread \
+    --bs=1M --direct=1 --ioengine=libaio --iodepth=32 --offset=256M --size=256M --time_based \
+    --runtime=120 >/dev/null 2>&1 &
+BATCH=$!
+t_low=""
+i=0
+while [ $i -lt 150 ]; do
+    w=$(weight)
+    if [ -n "$w" ] && [ "$w" -lt 100 ]; then t_low=$(now_ms); break; fi
+    /bin/sleep 0.1
+    i=$((i + 1))
+done
+/bin/sleep 6
+info "db under the flood: io.pressure [$(head -1 $ROOT/db/io.pressure)], batch io.weight $(weight)"
+grep "protection guard" /tmp/guard-daemon.log | sed 's/^/INFO | /'
+react=$(sed -n 's/.*weights written \([0-9]*\) ms after the pressure trigger.*/\1/p' /tmp/guard-daemon.log | head -1)
+if [ -n "$t_low" ] && [ -n "$react" ] && [ "$react" -le 1000 ]; then
+    pass lowered "batch io.weight lowered $((t_low - t0)) ms after the flood started; trigger to write: $react ms"
+else
+    fail lowered "batch io.weight [$(weight)], trigger to write [$react] ms, seen after [$t_low - $t0]"
+fi
+w=$(weight)
+if [ -n "$w" ] && [ "$w" -ge 12 ] && [ "$w" -lt 100 ]; then
+    pass floor "batch io.weight $w under the flood (at most 3 halvings: >= 12)"
+else
+    fail floor "batch io.weight [$w]"
+fi
+
+kill "$BATCH" 2>/dev/null
+for p in $(cat $ROOT/batch/limited/cgroup.procs 2>/dev/null); do kill "$p" 2>/dev/null; done
+t1=$(now_ms)
+t_back=""
+i=0
+while [ $i -lt 300 ]; do
+    if [ "$(weight)" = 100 ]; then t_back=$(now_ms); break; fi
+    /bin/sleep 0.1
+    i=$((i + 1))
+done
+/bin/sleep 3
+grep "protection guard" /tmp/guard-daemon.log | tail -2 | sed 's/^/INFO | /'
+lowerings=$(grep -c "protection guard: io pressure of .* passed" /tmp/guard-daemon.log)
+restores=$(grep -c "protection guard: io pressure of .* io.weight restored" /tmp/guard-daemon.log)
+if [ -n "$t_back" ] && [ "$(weight)" = 100 ]; then
+    pass restored "batch io.weight back to 100 $((t_back - t1)) ms after the flood stopped"
+else
+    fail restored "batch io.weight [$(weight)] 30 s after the flood stopped"
+fi
+if [ "$lowerings" -ge 1 ] && [ "$lowerings" -le 3 ] && [ "$restores" -eq 1 ]; then
+    pass no_oscillation "$lowerings lowering(s) and $restores restore over the run"
+else
+    fail no_oscillation "$lowerings lowerings, $restores restores"
+fi
+
+kill "$DB" 2>/dev/null
+for p in $(cat $ROOT/db/limited/cgroup.procs 2>/dev/null); do kill "$p" 2>/dev/null; done
+kill "$DAEMON" 2>/dev/null
+wait 2>/dev/null
+/bin/dbcage -c /tmp/guard.toml release --all >/dev/null 2>&1
+echo "$VDB enable=0" >$CG/io.cost.qos
+echo "$P passed, $F failed"
+[ "$F" -eq 0 ]
