@@ -984,21 +984,27 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     }
     let ctx = engine::read_host(loaded, Scan::Rules)?;
     // The IO latency histograms exist only for the metrics endpoint; said once if unavailable.
-    let iolat = metrics_addr.and_then(|_| match crate::iolat::loader::IoLatency::load() {
-        Ok(prog) => {
-            match prog.no_throttle_split() {
-                None => info!("IO latency histograms on (eBPF), with the throttle's wait"),
-                Some(why) => {
-                    warn!("IO latency histograms on (eBPF), without the throttle's wait: {why}")
+    if metrics_addr.is_some() && !ctx.loaded.policy.agent.io_latency {
+        info!("IO latency histograms off (agent.io_latency = false): no eBPF program loaded");
+    }
+    let want_iolat = metrics_addr.is_some() && ctx.loaded.policy.agent.io_latency;
+    let iolat = want_iolat.then_some(()).and_then(
+        |_| match crate::iolat::loader::IoLatency::load() {
+            Ok(prog) => {
+                match prog.no_throttle_split() {
+                    None => info!("IO latency histograms on (eBPF), with the throttle's wait"),
+                    Some(why) => {
+                        warn!("IO latency histograms on (eBPF), without the throttle's wait: {why}")
+                    }
                 }
+                Some(prog)
             }
-            Some(prog)
-        }
-        Err(e) => {
-            warn!("running without IO latency histograms: {e}");
-            None
-        }
-    });
+            Err(e) => {
+                warn!("running without IO latency histograms: {e}");
+                None
+            }
+        },
+    );
     let shared = Arc::new(
         metrics::Shared::new(
             ctx.fs.clone(),

@@ -31,11 +31,36 @@ const WIDTHS: [u16; 9] = [9, 4, 9, 9, 9, 9, 9, 9, 4];
 /// The IOPS columns' other face (key `l`): each tenant's IO latency over the last interval.
 const LATENCY_COLUMNS: [&str; 2] = ["IO p50 ms", "IO p99 ms"];
 
+/// The IOPS columns' third face (key `p`): pressure stall (PSI avg10, % of time) per tenant.
+const PRESSURE_COLUMNS: [&str; 2] = ["IO some/full", "CPU/MEM"];
+
+/// `io some/full` and `cpu some/memory some` avg10 percentages, or `-` where the host has none.
+fn pressure_cells(t: &TenantStatus) -> (String, String) {
+    let Some(p) = &t.pressure else {
+        return ("-".into(), "-".into());
+    };
+    let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.0}"));
+    (
+        format!(
+            "{}/{}",
+            pct(p.io.as_ref().map(|x| x.some_avg10)),
+            pct(p.io.as_ref().and_then(|x| x.full_avg10))
+        ),
+        format!(
+            "{}/{}",
+            pct(p.cpu.as_ref().map(|x| x.some_avg10)),
+            pct(p.memory.as_ref().map(|x| x.some_avg10))
+        ),
+    )
+}
+
 /// p50 and p99 of each tenant's IO in the last interval, in seconds, over its own disks.
 type Latencies = std::collections::BTreeMap<String, (f64, f64)>;
 
-fn sort_key(t: &TenantStatus, col: usize, lat: Option<&Latencies>) -> f64 {
+fn sort_key(t: &TenantStatus, col: usize, lat: Option<&Latencies>, pressure: bool) -> f64 {
     let r = t.io.rates.unwrap_or_default();
+    let psi = |p: Option<&crate::cgroup::stats::Pressure>| p.map_or(0.0, |p| p.some_avg10);
+    let pr = t.pressure.as_ref();
     let p = |i: usize| {
         lat.and_then(|l| l.get(&t.name))
             .map_or(0.0, |p| if i == 0 { p.0 } else { p.1 })
@@ -44,6 +69,8 @@ fn sort_key(t: &TenantStatus, col: usize, lat: Option<&Latencies>) -> f64 {
         1 => t.processes as f64,
         2 => r.read_bytes_per_second,
         3 => r.write_bytes_per_second,
+        4 if pressure => psi(pr.and_then(|p| p.io.as_ref())),
+        5 if pressure => psi(pr.and_then(|p| p.cpu.as_ref())),
         4 if lat.is_some() => p(0),
         5 if lat.is_some() => p(1),
         4 => r.read_iops,
@@ -60,6 +87,8 @@ struct View {
     reverse: bool,
     /// Show IO latency instead of IOPS.
     latency: bool,
+    /// Show pressure instead of IOPS (wins over `latency`).
+    pressure: bool,
 }
 
 /// The IO latency program while `top` runs, or why there is none (said in the footer).
@@ -116,7 +145,7 @@ fn with_limit(v: Option<f64>, limit: Option<f64>, prec: usize) -> String {
     }
 }
 
-fn row(t: &TenantStatus, lat: Option<&Latencies>) -> Row<'static> {
+fn row(t: &TenantStatus, lat: Option<&Latencies>, pressure: bool) -> Row<'static> {
     let r = t.io.rates;
     let mib = |b: Option<u64>| b.map(|b| b as f64 / 1048576.0);
     let at_limit = !t.at_limit.is_empty();
@@ -125,7 +154,7 @@ fn row(t: &TenantStatus, lat: Option<&Latencies>) -> Row<'static> {
     } else {
         t.name.clone()
     };
-    let cells = vec![
+    let mut cells = vec![
         Cell::from(name),
         Cell::from(t.processes.to_string()),
         Cell::from(with_limit(
@@ -170,6 +199,11 @@ fn row(t: &TenantStatus, lat: Option<&Latencies>) -> Row<'static> {
                 .map_or("-".into(), |l| format!("{:.0}%", (l * 100.0).floor())),
         ),
     ];
+    if pressure {
+        let (io, cpu_mem) = pressure_cells(t);
+        cells[4] = Cell::from(io);
+        cells[5] = Cell::from(cpu_mem);
+    }
     let style = if at_limit {
         Style::default().add_modifier(Modifier::BOLD).red()
     } else {
@@ -192,7 +226,7 @@ fn draw(
     head_line: &Head,
     latency: (&Latencies, Option<&str>),
 ) {
-    let lat = view.latency.then_some(latency.0);
+    let lat = (view.latency && !view.pressure).then_some(latency.0);
     let [head, body, foot] = Split::vertical([
         Constraint::Length(2),
         Constraint::Min(3),
@@ -219,13 +253,21 @@ fn draw(
     if view.sort == 0 {
         tenants.sort_by(|a, b| a.name.cmp(&b.name));
     } else {
-        tenants.sort_by(|a, b| sort_key(b, view.sort, lat).total_cmp(&sort_key(a, view.sort, lat)));
+        tenants.sort_by(|a, b| {
+            sort_key(b, view.sort, lat, view.pressure).total_cmp(&sort_key(
+                a,
+                view.sort,
+                lat,
+                view.pressure,
+            ))
+        });
     }
     if view.reverse {
         tenants.reverse();
     }
     let header = Row::new(COLUMNS.iter().enumerate().map(|(i, c)| {
         let c = match (lat, i) {
+            _ if view.pressure && (i == 4 || i == 5) => &PRESSURE_COLUMNS[i - 4],
             (Some(_), 4 | 5) => &LATENCY_COLUMNS[i - 4],
             _ => c,
         };
@@ -240,9 +282,12 @@ fn draw(
     }))
     .style(Style::default().add_modifier(Modifier::BOLD));
     let widths = WIDTHS.map(Constraint::Length);
-    let table = Table::new(tenants.into_iter().map(|t| row(t, lat)), widths)
-        .header(header)
-        .column_spacing(1);
+    let table = Table::new(
+        tenants.into_iter().map(|t| row(t, lat, view.pressure)),
+        widths,
+    )
+    .header(header)
+    .column_spacing(1);
     frame.render_widget(table, body);
     let keys = Line::from(vec![
         "q".bold(),
@@ -253,6 +298,8 @@ fn draw(
         " reverse  ".into(),
         "l".bold(),
         " latency  ".into(),
+        "p".bold(),
+        " pressure %  ".into(),
         "*".bold(),
         " at a limit (value/limit)".into(),
     ]);
@@ -262,7 +309,10 @@ fn draw(
         .filter(|t| !t.at_limit.is_empty())
         .map(|t| format!("{}: {}", t.name, t.at_limit.join(",")))
         .collect();
-    if let (true, Some(why)) = (view.latency, latency.1) {
+    if view.pressure && sample.tenants.iter().all(|t| t.pressure.is_none()) {
+        notes.insert(0, "no pressure: the kernel keeps it per group only on cgroup v2 with PSI on (CONFIG_PSI, not psi=0)".into());
+    }
+    if let (true, false, Some(why)) = (view.latency, view.pressure, latency.1) {
         notes.insert(0, format!("no IO latency: {why}"));
     }
     frame.render_widget(
@@ -293,6 +343,7 @@ pub fn run(
             sort: 0,
             reverse: false,
             latency: false,
+            pressure: false,
         };
         let mut latency_source: Option<LatencySource> = None;
         let mut latencies = Latencies::new();
@@ -336,6 +387,7 @@ pub fn run(
                             view.sort = (view.sort + COLUMNS.len() - 1) % COLUMNS.len()
                         }
                         KeyCode::Char('r') => view.reverse = !view.reverse,
+                        KeyCode::Char('p') => view.pressure = !view.pressure,
                         KeyCode::Char('l') => {
                             view.latency = !view.latency;
                             // Loaded on first use; it stays for the rest of the run.
@@ -405,6 +457,7 @@ mod tests {
             sort: 4,
             reverse: false,
             latency: false,
+            pressure: false,
         };
         let wide = screen(80, &sample, &view);
         for c in COLUMNS {

@@ -31,6 +31,7 @@ fn agent(parent: ParentSpec) -> Agent {
         metrics: None,
         control_group: None,
         manager: Default::default(),
+        io_latency: true,
     }
 }
 

@@ -10,7 +10,8 @@
 //!   among cgroups by io.weight.
 //! - `io.cost.qos`: `MAJ:MIN enable=1 ctrl=user rpct= rlat= wpct= wlat= min= max=`: iocost
 //!   takes the disk as saturated when the rpct-th percentile of read completion latency passes
-//!   rlat (µs), and then slows every group down (vrate, bounded by min and max percent).
+//!   rlat (µs), and then slows every group down (vrate, bounded by min and max percent of the
+//!   model; dbcage proposes 50 and 100, see `PROPOSED_VRATE`).
 //!
 //! The kernel overlays a written line on the disk's current values, so dbcage writes only the
 //! keys it measured (reads always; writes only with `--destructive` on an unused device) and
@@ -169,6 +170,14 @@ pub struct Proposal {
 /// The QoS percentile dbcage proposes: iocost reacts when one read in twenty misses the target.
 pub const PROPOSED_PCT: u32 = 9500;
 
+/// The vrate bounds dbcage proposes, in hundredths of a percent. `max=100.00`: iocost never
+/// issues more than the measured capacity, so the weights hold as soon as the tenants together
+/// ask for more than the disk gave the probe (the kernel's default, 10000.00, lets vrate climb
+/// to 100 times the model while latencies are met, and then no tenant is ever short and the
+/// weights do nothing: measured in the test VM, two readers at 100 and 300 got 1:0.96).
+/// `min=50.00`: missed latency targets slow the disk down to half its model at most.
+pub const PROPOSED_VRATE: (u32, u32) = (5000, 10000);
+
 /// A latency target rounded up to 100 µs (and at least that): the kernel compares whole µs and
 /// a measured p95 is not precise below that.
 fn round_latency(us: u64) -> u64 {
@@ -181,9 +190,11 @@ pub fn propose(dev: DevNum, m: &Measured) -> Proposal {
         m.rbps, m.rseqiops, m.rrandiops
     );
     let mut qos = format!(
-        "{dev} enable=1 ctrl=user rpct={} rlat={}",
+        "{dev} enable=1 ctrl=user rpct={} rlat={} min={} max={}",
         show_hundredths(PROPOSED_PCT),
-        round_latency(m.rlat_p95_us)
+        round_latency(m.rlat_p95_us),
+        show_hundredths(PROPOSED_VRATE.0),
+        show_hundredths(PROPOSED_VRATE.1)
     );
     if let Some(w) = &m.writes {
         model.push_str(&format!(

@@ -40,7 +40,10 @@ fn proposes_only_the_measured_keys() {
         p.model_line,
         "254:16 ctrl=user model=linear rbps=209715200 rseqiops=9000 rrandiops=7000"
     );
-    assert_eq!(p.qos_line, "254:16 enable=1 ctrl=user rpct=95.00 rlat=1300");
+    assert_eq!(
+        p.qos_line,
+        "254:16 enable=1 ctrl=user rpct=95.00 rlat=1300 min=50.00 max=100.00"
+    );
     let w = propose(
         DEV,
         &Measured {
@@ -54,7 +57,7 @@ fn proposes_only_the_measured_keys() {
         },
     );
     assert!(w.model_line.ends_with(" wbps=100 wseqiops=2 wrandiops=3"));
-    assert!(w.qos_line.ends_with(" wpct=95.00 wlat=100"));
+    assert!(w.qos_line.ends_with(" max=100.00 wpct=95.00 wlat=100"));
 }
 
 fn record(model_written: Model, qos_written: Qos) -> Record {

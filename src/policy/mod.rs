@@ -50,6 +50,8 @@ pub struct Agent {
     pub control_group: Option<ControlGroup>,
     /// `agent.manager`: who owns the cgroup tree dbcage governs in.
     pub manager: ManagerChoice,
+    /// `agent.io_latency`: the daemon records IO latency histograms (eBPF) for the metrics.
+    pub io_latency: bool,
 }
 
 /// `agent.manager`: whether limits go through systemd (units' properties, transient scopes,

@@ -27,6 +27,9 @@ pub struct RawAgent {
     /// Who manages the cgroup tree: `"auto"` (default: systemd when it is PID 1 and booted the
     /// host), `"systemd"` or `"cgroupfs"` (dbcage writes the tree itself).
     pub manager: Option<Loc<String>>,
+    /// `false`: the daemon loads no eBPF program and serves no IO latency histograms (default
+    /// `true` while metrics are on).
+    pub io_latency: Option<Loc<bool>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -264,6 +267,7 @@ impl RawAgent {
         take(&mut self.metrics, later.metrics);
         take(&mut self.control_group, later.control_group);
         take(&mut self.manager, later.manager);
+        take(&mut self.io_latency, later.io_latency);
     }
 }
 

@@ -367,6 +367,7 @@ fn validate_agent(ctx: &mut Ctx, raw: super::raw::RawAgent) -> Agent {
         metrics,
         control_group,
         manager,
+        io_latency: raw.io_latency.is_none_or(|b| b.value),
     }
 }
 

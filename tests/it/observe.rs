@@ -747,3 +747,34 @@ fn top_marks_sorts_quits_and_restores_the_terminal() {
         screen()
     );
 }
+
+/// `[agent] io_latency = false` (issue 25): the daemon loads no eBPF program, says so once, and
+/// serves everything but the latency series.
+#[test]
+fn io_latency_off_loads_no_program() {
+    if skip() {
+        return;
+    }
+    let disk = LoopDisk::new(64);
+    let body = format!(
+        "[[tenant]]\nname = \"db\"\nmatch = [{{ cmdline = \"^dbcage-test-never\" }}]\nstorage = [\"{}\"]\n",
+        disk.mount_str()
+    );
+    let t = Tenancy::new("iolat-off", &body);
+    let text = t
+        .policy_text(&body)
+        .replacen("\n\n", "\nio_latency = false\n\n", 1);
+    std::fs::write(&t.policy, text).unwrap();
+    let addr = format!("127.0.0.1:{}", 20000 + (std::process::id() + 7) % 20000);
+    let d = Daemon::start(&t, &["--metrics", &addr]);
+    let text =
+        scrape(&addr).unwrap_or_else(|| panic!("no answer at {addr}; daemon log:\n{}", d.log()));
+    let log = d.log();
+    assert!(
+        log.contains("IO latency histograms off (agent.io_latency = false)")
+            && !log.contains("IO latency histograms on"),
+        "{log}"
+    );
+    assert!(text.contains("dbcage_processes"), "{text}");
+    assert!(!text.contains("dbcage_io_latency"), "{text}");
+}

@@ -5,7 +5,8 @@
 #   writes nothing;
 # - --apply writes them (ctrl=user, the measured rbps, rpct=95 and the measured rlat) and
 #   keeps a record; a second --apply over its own values is accepted;
-# - under the applied model, io.weight binds: two direct readers at weights 100 and 300 read
+# - under the applied model, io.weight binds: two direct 4 KiB random readers (libaio, depth 16
+#   each, together as deep as the probe's deepest step) at weights 100 and 300 complete reads
 #   within +-15% of 1:3;
 # - --revert puts the kernel's defaults back (ctrl=auto, enable=0) and drops the record;
 # - values written by hand (ctrl=user) are refused without --force, naming another owner;
@@ -59,6 +60,7 @@ info "io.cost.qos: $(line io.cost.qos "$VDB")"
 if [ $rc -eq 0 ] && [ -n "$want_rbps" ] && [ "$(key io.cost.model "$VDB" rbps)" = "$want_rbps" ] &&
     [ "$(key io.cost.model "$VDB" ctrl)" = user ] && [ "$(key io.cost.qos "$VDB" enable)" = 1 ] &&
     [ "$(key io.cost.qos "$VDB" rpct)" = 95.00 ] && [ "$(key io.cost.qos "$VDB" rlat)" = "$want_rlat" ] &&
+    [ "$(key io.cost.qos "$VDB" max)" = 100.00 ] &&
     [ -f "/run/dbcage/iocost/$VDB.json" ]; then
     pass apply "model rbps=$want_rbps ctrl=user, qos enable=1 rpct=95.00 rlat=$want_rlat, record kept"
 else
@@ -72,9 +74,9 @@ echo +io >$CG/dbcage-test-ioc/cgroup.subtree_control 2>/dev/null
 for t in low high; do mkdir -p $CG/dbcage-test-ioc/$t; done
 echo "default 100" >$CG/dbcage-test-ioc/low/io.weight
 echo "default 300" >$CG/dbcage-test-ioc/high/io.weight
-rb() { grep "^$VDB " "$CG/dbcage-test-ioc/$1/io.stat" | tr ' ' '\n' | sed -n 's/^rbytes=//p'; }
+rb() { grep "^$VDB " "$CG/dbcage-test-ioc/$1/io.stat" | tr ' ' '\n' | sed -n 's/^rios=//p'; }
 reader() { # reader GROUP OFFSET
-    sh -c "echo \$\$ > $CG/dbcage-test-ioc/$1/cgroup.procs; exec fio --name=dbcage-test-$1 --filename=/dev/vdb --rw=read --bs=1M --direct=1 --ioengine=libaio --iodepth=4 --offset=$2 --size=128M --time_based --runtime=30 >/dev/null 2>&1" &
+    sh -c "echo \$\$ > $CG/dbcage-test-ioc/$1/cgroup.procs; exec fio --name=dbcage-test-$1 --filename=/dev/vdb --rw=randread --bs=4k --direct=1 --ioengine=libaio --iodepth=16 --offset=$2 --size=128M --time_based --runtime=30 >/dev/null 2>&1" &
     echo $!
 }
 RL=$(reader low 0)
@@ -88,12 +90,12 @@ h1=$(rb high)
 kill "$RL" "$RH" 2>/dev/null
 wait 2>/dev/null
 ratio=$(awk -v l="$((l1 - l0))" -v h="$((h1 - h0))" 'BEGIN { if (l > 0) printf "%.2f", h / l; else print 0 }')
-lm=$(awk -v b="$((l1 - l0))" 'BEGIN { printf "%.1f", b / 1048576 / 6 }')
-hm=$(awk -v b="$((h1 - h0))" 'BEGIN { printf "%.1f", b / 1048576 / 6 }')
+lm=$(awk -v b="$((l1 - l0))" 'BEGIN { printf "%.0f", b / 6 }')
+hm=$(awk -v b="$((h1 - h0))" 'BEGIN { printf "%.0f", b / 6 }')
 if awk -v r="$ratio" 'BEGIN { exit !(r >= 2.55 && r <= 3.45) }'; then
-    pass weight_ratio "under dbcage's model: low (100) $lm MiB/s, high (300) $hm MiB/s: 1:$ratio (want 1:3 +-15%)"
+    pass weight_ratio "under dbcage's model: low (100) $lm IOPS, high (300) $hm IOPS: 1:$ratio (want 1:3 +-15%)"
 else
-    fail weight_ratio "under dbcage's model: low (100) $lm MiB/s, high (300) $hm MiB/s: 1:$ratio (want 1:2.55-3.45)"
+    fail weight_ratio "under dbcage's model: low (100) $lm IOPS, high (300) $hm IOPS: 1:$ratio (want 1:2.55-3.45)"
 fi
 rmdir $CG/dbcage-test-ioc/low $CG/dbcage-test-ioc/high $CG/dbcage-test-ioc 2>/dev/null
 
