@@ -31,8 +31,9 @@ const WIDTHS: [u16; 9] = [9, 4, 9, 9, 9, 9, 9, 9, 4];
 /// The IOPS columns' other face (key `l`): each tenant's IO latency over the last interval.
 const LATENCY_COLUMNS: [&str; 2] = ["IO p50 ms", "IO p99 ms"];
 
-/// The IOPS columns' third face (key `p`): pressure stall (PSI avg10, % of time) per tenant.
-const PRESSURE_COLUMNS: [&str; 2] = ["IO some/full", "CPU/MEM"];
+/// The IOPS columns' third face (key `p`): pressure stall (PSI avg10, % of time) per tenant:
+/// io `some/full`, and `some` of cpu and memory.
+const PRESSURE_COLUMNS: [&str; 2] = ["IO s/f %", "CPU/MEM %"];
 
 /// `io some/full` and `cpu some/memory some` avg10 percentages, or `-` where the host has none.
 fn pressure_cells(t: &TenantStatus) -> (String, String) {
@@ -299,7 +300,7 @@ fn draw(
         "l".bold(),
         " latency  ".into(),
         "p".bold(),
-        " pressure %  ".into(),
+        " PSI  ".into(),
         "*".bold(),
         " at a limit (value/limit)".into(),
     ]);
@@ -465,5 +466,48 @@ mod tests {
         }
         let narrow = screen(60, &sample, &view);
         assert_snapshot("top", &format!("{wide}=== 60 columns\n{narrow}"));
+    }
+
+    /// Key `p`: pressure in the IOPS columns; `-` and a note where the host keeps none (v1).
+    #[test]
+    fn pressure_view() {
+        let mut t = crate::status::tests::tenant(8 << 20, 11.0);
+        let psi = |some: f64, full: Option<f64>| crate::cgroup::stats::Pressure {
+            some_avg10: some,
+            some_avg60: 0.0,
+            some_total_seconds: 0.0,
+            full_avg10: full,
+            full_avg60: None,
+            full_total_seconds: None,
+        };
+        t.pressure = Some(crate::cgroup::stats::PressureSet {
+            io: Some(psi(42.4, Some(17.0))),
+            cpu: Some(psi(3.0, None)),
+            memory: Some(psi(0.0, None)),
+        });
+        let view = View {
+            sort: 4,
+            reverse: false,
+            latency: false,
+            pressure: true,
+        };
+        let sample = Sample {
+            at: Instant::now(),
+            tenants: vec![t.clone()],
+        };
+        let s = screen(80, &sample, &view);
+        assert!(s.contains("IO s/f %▼") && s.contains("CPU/MEM %"), "{s}");
+        assert!(s.contains("42/17") && s.contains("3/0"), "{s}");
+        assert!(!s.contains("no pressure"), "{s}");
+        t.pressure = None;
+        let sample = Sample {
+            at: Instant::now(),
+            tenants: vec![t],
+        };
+        let s = screen(80, &sample, &view);
+        assert!(
+            s.contains("no pressure: the kernel keeps it per group only on cgroup v2"),
+            "{s}"
+        );
     }
 }
