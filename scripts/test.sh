@@ -81,6 +81,11 @@ mkdir -p target/release/examples
 rustc -O --edition 2021 -o target/release/examples/memtouch examples/memtouch.rs
 DBCAGE_VM_NUMA_NODES=4 DBCAGE_VM_NODE_MEM_MB=768 \
   tests/vm/run.sh target/release/dbcage tests/vm/numa.sh target/release/examples/memtouch
+# Issue 24: `dbcage iocost` (proposal, --apply, --revert, refusal of another owner's values, dm
+# members) and the protection guard (a PSI trigger lowers a donor's io.weight under a real flood,
+# restores it once quiet).
+tests/vm/run.sh target/release/dbcage tests/vm/iocost.sh
+tests/vm/run.sh target/release/dbcage tests/vm/guard.sh
 # Issue 8's storm on v2, quick: favordynmods on and off at 10 execs/s (~45 s); checks dbcage's
 # "mounted without favordynmods" notice and that the option removes the move's grace-period wait.
 bench/run-storm-vm.sh BASE_RATES=10 DBCAGE_RATES=10 DURATION=2 FORK_ROUNDS=1
