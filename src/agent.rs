@@ -1160,7 +1160,12 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             let mut a = lock(&agent);
             let now = Instant::now();
             let a = &mut *a;
-            if protection.sync(&a.ctx.loaded.policy, &a.ctx.layout, now) {
+            let armed_before = protection.triggers().len();
+            let changed = protection.sync(&a.ctx.loaded.policy, &a.ctx.layout, now);
+            if changed || protection.triggers().len() != armed_before {
+                protection.publish(&a.ctx.loaded.policy);
+            }
+            if changed {
                 a.adjust.weights = protection.weights(&a.ctx.loaded.policy);
                 match engine::plan(&a.ctx, &a.adjust) {
                     Ok(plan) => {
@@ -1334,6 +1339,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         }
         let restored = protection.active() && protection.tick(&agent.ctx.loaded.policy, now);
         if lowered || restored {
+            protection.publish(&agent.ctx.loaded.policy);
             agent.adjust.weights = protection.weights(&agent.ctx.loaded.policy);
             match engine::plan(&agent.ctx, &agent.adjust) {
                 Ok(plan) => {
@@ -1379,6 +1385,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         "policy",
     ));
     crate::replication::unpublish(&agent.ctx.loaded.policy.agent.root_name);
+    crate::protect::unpublish(&agent.ctx.loaded.policy.agent.root_name);
     if let Some(path) = &agent.opts.stats_out {
         let line = serde_json::to_string(&agent.stats)? + "\n";
         std::fs::write(path, line)

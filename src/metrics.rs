@@ -307,6 +307,7 @@ fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
     let (mut lag_bytes, mut lag_seconds, mut behind, mut raised) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut waiting, mut stalled) = (Vec::new(), Vec::new());
+    let (mut protect_step, mut protect_actions) = (Vec::new(), Vec::new());
     for t in &sample.tenants {
         if let Some(p) = &t.pressure {
             for (resource, psi) in [("cpu", p.cpu), ("io", p.io), ("memory", p.memory)] {
@@ -366,6 +367,15 @@ fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
         }
         if let Some(r) = t.numa_local_share {
             numa_local.push((tenant(t), r));
+        }
+        if let Some(g) = &t.protection {
+            protect_step.push((tenant(t), f64::from(g.step)));
+            let mut l = tenant(t);
+            l.push(("action", "lower"));
+            protect_actions.push((l, g.lowerings as f64));
+            let mut l = tenant(t);
+            l.push(("action", "restore"));
+            protect_actions.push((l, g.restores as f64));
         }
         if let Some(g) = &t.replication {
             lag_bytes.push((tenant(t), g.lag_bytes as f64));
@@ -517,6 +527,20 @@ fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
         None,
         Gauge,
         &behind,
+    )?;
+    fam(
+        "dbcage_protect_step",
+        "Halvings of the donors' io.weight the protection guard of a tenant holds (0: none, at most 3)",
+        None,
+        Gauge,
+        &protect_step,
+    )?;
+    fam(
+        "dbcage_protect_actions",
+        "Weight writes of a tenant's protection guard since the daemon started, by action (lower, restore)",
+        None,
+        Counter,
+        &protect_actions,
     )?;
     fam(
         "dbcage_replication_raised",

@@ -122,6 +122,9 @@ pub struct TenantStatus {
     /// The replication guard's last look (`[tenant.replication]`, while a daemon runs it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replication: Option<crate::replication::GuardStatus>,
+    /// The protection guard's state (`io.protect_pressure`, while a daemon runs it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protection: Option<crate::protect::GuardState>,
 }
 
 /// One sample of every (selected) tenant.
@@ -222,6 +225,12 @@ pub fn collect(
         .iter()
         .any(|t| t.replication.is_some())
         .then(|| crate::replication::read_published(&layout.root_name))
+        .flatten();
+    let protected = policy
+        .tenants
+        .iter()
+        .any(|t| t.io_guard.is_some())
+        .then(|| crate::protect::read_published(&layout.root_name))
         .flatten();
     let all_nodes = crate::inventory::NumaTopology::read(fs)
         .ok()
@@ -334,6 +343,7 @@ pub fn collect(
             at_limit: Vec::new(),
             not_limited,
             replication: guarded.as_ref().and_then(|g| g.get(&t.name)).cloned(),
+            protection: protected.as_ref().and_then(|g| g.get(&t.name)).cloned(),
         };
         status.at_limit = at_limit(&status);
         status
@@ -553,6 +563,7 @@ pub(crate) mod tests {
             at_limit: Vec::new(),
             not_limited: Vec::new(),
             replication: None,
+            protection: None,
         }
     }
 

@@ -115,8 +115,41 @@ fn base_weight(policy: &Policy, tenant: &str) -> u32 {
         .unwrap_or(crate::cgroup::v2::DEFAULT_IO_WEIGHT)
 }
 
+/// What `status` and the metrics read about one protected tenant's guard.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GuardState {
+    /// The trigger is set on the tenant's io.pressure.
+    pub armed: bool,
+    /// Halvings in force (0: the donors have their configured weight).
+    pub step: u32,
+    /// Each donor's io.weight while lowered.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lowered: BTreeMap<String, u32>,
+    /// Lowering and restoring writes since the daemon started.
+    pub lowerings: u64,
+    pub restores: u64,
+}
+
+/// Where the daemon publishes each protected tenant's `GuardState`:
+/// `/run/dbcage/<root>.protect.json`.
+pub fn published_path(root_name: &str) -> PathBuf {
+    crate::rundir::state_path(root_name, "protect")
+}
+
+/// Each protected tenant's state, if a running daemon published it.
+pub fn read_published(root_name: &str) -> Option<BTreeMap<String, GuardState>> {
+    crate::rundir::read_owned(&published_path(root_name))
+}
+
+/// Removes the published state (the daemon stops).
+pub fn unpublish(root_name: &str) {
+    let _ = std::fs::remove_file(published_path(root_name));
+}
+
 struct Watch {
     config: IoGuard,
+    lowerings: u64,
+    restores: u64,
     pressure_file: PathBuf,
     trigger: Option<File>,
     failed_at: Option<Instant>,
@@ -175,6 +208,8 @@ impl Guard {
                     trigger: None,
                     failed_at: None,
                     episode: Episode::default(),
+                    lowerings: 0,
+                    restores: 0,
                 });
             if w.trigger.is_some()
                 || w.failed_at
@@ -233,6 +268,7 @@ impl Guard {
             return false;
         }
         let steps = w.episode.steps;
+        w.lowerings += 1;
         let changes: Vec<String> = w
             .config
             .donors
@@ -274,6 +310,7 @@ impl Guard {
                 continue;
             };
             if w.episode.observe(now, total, &w.config) {
+                w.restores += 1;
                 let back: Vec<String> = w
                     .config
                     .donors
@@ -310,12 +347,50 @@ impl Guard {
         out
     }
 
-    /// Per protected tenant: the steps in force (for status and the metrics).
-    pub fn state(&self) -> BTreeMap<String, u32> {
+    /// Per protected tenant: its state, for status and the metrics.
+    pub fn state(&self, policy: &Policy) -> BTreeMap<String, GuardState> {
         self.watches
             .iter()
-            .map(|(n, w)| (n.clone(), w.episode.steps))
+            .map(|(n, w)| {
+                let steps = w.episode.steps;
+                let lowered = if steps == 0 {
+                    BTreeMap::new()
+                } else {
+                    w.config
+                        .donors
+                        .iter()
+                        .map(|d| {
+                            (
+                                d.value.clone(),
+                                lowered(base_weight(policy, &d.value), steps),
+                            )
+                        })
+                        .collect()
+                };
+                (
+                    n.clone(),
+                    GuardState {
+                        armed: w.trigger.is_some(),
+                        step: steps,
+                        lowered,
+                        lowerings: w.lowerings,
+                        restores: w.restores,
+                    },
+                )
+            })
             .collect()
+    }
+
+    /// Publishes the state for `status` and the metrics (only while some tenant is protected).
+    pub fn publish(&self, policy: &Policy) {
+        if self.watches.is_empty() {
+            unpublish(&policy.agent.root_name);
+        } else {
+            crate::rundir::publish_owned(
+                &published_path(&policy.agent.root_name),
+                &self.state(policy),
+            );
+        }
     }
 }
 

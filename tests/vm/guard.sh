@@ -10,7 +10,8 @@
 #   at most 3 halvings) and writes the first lowering within 1 s of the trigger (its log says
 #   how many ms; the script also times it from the flood's start);
 # - once the flood stops, batch's weight goes back to 100 after 5 quiet windows, in one write,
-#   and nothing oscillates: over the whole run at most 3 lowerings and exactly 1 restore.
+#   and nothing oscillates: over the whole run at most 3 lowerings and exactly 1 restore;
+# - `dbcage status` shows the guard's state (donor's weight, step, counts) lowered and restored.
 # Prints PASS/FAIL lines and "N passed, N failed"; exits non-zero when a check failed.
 
 CG=/sys/fs/cgroup
@@ -106,6 +107,12 @@ if [ -n "$t_low" ] && [ -n "$react" ] && [ "$react" -le 1000 ]; then
 else
     fail lowered "batch io.weight [$(weight)], trigger to write [$react] ms, seen after [$t_low - $t0]"
 fi
+st=$($D status --interval 0 db 2>&1)
+if echo "$st" | grep -q "protecting: batch io.weight $(weight) (step [123] of 3), [123] lowerings 0 restores"; then
+    pass status_lowered "status: $(echo "$st" | grep -o 'protecting: [^|]*restores')"
+else
+    fail status_lowered "$st"
+fi
 w=$(weight)
 if [ -n "$w" ] && [ "$w" -ge 12 ] && [ "$w" -lt 100 ]; then
     pass floor "batch io.weight $w under the flood (at most 3 halvings: >= 12)"
@@ -131,6 +138,12 @@ if [ -n "$t_back" ] && [ "$(weight)" = 100 ]; then
     pass restored "batch io.weight back to 100 $((t_back - t1)) ms after the flood stopped"
 else
     fail restored "batch io.weight [$(weight)] 30 s after the flood stopped"
+fi
+st=$($D status --interval 0 db 2>&1)
+if echo "$st" | grep -q "protection armed, donors at their weight, $lowerings lowerings 1 restores"; then
+    pass status_restored "status: $(echo "$st" | grep -o 'protection armed[^|]*restores')"
+else
+    fail status_restored "$st"
 fi
 if [ "$lowerings" -ge 1 ] && [ "$lowerings" -le 3 ] && [ "$restores" -eq 1 ]; then
     pass no_oscillation "$lowerings lowering(s) and $restores restore over the run"

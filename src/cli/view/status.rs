@@ -103,6 +103,9 @@ pub fn print_status_table(
         if let Some(g) = &r.replication {
             notes.push(replication_note(g));
         }
+        if let Some(g) = &r.protection {
+            notes.push(protection_note(g));
+        }
         writeln!(
             out,
             "{:<12} {:>5}  {:<20} {:<20} {:<14} {:<14} {:<16} {:<20} {}",
@@ -176,6 +179,29 @@ pub fn print_status_table(
         }
     }
     Ok(())
+}
+
+/// The protection guard's state in one `status` note: `protecting: batch io.weight 25 (step 2
+/// of 3), 2 lowerings 0 restores`.
+pub fn protection_note(g: &crate::protect::GuardState) -> String {
+    let now = if !g.armed {
+        "protection guard not armed (see the daemon's log)".to_string()
+    } else if g.lowered.is_empty() {
+        "protection armed, donors at their weight".to_string()
+    } else {
+        let donors: Vec<String> = g
+            .lowered
+            .iter()
+            .map(|(d, w)| format!("{d} io.weight {w}"))
+            .collect();
+        format!(
+            "protecting: {} (step {} of {})",
+            donors.join(", "),
+            g.step,
+            crate::protect::MAX_STEPS
+        )
+    };
+    format!("{now}, {} lowerings {} restores", g.lowerings, g.restores)
 }
 
 /// The replication guard's state in one `status` note: `replication lag 12.0 MiB 1.5 s` plus
