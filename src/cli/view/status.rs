@@ -303,6 +303,30 @@ mod tests {
     use super::*;
     use crate::tests_snapshot::assert_snapshot;
 
+    #[test]
+    fn protection_note_says_what_the_guard_holds() {
+        let mut g = crate::protect::GuardState {
+            armed: true,
+            step: 2,
+            lowered: [("batch".to_string(), 25)].into(),
+            lowerings: 2,
+            restores: 0,
+        };
+        assert_eq!(
+            protection_note(&g),
+            "protecting: batch io.weight 25 (step 2 of 3), 2 lowerings 0 restores"
+        );
+        g.step = 0;
+        g.lowered.clear();
+        g.restores = 1;
+        assert_eq!(
+            protection_note(&g),
+            "protection armed, donors at their weight, 2 lowerings 1 restores"
+        );
+        g.armed = false;
+        assert!(protection_note(&g).starts_with("protection guard not armed"));
+    }
+
     /// No tenant with pressure: the reason is v1 (no per-group PSI) or PSI off (v2, no files).
     #[test]
     fn pressure_unavailable_says_why() {
