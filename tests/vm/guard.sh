@@ -2,7 +2,7 @@
 # Guest-side check of the protection guard ([tenant.io] protect_pressure, protect_window,
 # protect_donors) on cgroup v2 (run by tests/vm/run.sh, busybox sh):
 #   cargo build --release && tests/vm/run.sh target/release/dbcage tests/vm/guard.sh
-# Two tenants on vdb with iocost on: `db` (protected: io pressure above 40% of 1 s) runs 4 KiB
+# Two tenants on vdb: `db` (protected: io pressure above 40% of 1 s) runs 4 KiB
 # direct random reads with 5 ms think time (alone it stalls well under 20% of the time);
 # `batch` (the donor) floods vdb with 1 MiB random reads at depth 32. Checks, with `dbcage run`:
 # - the guard arms its trigger and batch keeps its weight while db is alone;
@@ -12,6 +12,10 @@
 # - once the flood stops, batch's weight goes back to 100 after 5 quiet windows, in one write,
 #   and nothing oscillates: over the whole run at most 3 lowerings and exactly 1 restore;
 # - `dbcage status` shows the guard's state (donor's weight, step, counts) lowered and restored.
+# iocost stays off on vdb: what is checked is the guard (trigger, writes, restore), not what the
+# weights then do (protect.sh checks that). With iocost on at equal weights, iocost alone kept
+# db's stall low enough that the flood was no reliable pressure source on this VM (db's io some
+# avg10 under the flood: 14% in one run, 5% in another, and only the first fired the trigger).
 # Prints PASS/FAIL lines and "N passed, N failed"; exits non-zero when a check failed.
 
 CG=/sys/fs/cgroup
@@ -29,7 +33,6 @@ if [ ! -e $CG/io.pressure ] && [ ! -e /proc/pressure/io ]; then
     echo "$P passed, $F failed"
     exit 1
 fi
-echo "$VDB enable=1" >$CG/io.cost.qos
 
 cat >/tmp/guard.toml <<EOF2
 [agent]
@@ -92,7 +95,7 @@ $D exec batch -- /tmp/dbcage-test-batch --name=dbcage-test-batch --filename=/dev
 BATCH=$!
 t_low=""
 i=0
-while [ $i -lt 150 ]; do
+while [ $i -lt 400 ]; do
     w=$(weight)
     if [ -n "$w" ] && [ "$w" -lt 100 ]; then t_low=$(now_ms); break; fi
     /bin/sleep 0.1
@@ -156,6 +159,5 @@ for p in $(cat $ROOT/db/limited/cgroup.procs 2>/dev/null); do kill "$p" 2>/dev/n
 kill "$DAEMON" 2>/dev/null
 wait 2>/dev/null
 /bin/dbcage -c /tmp/guard.toml release --all >/dev/null 2>&1
-echo "$VDB enable=0" >$CG/io.cost.qos
 echo "$P passed, $F failed"
 [ "$F" -eq 0 ]
