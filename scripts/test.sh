@@ -85,7 +85,7 @@ DBCAGE_VM_NUMA_NODES=4 DBCAGE_VM_NODE_MEM_MB=768 \
 # members) and the protection guard (a PSI trigger lowers a donor's io.weight under a real flood,
 # restores it once quiet).
 DBCAGE_VM_MODULES=null_blk tests/vm/run.sh target/release/dbcage tests/vm/iocost.sh
-tests/vm/run.sh target/release/dbcage tests/vm/guard.sh
+DBCAGE_VM_MODULES=null_blk tests/vm/run.sh target/release/dbcage tests/vm/guard.sh
 # Issue 8's storm on v2, quick: favordynmods on and off at 10 execs/s (~45 s); checks dbcage's
 # "mounted without favordynmods" notice and that the option removes the move's grace-period wait.
 bench/run-storm-vm.sh BASE_RATES=10 DBCAGE_RATES=10 DURATION=2 FORK_ROUNDS=1

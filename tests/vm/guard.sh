@@ -2,9 +2,12 @@
 # Guest-side check of the protection guard ([tenant.io] protect_pressure, protect_window,
 # protect_donors) on cgroup v2 (run by tests/vm/run.sh, busybox sh):
 #   cargo build --release && tests/vm/run.sh target/release/dbcage tests/vm/guard.sh
-# Two tenants on vdb: `db` (protected: io pressure above 40% of 1 s) runs 4 KiB
-# direct random reads with 5 ms think time (alone it stalls well under 20% of the time);
-# `batch` (the donor) floods vdb with 1 MiB random reads at depth 32. Checks, with `dbcage run`:
+# Two tenants on a null_blk disk with a 2 ms timer and 2 tags (1000 IOPS at most, the same in
+# every run: on the virtio disk, whose image the host serves from its page cache, a flood raised
+# the protected tenant's stall to 14% in one run and 5% in two others). `db` (protected: io
+# pressure above 40% of 1 s) reads 4 KiB at random, one at a time, with 20 ms think time (alone
+# it stalls about 9% of the time); `batch` (the donor) floods the disk with 4 KiB random reads
+# at depth 64. Checks, with `dbcage run`:
 # - the guard arms its trigger and batch keeps its weight while db is alone;
 # - under the flood, the trigger fires, the daemon lowers batch's io.weight (100 -> 50 -> ...,
 #   at most 3 halvings) and writes the first lowering within 1 s of the trigger (its log says
@@ -12,10 +15,8 @@
 # - once the flood stops, batch's weight goes back to 100 after 5 quiet windows, in one write,
 #   and nothing oscillates: over the whole run at most 3 lowerings and exactly 1 restore;
 # - `dbcage status` shows the guard's state (donor's weight, step, counts) lowered and restored.
-# iocost stays off on vdb: what is checked is the guard (trigger, writes, restore), not what the
-# weights then do (protect.sh checks that). With iocost on at equal weights, iocost alone kept
-# db's stall low enough that the flood was no reliable pressure source on this VM (db's io some
-# avg10 under the flood: 14% in one run, 5% in another, and only the first fired the trigger).
+# iocost stays off: what is checked is the guard (trigger, writes, restore), not what the
+# weights then do (protect.sh and iocost.sh check that). Needs DBCAGE_VM_MODULES=null_blk.
 # Prints PASS/FAIL lines and "N passed, N failed"; exits non-zero when a check failed.
 
 CG=/sys/fs/cgroup
@@ -26,9 +27,17 @@ pass() { echo "PASS $*"; P=$((P + 1)); }
 fail() { echo "FAIL $*"; F=$((F + 1)); }
 info() { echo "INFO $*"; }
 now_ms() { echo $(($(/bin/date +%s%N) / 1000000)); }
-VDB=$(cat /sys/class/block/vdb/dev)
-echo "=== dbcage protection guard: kernel $(uname -r), vdb=$VDB"
-if [ ! -e $CG/io.pressure ] && [ ! -e /proc/pressure/io ]; then
+rmmod null_blk 2>/dev/null # run.sh loads it with its defaults
+if ! insmod /lib/modules/null_blk.ko nr_devices=1 queue_mode=2 gb=1 bs=4096 irqmode=2 \
+    completion_nsec=2000000 hw_queue_depth=2 2>/dev/null; then
+    fail null_blk "no null_blk (run with DBCAGE_VM_MODULES=null_blk, as scripts/test.sh does)"
+    echo "$P passed, $F failed"
+    exit 1
+fi
+i=0
+while [ ! -b /dev/nullb0 ] && [ $i -lt 50 ]; do /bin/sleep 0.1; i=$((i + 1)); done
+echo "=== dbcage protection guard: kernel $(uname -r), nullb0=$(cat /sys/class/block/nullb0/dev)"
+if [ ! -e /proc/pressure/io ]; then
     fail psi "this kernel has no PSI (/proc/pressure/io): the guard cannot be tested"
     echo "$P passed, $F failed"
     exit 1
@@ -43,7 +52,7 @@ metrics = "off"
 [[tenant]]
 name = "db"
 match = [{ cmdline = "^dbcage-test-db" }]
-storage = ["/dev/vdb"]
+storage = ["/dev/nullb0"]
 [tenant.io]
 protect_pressure = "40%"
 protect_window = "1s"
@@ -52,7 +61,7 @@ protect_donors = ["batch"]
 [[tenant]]
 name = "batch"
 match = [{ cmdline = "^dbcage-test-batch" }]
-storage = ["/dev/vdb"]
+storage = ["/dev/nullb0"]
 [tenant.io]
 weight = 100
 EOF2
@@ -74,8 +83,8 @@ weight() { sed -n 's/^default //p' $ROOT/batch/io.weight 2>/dev/null; }
 
 ln -sf "$(command -v fio)" /tmp/dbcage-test-db
 ln -sf "$(command -v fio)" /tmp/dbcage-test-batch
-$D exec db -- /tmp/dbcage-test-db --name=dbcage-test-db --filename=/dev/vdb --rw=randread --bs=4k \
-    --direct=1 --ioengine=psync --thinktime=5000 --size=256M --time_based --runtime=120 \
+$D exec db -- /tmp/dbcage-test-db --name=dbcage-test-db --filename=/dev/nullb0 --rw=randread --bs=4k \
+    --direct=1 --ioengine=psync --thinktime=20000 --size=256M --time_based --runtime=120 \
     >/dev/null 2>&1 &
 DB=$!
 /bin/sleep 4
@@ -89,8 +98,8 @@ else
 fi
 
 t0=$(now_ms)
-$D exec batch -- /tmp/dbcage-test-batch --name=dbcage-test-batch --filename=/dev/vdb --rw=randread \
-    --bs=1M --direct=1 --ioengine=libaio --iodepth=32 --offset=256M --size=256M --time_based \
+$D exec batch -- /tmp/dbcage-test-batch --name=dbcage-test-batch --filename=/dev/nullb0 --rw=randread \
+    --bs=4k --direct=1 --ioengine=libaio --iodepth=64 --offset=256M --size=256M --time_based \
     --runtime=120 >/dev/null 2>&1 &
 BATCH=$!
 t_low=""
@@ -159,5 +168,6 @@ for p in $(cat $ROOT/db/limited/cgroup.procs 2>/dev/null); do kill "$p" 2>/dev/n
 kill "$DAEMON" 2>/dev/null
 wait 2>/dev/null
 /bin/dbcage -c /tmp/guard.toml release --all >/dev/null 2>&1
+rmmod null_blk 2>/dev/null
 echo "$P passed, $F failed"
 [ "$F" -eq 0 ]

@@ -71,6 +71,7 @@ else
 fi
 
 # (3) the weights bind under dbcage's model on a disk of fixed capacity (null_blk, 2 ms timer)
+rmmod null_blk 2>/dev/null # run.sh loads it with its defaults
 if [ -f /lib/modules/null_blk.ko ] && insmod /lib/modules/null_blk.ko nr_devices=1 queue_mode=2 gb=1 bs=4096 \
     irqmode=2 completion_nsec=2000000 hw_queue_depth=8; then
     i=0
