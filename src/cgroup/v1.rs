@@ -338,6 +338,7 @@ impl Driver for V1 {
         let keys: Vec<&str> = [
             ("io.weight", t.io_weight.is_some()),
             ("io.latency_target", t.io_latency_target.is_some()),
+            ("io.protect_pressure", t.io_guard.is_some()),
         ]
         .into_iter()
         .filter_map(|(k, set)| set.then_some(k))
@@ -345,12 +346,19 @@ impl Driver for V1 {
         if keys.is_empty() {
             return Vec::new();
         }
+        let keys = match keys.as_slice() {
+            [.., last] if keys.len() > 2 => {
+                format!("{} and {last}", keys[..keys.len() - 1].join(", "))
+            }
+            _ => keys.join(" and "),
+        };
+        let many = keys.contains(" and ");
         vec![format!(
-            "tenant `{}`: {} {} no effect on this host: the IO controller is a cgroup v1 hierarchy (blkio), which has neither iocost weights nor latency targets (blkio.weight works only under the BFQ scheduler and dbcage does not set it); dbcage writes nothing for {}. It works with the io controller on cgroup v2 (boot with systemd.unified_cgroup_hierarchy=1, or leave io out of the v1 mounts so that a cgroup2 mount gets it) and, for io.weight, iocost enabled on the disk (`MAJ:MIN enable=1` in the root's io.cost.qos)",
+            "tenant `{}`: {} {} no effect on this host: the IO controller is a cgroup v1 hierarchy (blkio), which has neither iocost weights nor latency targets nor per-group pressure (blkio.weight works only under the BFQ scheduler and dbcage does not set it); dbcage writes nothing for {}. It works with the io controller on cgroup v2 (boot with systemd.unified_cgroup_hierarchy=1, or leave io out of the v1 mounts so that a cgroup2 mount gets it) and, for io.weight, iocost enabled on the disk (`MAJ:MIN enable=1` in the root's io.cost.qos)",
             t.name,
-            keys.join(" and "),
-            if keys.len() == 1 { "has" } else { "have" },
-            if keys.len() == 1 { "it" } else { "them" },
+            keys,
+            if many { "have" } else { "has" },
+            if many { "them" } else { "it" },
         )]
     }
 

@@ -1147,6 +1147,24 @@ fn v1_says_io_weight_and_latency_target_have_no_effect_and_writes_nothing_for_th
     )
     .unwrap();
     assert_eq!(plan.steps, plain.steps);
+    // the protection guard's keys too
+    let mut t = p.tenants[0].clone();
+    t.io_guard = Some(crate::policy::IoGuard {
+        pressure: 0.4,
+        window: std::time::Duration::from_secs(1),
+        donors: Vec::new(),
+        origin: t.origin.clone(),
+    });
+    use crate::cgroup::driver::Driver;
+    let w = crate::cgroup::v1::V1
+        .io_protection_warnings(&t, &[], &host.layout, &Snapshot::default())
+        .join("\n");
+    assert!(
+        w.contains(
+            "tenant `bx1`: io.weight, io.latency_target and io.protect_pressure have no effect"
+        ) && w.contains("per-group pressure"),
+        "{w}"
+    );
     // and without the keys, no such warning
     assert!(!plain.warnings.join("\n").contains("io.weight"));
 }
