@@ -5,8 +5,9 @@
 # Two tenants on a null_blk disk with a 2 ms timer and 2 tags (1000 IOPS at most, the same in
 # every run: on the virtio disk, whose image the host serves from its page cache, a flood raised
 # the protected tenant's stall to 14% in one run and 5% in two others). `db` (protected: io
-# pressure above 10% of 1 s) reads 4 KiB at random, one at a time, with 20 ms think time (its io
-# some avg10: 1.7% alone, 11% under the flood); `batch` (the donor) floods the disk with 4 KiB random reads
+# pressure above 10% of 1 s) reads 4 KiB at random, one at a time, with 50 ms think time (its io
+# stall must stay under half the threshold, 5%, alone for the restore: at 20 ms think time it
+# did not); `batch` (the donor) floods the disk with 4 KiB random reads
 # at depth 64. Checks, with `dbcage run`:
 # - the guard arms its trigger and batch keeps its weight while db is alone;
 # - under the flood, the trigger fires, the daemon lowers batch's io.weight (100 -> 50 -> ...,
@@ -84,7 +85,7 @@ weight() { sed -n 's/^default //p' $ROOT/batch/io.weight 2>/dev/null; }
 ln -sf "$(command -v fio)" /tmp/dbcage-test-db
 ln -sf "$(command -v fio)" /tmp/dbcage-test-batch
 $D exec db -- /tmp/dbcage-test-db --name=dbcage-test-db --filename=/dev/nullb0 --rw=randread --bs=4k \
-    --direct=1 --ioengine=psync --thinktime=20000 --size=256M --time_based --runtime=120 \
+    --direct=1 --ioengine=psync --thinktime=50000 --size=256M --time_based --runtime=120 \
     >/dev/null 2>&1 &
 DB=$!
 /bin/sleep 4
