@@ -616,8 +616,8 @@ fn daemon_reload() {
     let t = Tenancy::new("dreload", &body1);
     // Rescans every 250 ms: they re-read the host, never the policy (that is SIGHUP's job).
     let mut d = Daemon::start(&t, &["--rescan-interval", "250ms"]);
-    let quota = t.tenant_dir("cpu", "db").join("cpu.cfs_quota_us");
-    assert_eq!(read_trim(&quota), "100000");
+    let quota = t.knob_path("db", Knob::CpuQuota);
+    assert_eq!(read_trim(&quota), cpu_quota_text(1.0));
     let p1 = sleeper(&main, "30");
     assert_placed_within(
         &t,
@@ -634,16 +634,15 @@ fn daemon_reload() {
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(
         read_trim(&quota),
-        "100000",
+        cpu_quota_text(1.0),
         "the policy file was applied without SIGHUP; log:\n{}",
         d.log()
     );
     let t0 = Instant::now();
     d.signal(Signal::SIGHUP);
     let applied = wait_until(Duration::from_secs(1), || {
-        read_trim(&quota) == "50000"
-            && t.tenant_dir("memory", "db2")
-                .join("memory.limit_in_bytes")
+        read_trim(&quota) == cpu_quota_text(0.5)
+            && t.knob_path("db2", Knob::MemMax)
                 .exists()
     });
     let took = t0.elapsed();
@@ -654,7 +653,7 @@ fn daemon_reload() {
         d.log()
     );
     assert_eq!(
-        read_trim(&t.tenant_dir("memory", "db2").join("memory.limit_in_bytes")),
+        read_trim(&t.knob_path("db2", Knob::MemMax)),
         (512u64 << 20).to_string()
     );
     let p2 = sleeper(&other, "30");
@@ -724,7 +723,7 @@ fn daemon_reload() {
         Instant::now(),
         Duration::from_secs(1),
     );
-    assert_eq!(read_trim(&quota), "50000");
+    assert_eq!(read_trim(&quota), cpu_quota_text(0.5));
     assert!(!t.root_dir("cpu").join("db3").exists());
 
     let (status, _) = d.stop(Duration::from_secs(5));
@@ -782,11 +781,11 @@ fn daemon_sigterm_keeps_limits() {
     assert!(d.log().contains("limits stay in place"), "{}", d.log());
     println!("SIGTERM: exit 0 in {:.0} ms", ms(took));
     assert_eq!(
-        read_trim(&t.tenant_dir("cpu", "db").join("cpu.cfs_quota_us")),
-        "150000"
+        read_trim(&t.knob_path("db", Knob::CpuQuota)),
+        cpu_quota_text(1.5)
     );
     assert_eq!(
-        read_trim(&t.tenant_dir("memory", "db").join("memory.limit_in_bytes")),
+        read_trim(&t.knob_path("db", Knob::MemMax)),
         (768u64 << 20).to_string()
     );
     assert!(placed(&t, p.pid, "db", "limited"));
@@ -873,8 +872,8 @@ fn daemon_restart_after_sigkill_converges() {
         );
     }
     assert_eq!(
-        read_trim(&t.tenant_dir("cpu", "db").join("cpu.shares")),
-        "3072"
+        read_trim(&t.knob_path("db", Knob::CpuWeight)),
+        cpu_weight_text(300)
     );
 }
 
@@ -1015,11 +1014,12 @@ fn daemon_sigkill_mid_apply_converges() {
                 mem_mib(i) << 20
             ));
         }
-        let shares = read_trim(&t.tenant_dir("cpu", &tn).join("cpu.shares"));
-        if shares != (weight(i) * 1024 / 100).to_string() {
+        let shares = read_trim(&t.knob_path(&tn, Knob::CpuWeight));
+        if shares != cpu_weight_text(weight(i) as u32) {
             wrong.push(format!(
-                "{tn}: cpu.shares {shares}, want {}",
-                weight(i) * 1024 / 100
+                "{tn}: {} {shares}, want {}",
+                Knob::CpuWeight.file(),
+                cpu_weight_text(weight(i) as u32)
             ));
         }
     }

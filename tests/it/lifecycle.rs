@@ -84,7 +84,7 @@ fn idempotent_apply() {
         mq["reason"],
         format!("exempt[0] cmdline=~{}", name_rule(&lgwr))
     );
-    assert_eq!(mp["targets"].as_array().unwrap().len(), CONTROLLERS.len());
+    assert_eq!(mp["targets"].as_array().unwrap().len(), hierarchy_count());
 
     let first = t.ok(&["apply"]);
     assert!(first.contains("applied:"), "{first}");
@@ -100,7 +100,7 @@ fn idempotent_apply() {
     let plan = t.ok(&["plan"]);
     assert!(plan.contains("no changes"), "{plan}");
 
-    let own = own_cgroups();
+    let own = parent_paths();
     assert_in_everywhere(p.pid, |c| join(&own[c], &format!("{}/db/limited", t.root)));
     assert_in_everywhere(q.pid, |c| join(&own[c], &format!("{}/db/exempt", t.root)));
 }
@@ -121,7 +121,7 @@ fn release_moves_back_and_removes() {
     let p1 = sleeper(&n1);
     let p2 = sleeper(&n2);
     t.ok(&["apply"]);
-    let own = own_cgroups();
+    let own = parent_paths();
     assert_in_everywhere(p1.pid, |c| {
         join(&own[c], &format!("{}/one/limited", t.root))
     });
@@ -279,7 +279,7 @@ fn bad_input_changes_nothing() {
     let sid = sid();
     let name = format!("ora_p001_{sid}");
     let p = sleeper(&name);
-    let own = own_cgroups();
+    let own = parent_paths();
     let good = tenant("db", &name, "");
     let cases = [
         (
