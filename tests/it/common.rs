@@ -433,6 +433,57 @@ pub fn hierarchy_count() -> usize {
         .len()
 }
 
+/// The per-device read bytes/s limits in force on a group (`MAJ:MIN` → bytes/s), read from the
+/// kernel by this host's file: v1 `blkio.throttle.read_bps_device` (`MAJ:MIN N`), v2 `io.max`
+/// (`MAJ:MIN rbps=N wbps=...`; `max` is no limit and left out).
+pub fn read_bps_limits(group: &Path) -> BTreeMap<String, u64> {
+    let v2 = cgroup_version() == Version::V2;
+    let file = if v2 {
+        dbcage::cgroup::v2::IO_MAX
+    } else {
+        dbcage::cgroup::v1::READ_BPS
+    };
+    std::fs::read_to_string(group.join(file))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (dev, rest) = l.split_once(' ')?;
+            let value = if v2 {
+                rest.split_whitespace().find_map(|kv| kv.strip_prefix("rbps="))?
+            } else {
+                rest.trim()
+            };
+            Some((dev.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Bytes read per device so far by a group and its children: v1
+/// `blkio.throttle.io_service_bytes_recursive` (`MAJ:MIN Read N`), v2 `io.stat` (`rbytes=N`).
+pub fn read_bytes(group: &Path) -> BTreeMap<String, u64> {
+    let v2 = cgroup_version() == Version::V2;
+    let file = if v2 {
+        "io.stat"
+    } else {
+        "blkio.throttle.io_service_bytes_recursive"
+    };
+    std::fs::read_to_string(group.join(file))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let bytes = if v2 {
+                f.iter().find_map(|kv| kv.strip_prefix("rbytes="))?
+            } else if f.len() == 3 && f[1] == "Read" {
+                f[2]
+            } else {
+                return None;
+            };
+            Some((f[0].to_string(), bytes.parse().ok()?))
+        })
+        .collect()
+}
+
 /// Where cleanup puts processes left in a test's groups: on v2 the runner leaf (a parent with
 /// controllers enabled takes no processes).
 fn refuge_dir(controller: &str) -> PathBuf {

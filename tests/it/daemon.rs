@@ -851,7 +851,7 @@ fn daemon_restart_after_sigkill_converges() {
     assert!(placed(&t, p1.pid, "db", "limited"));
     let want_leaves: BTreeSet<String> = ["exempt", "limited"].map(String::from).into();
     for c in CONTROLLERS {
-        let roots: Vec<String> = subdirs(&own_dir(c))
+        let roots: Vec<String> = subdirs(&parent_dir(c))
             .into_iter()
             .filter(|n| n.contains(&t.root))
             .collect();
@@ -972,7 +972,7 @@ fn daemon_sigkill_mid_apply_converges() {
     let tenants: BTreeSet<String> = (0..TENANTS).map(|i| format!("k{i:02}")).collect();
     let leaves: BTreeSet<String> = ["exempt", "limited"].map(String::from).into();
     for c in CONTROLLERS {
-        let roots: Vec<String> = subdirs(&own_dir(c))
+        let roots: Vec<String> = subdirs(&parent_dir(c))
             .into_iter()
             .filter(|n| n.contains(&t.root))
             .collect();
@@ -1212,22 +1212,25 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec / 1e9;
 }
 
-/* Is this process's blkio group path ending in `marker`? */
+/* Is this process's blkio group path (v2: its unified group's path) ending in `marker`? */
 static int in_group(const char *marker) {
     FILE *f = fopen("/proc/self/cgroup", "r");
     char line[4096];
-    int ok = 0;
+    int ok = 0, unified_ok = 0, v1 = 0;
     if (!f) return 0;
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = 0;
-        char *p = strstr(line, ":blkio:");
-        if (p) {
-            size_t n = strlen(line), m = strlen(marker);
-            ok = n >= m && strcmp(line + n - m, marker) == 0;
+        size_t n = strlen(line), m = strlen(marker);
+        int ends = n >= m && strcmp(line + n - m, marker) == 0;
+        if (strstr(line, ":blkio:")) {
+            v1 = 1;
+            ok = ends;
+        } else if (strncmp(line, "0::", 3) == 0) {
+            unified_ok = ends;
         }
     }
     fclose(f);
-    return ok;
+    return v1 ? ok : unified_ok;
 }
 
 /* argv: NAME TITLE DELAY_MS PARENT_MARKER CHILD_MARKER OUT */

@@ -37,10 +37,15 @@ cp tests/it/ioload.py "$stage/"
 printf 'DBCAGE_BIN=%q\nIOLOAD=%q\nTARGET_TMP=%q\n' \
 	"$TARGET/debug/dbcage" "$ROOT/tests/it/ioload.py" "$TARGET/tmp" >"$stage/it-paths.env"
 printf '%s\n' "${filters[@]}" >"$stage/it-filters"
+# The tests make loop disks; the guest has no /lib/modules (400 MB): its kernel's loop.ko from
+# the harness's base layer goes in instead, or on a first run (no base layer yet) the modules.
+work=${SDGUEST_WORK:-/var/tmp/dbcage-test-sdguest}
+loop=$(find "$work/base/kroot/lib/modules" -path '*/kernel/drivers/block/loop.ko*' 2>/dev/null | head -n1)
+if [ -n "$loop" ]; then cp "$loop" "$stage/"; else export GUEST_MODULES=1; fi
 
-results=${SDGUEST_RESULTS:-${SDGUEST_WORK:-/var/tmp/dbcage-test-sdguest}/results/it-$(date +%Y%m%d-%H%M%S)}
+results=${SDGUEST_RESULTS:-$work/results/it-$(date +%Y%m%d-%H%M%S)}
 rc=0
-SDGUEST_PACKAGES="procps python3 e2fsprogs libelf1 zlib1g" SDGUEST_MEM=${SDGUEST_MEM:-1536} \
+SDGUEST_PACKAGES="procps python3 e2fsprogs libelf1 zlib1g gcc libc6-dev" SDGUEST_MEM=${SDGUEST_MEM:-1536} \
 	SDGUEST_DATA_DISKS=0 SDGUEST_TIMEOUT=${SDGUEST_TIMEOUT:-900} SDGUEST_RESULTS=$results \
 	tests/sdguest/run.sh tests/sdguest/guest/it.sh "$stage"/* || rc=$?
 

@@ -11,6 +11,9 @@ mkdir -p "$(dirname "$DBCAGE_BIN")" "$(dirname "$IOLOAD")" "$TARGET_TMP"
 install -m755 "$F/dbcage" "$DBCAGE_BIN"
 install -m644 "$F/ioload.py" "$IOLOAD"
 rm -f "$TARGET_TMP/it-skips.tsv"
+# Loop disks (LoopDisk, RawDisk in common.rs).
+loop=$(ls "$F"/loop.ko* 2>/dev/null | head -n1)
+if [ -n "$loop" ]; then insmod "$loop"; else modprobe loop; fi || echo "no loop module: the disk tests will fail"
 mapfile -t filters <"$F/it-filters"
 echo "cgroup: $(stat -fc %T /sys/fs/cgroup); controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
 echo "kernel $(uname -r), $(nproc) cpus, $(free -m | awk '/Mem:/ {print $2}') MiB"
@@ -18,7 +21,7 @@ echo "kernel $(uname -r), $(nproc) cpus, $(free -m | awk '/Mem:/ {print $2}') Mi
 echo "running $(wc -l <"$SDGUEST_OUT/it-tests.txt") tests: ${filters[*]}"
 start=$(date +%s)
 # The scope holds only the test binary (systemd-run execs it), as common.rs requires.
-systemd-run --scope -p Delegate=yes --unit="dbcage-test-it-$$" --quiet \
+systemd-run --scope -p Delegate=yes -p TasksMax=infinity --unit="dbcage-test-it-$$" --quiet \
 	"$F/it" "${filters[@]}" --test-threads=1 --nocapture
 rc=$?
 echo "IT-SECONDS=$(($(date +%s) - start)) rc=$rc"
