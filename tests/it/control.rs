@@ -100,7 +100,8 @@ fn set_applies_within_100ms_persists_resets_and_reload_reports_errors() {
     lat.sort_by(f64::total_cmp);
     daemon_us.sort_by(f64::total_cmp);
     println!(
-        "set cpu.cores → cpu.cfs_quota_us, 20 requests over the socket: p50 {:.2} ms, p90 {:.2} ms, max {:.2} ms (daemon's own request→applied: p50 {:.2} ms, max {:.2} ms)",
+        "set cpu.cores → {}, 20 requests over the socket: p50 {:.2} ms, p90 {:.2} ms, max {:.2} ms (daemon's own request→applied: p50 {:.2} ms, max {:.2} ms)",
+        Knob::CpuQuota.file(),
         pct(&lat, 0.5),
         pct(&lat, 0.9),
         pct(&lat, 1.0),
