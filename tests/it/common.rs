@@ -74,9 +74,7 @@ pub fn skip() -> bool {
 /// A test that covers a feature only cgroup v1 has (a v1 file format, cgconfig): true (the
 /// caller returns) on a v2 host, where that skip is declared in `skips.rs` with its reason.
 pub fn skip_unless_v1(feature: &str) -> bool {
-    skip()
-        || (cgroup_version() == Version::V2
-            && cannot_run(&format!("cgroup v1 only: {feature}")))
+    skip() || (cgroup_version() == Version::V2 && cannot_run(&format!("cgroup v1 only: {feature}")))
 }
 
 /// Where each skip is recorded (one line: test, `declared` or `UNDECLARED`, reason), so that
@@ -255,7 +253,8 @@ fn find_cgroups() -> Result<Cgroups, String> {
             missing.join(", ")
         ));
     };
-    let available = std::fs::read_to_string(mount_point.join("cgroup.controllers")).unwrap_or_default();
+    let available =
+        std::fs::read_to_string(mount_point.join("cgroup.controllers")).unwrap_or_default();
     if let Some(c) = V2_CONTROLLERS
         .iter()
         .find(|c| !available.split_whitespace().any(|a| a == **c))
@@ -279,7 +278,10 @@ fn find_cgroups() -> Result<Cgroups, String> {
         .ok_or("no cgroup v2 line in /proc/self/cgroup")?;
     let base_dir = mount_point.join(own.trim_start_matches('/'));
     let me = std::process::id();
-    let others: Vec<u32> = procs_in(&base_dir).into_iter().filter(|p| *p != me).collect();
+    let others: Vec<u32> = procs_in(&base_dir)
+        .into_iter()
+        .filter(|p| *p != me)
+        .collect();
     if !others.is_empty() {
         return Err(format!(
             "on cgroup v2 the test process must be alone in its cgroup {own} (it becomes the \
@@ -449,7 +451,8 @@ pub fn read_bps_limits(group: &Path) -> BTreeMap<String, u64> {
         .filter_map(|l| {
             let (dev, rest) = l.split_once(' ')?;
             let value = if v2 {
-                rest.split_whitespace().find_map(|kv| kv.strip_prefix("rbps="))?
+                rest.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix("rbps="))?
             } else {
                 rest.trim()
             };

@@ -122,7 +122,11 @@ fn set_applies_within_100ms_persists_resets_and_reload_reports_errors() {
         ms(t0.elapsed()),
         out.trim()
     );
-    assert_eq!(read_trim(&quota), cpu_quota_text(0.75), "applied before set returned");
+    assert_eq!(
+        read_trim(&quota),
+        cpu_quota_text(0.75),
+        "applied before set returned"
+    );
     let status = t.json(&["status", "--json", "--interval", "0"]);
     let overrides = status["overrides"].as_array().expect("overrides in status");
     let cores = overrides
@@ -223,7 +227,11 @@ fn set_applies_within_100ms_persists_resets_and_reload_reports_errors() {
         cpu_quota_text(1.0),
         "runtime values end with reload"
     );
-    assert_eq!(read_trim(&shares), cpu_weight_text(300), "persisted values stay");
+    assert_eq!(
+        read_trim(&shares),
+        cpu_weight_text(300),
+        "persisted values stay"
+    );
 
     // ... and a daemon restart: the new daemon applies the drop-in (the kernel value is set
     // back to 1024 by hand first, so only the drop-in can bring 3072 back), and a runtime
@@ -234,7 +242,9 @@ fn set_applies_within_100ms_persists_resets_and_reload_reports_errors() {
     assert!(status.is_some_and(|s| s.success()), "{}", d.log());
     std::fs::write(&shares, cpu_weight_text(100)).unwrap();
     d = Daemon::start(&t, &[]);
-    let restored = wait_until(Duration::from_secs(5), || read_trim(&shares) == cpu_weight_text(300));
+    let restored = wait_until(Duration::from_secs(5), || {
+        read_trim(&shares) == cpu_weight_text(300)
+    });
     assert!(
         restored,
         "after a daemon restart {} is {} (the persisted cpu.weight=300 is {}); daemon log:\n{}",
@@ -278,8 +288,16 @@ fn set_applies_within_100ms_persists_resets_and_reload_reports_errors() {
         "{out}"
     );
     assert!(!out.contains("the persisted"), "{out}");
-    assert_eq!(read_trim(&quota), cpu_quota_text(1.0), "the file's cores = 1 again");
-    assert_eq!(read_trim(&shares), cpu_weight_text(200), "the runtime weight stays");
+    assert_eq!(
+        read_trim(&quota),
+        cpu_quota_text(1.0),
+        "the file's cores = 1 again"
+    );
+    assert_eq!(
+        read_trim(&shares),
+        cpu_weight_text(200),
+        "the runtime weight stays"
+    );
     let o = t.run(&["set", "ctl", "--reset", "cpu.cores=1"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");

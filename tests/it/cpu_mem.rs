@@ -293,7 +293,11 @@ fn memory_high_low_swap_max_read_back_and_past_high_not_killed() {
         ),
     );
     let marker = t.marker("a", "limited");
-    let mib = if cgroup_version() == Version::V1 { "160" } else { "8" };
+    let mib = if cgroup_version() == Version::V1 {
+        "160"
+    } else {
+        "8"
+    };
     let mut p = Child::ioload(
         &name,
         &[
@@ -315,8 +319,16 @@ fn memory_high_low_swap_max_read_back_and_past_high_not_killed() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "apply: {text}");
-    assert_eq!(t.knob("a", Knob::MemMax), (256u64 << 20).to_string(), "memory.max");
-    assert_eq!(t.knob("a", Knob::MemHigh), (64u64 << 20).to_string(), "memory.high");
+    assert_eq!(
+        t.knob("a", Knob::MemMax),
+        (256u64 << 20).to_string(),
+        "memory.max"
+    );
+    assert_eq!(
+        t.knob("a", Knob::MemHigh),
+        (64u64 << 20).to_string(),
+        "memory.high"
+    );
     let dir = t.tenant_dir("memory", "a");
     let read = |f: &str| -> u64 {
         std::fs::read_to_string(dir.join(f))
@@ -335,7 +347,10 @@ fn memory_high_low_swap_max_read_back_and_past_high_not_killed() {
             assert_eq!(read("memory.swap.max"), 16 << 20, "memory.swap.max");
         }
         let (status, out) = p.finish(Duration::from_secs(120));
-        assert!(status.success(), "an 8 MiB process under memory.high: {status} {out}");
+        assert!(
+            status.success(),
+            "an 8 MiB process under memory.high: {status} {out}"
+        );
         return;
     }
     assert!(

@@ -641,9 +641,7 @@ fn daemon_reload() {
     let t0 = Instant::now();
     d.signal(Signal::SIGHUP);
     let applied = wait_until(Duration::from_secs(1), || {
-        read_trim(&quota) == cpu_quota_text(0.5)
-            && t.knob_path("db2", Knob::MemMax)
-                .exists()
+        read_trim(&quota) == cpu_quota_text(0.5) && t.knob_path("db2", Knob::MemMax).exists()
     });
     let took = t0.elapsed();
     assert!(

@@ -9,7 +9,9 @@
 #
 # Prints the guest's skips like scripts/test.sh does for the host run and fails on a failed
 # test or an undeclared skip. Results (it output, it-skips.tsv, it-tests.txt, the journal) land
-# in $SDGUEST_RESULTS (default: a new dir under the sdguest work dir).
+# in $SDGUEST_RESULTS (default: a new dir under the work dir, $SDGUEST_WORK, default
+# /var/tmp/dbcage-test-sdguest-it). Guest packages: python3 (ioload.py), e2fsprogs (LoopDisk),
+# gcc and libc6-dev (the daemon tests' C helper), procps, libelf1 and zlib1g (the binaries).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -63,7 +65,10 @@ printf 'DBCAGE_BIN=%q\nIOLOAD=%q\nTARGET_TMP=%q\n' \
 printf '%s\n' "${filters[@]}" >"$stage/it-filters"
 # The tests make loop disks; the guest has no /lib/modules (400 MB): its kernel's loop.ko from
 # the harness's base layer goes in instead, or on a first run (no base layer yet) the modules.
-work=${SDGUEST_WORK:-/var/tmp/dbcage-test-sdguest}
+# A work dir of its own: the harness keeps one packages layer per work dir, and this package
+# list differs from the other guest tests' (sharing would rebuild the layer on every switch).
+export SDGUEST_WORK=${SDGUEST_WORK:-/var/tmp/dbcage-test-sdguest-it}
+work=$SDGUEST_WORK
 loop=$(find "$work/base/kroot/lib/modules" -path '*/kernel/drivers/block/loop.ko*' 2>/dev/null | head -n1)
 if [ -n "$loop" ]; then cp "$loop" "$stage/"; else export GUEST_MODULES=1; fi
 
