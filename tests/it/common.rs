@@ -1028,8 +1028,19 @@ impl<'a> Daemon<'a> {
     /// Runs it under `wrapper` (a program and its arguments, e.g. `setpriv ... --`) and waits
     /// until it says it runs (after its first apply).
     pub fn start_wrapped(t: &'a Tenancy, wrapper: &[&str], args: &[&str]) -> Daemon<'a> {
+        Daemon::start_within(t, wrapper, args, Duration::from_secs(15))
+    }
+
+    /// Like `start_wrapped`, waiting up to `timeout` for it to run (a first apply that has
+    /// hundreds of processes to move).
+    pub fn start_within(
+        t: &'a Tenancy,
+        wrapper: &[&str],
+        args: &[&str],
+        timeout: Duration,
+    ) -> Daemon<'a> {
         let mut d = Daemon::spawn(t, wrapper, args);
-        let ready = wait_until(Duration::from_secs(15), || {
+        let ready = wait_until(timeout, || {
             d.log().contains("dbcage running") || !d.alive()
         });
         assert!(
