@@ -506,8 +506,6 @@ pub enum Knob {
     CpuWeight,
     /// cpuset.cpus on both.
     Cpus,
-    /// cpuset.mems on both.
-    Mems,
     /// v1 memory.limit_in_bytes, v2 memory.max.
     MemMax,
     /// v1 memory.soft_limit_in_bytes, v2 memory.high.
@@ -519,7 +517,7 @@ impl Knob {
     pub fn controller(self) -> &'static str {
         match self {
             Knob::CpuQuota | Knob::CpuWeight => "cpu",
-            Knob::Cpus | Knob::Mems => "cpuset",
+            Knob::Cpus => "cpuset",
             Knob::MemMax | Knob::MemHigh => "memory",
         }
     }
@@ -534,7 +532,6 @@ impl Knob {
             Knob::CpuWeight if v2 => v2::CPU_WEIGHT,
             Knob::CpuWeight => v1::SHARES,
             Knob::Cpus => v2::CPUS,
-            Knob::Mems => v2::MEMS,
             Knob::MemMax if v2 => v2::MEM_MAX,
             Knob::MemMax => v1::MEM_LIMIT,
             Knob::MemHigh if v2 => v2::MEM_HIGH,
@@ -1040,9 +1037,7 @@ impl<'a> Daemon<'a> {
         timeout: Duration,
     ) -> Daemon<'a> {
         let mut d = Daemon::spawn(t, wrapper, args);
-        let ready = wait_until(timeout, || {
-            d.log().contains("dbcage running") || !d.alive()
-        });
+        let ready = wait_until(timeout, || d.log().contains("dbcage running") || !d.alive());
         assert!(
             ready && d.alive(),
             "dbcage run did not start (exit {:?}); its log:\n{}",
