@@ -253,21 +253,30 @@ fn cpu_weight_shares_one_cpu_by_weight() {
     }
     std::thread::sleep(Duration::from_millis(500));
     let hz = clock_ticks() as f64;
-    let (t0, a0, b0) = (Instant::now(), cpu_ticks(a.pid), cpu_ticks(b.pid));
-    std::thread::sleep(Duration::from_secs(4));
-    let secs = t0.elapsed().as_secs_f64();
-    let (ua, ub) = (
-        (cpu_ticks(a.pid) - a0) as f64 / hz / secs,
-        (cpu_ticks(b.pid) - b0) as f64 / hz / secs,
-    );
-    assert!(a.alive() && b.alive());
-    let ratio = ub / ua.max(1e-9);
-    println!(
-        "weights 100 : 300 on one cpu: lo {ua:.3} cores, hi {ub:.3} cores, ratio {ratio:.2} (want 3)"
-    );
-    assert!(
-        (2.4..=3.75).contains(&ratio),
-        "weight 300 vs 100 on one cpu: used {ub:.3} vs {ua:.3} cores, ratio {ratio:.2} (want 3 within -20%/+25%)"
+    // A shared host (or an emulated guest whose vcpu the host starves) can skew one 4 s
+    // window: measured again once before the test fails.
+    let mut tries = Vec::new();
+    for _ in 0..2 {
+        let (t0, a0, b0) = (Instant::now(), cpu_ticks(a.pid), cpu_ticks(b.pid));
+        std::thread::sleep(Duration::from_secs(4));
+        let secs = t0.elapsed().as_secs_f64();
+        let (ua, ub) = (
+            (cpu_ticks(a.pid) - a0) as f64 / hz / secs,
+            (cpu_ticks(b.pid) - b0) as f64 / hz / secs,
+        );
+        assert!(a.alive() && b.alive());
+        let ratio = ub / ua.max(1e-9);
+        println!(
+            "weights 100 : 300 on one cpu: lo {ua:.3} cores, hi {ub:.3} cores, ratio {ratio:.2} (want 3)"
+        );
+        tries.push(format!("{ub:.3} vs {ua:.3} cores, ratio {ratio:.2}"));
+        if (2.4..=3.75).contains(&ratio) {
+            return;
+        }
+    }
+    panic!(
+        "weight 300 vs 100 on one cpu: used {} (want 3 within -20%/+25%, twice)",
+        tries.join("; then ")
     );
 }
 

@@ -30,6 +30,7 @@ NOT_ON_V2=(
 	"control::path_traversal_is_refused_everywhere|input validation, not version-dependent"
 	"control::insecure_policy_files_are_refused|input validation, not version-dependent"
 	"control::completion_offers_tenants_and_the_keys_after_set|shell completion, not version-dependent"
+	"daemon::daemon_restart_after_sigkill_converges|its 2 s placement bound (2.2 s in one of three runs under TCG); restart convergence on v2: daemon_sigkill_mid_apply_converges"
 	"daemon::daemon_places_exec_at_once|its 200 ms placement bound (214 ms under TCG)"
 	"daemon::daemon_recovers_from_overruns_during_a_storm|a rescan takes up to 17 s under TCG, past its 10 s bound"
 	"daemon::connector_socket_drops_thread_events|fails on the guest's kernel 6.1 (one event of another kind passes the socket filter; not a cgroup matter)"
