@@ -1,7 +1,7 @@
 //! `io.split = "demand"`: the daemon moves a tenant's IO total to the disks that use it.
 //! Three loop disks, a 12 MiB/s read total. Measured from the tenant's own counters
-//! (`blkio.throttle.io_service_bytes_recursive` of its `limited` leaf), while a thread reads
-//! the three `blkio.throttle.read_bps_device` lines about every millisecond and checks that
+//! (v1 `blkio.throttle.io_service_bytes_recursive`, v2 `io.stat` of its `limited` leaf), while a
+//! thread reads the three read-bps limits (v1 `blkio.throttle.read_bps_device`, v2 `io.max`) about every millisecond and checks that
 //! their sum never exceeds the total and that no device is ever without a line (unlimited).
 
 use std::collections::BTreeMap;
@@ -40,34 +40,6 @@ fn policy(d: &Disks, name: &str, split: &str) -> String {
         name_rule(name),
         storage.join(", ")
     )
-}
-
-/// Reads one control file of device lines (`MAJ:MIN VALUE`).
-fn device_lines(path: &Path) -> BTreeMap<String, u64> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let (d, v) = l.split_once(' ')?;
-            Some((d.to_string(), v.trim().parse().ok()?))
-        })
-        .collect()
-}
-
-/// Bytes read per device so far (`MAJ:MIN Read N` lines).
-fn read_bytes(leaf: &Path) -> BTreeMap<String, u64> {
-    std::fs::read_to_string(leaf.join("blkio.throttle.io_service_bytes_recursive"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            if f.len() == 3 && f[1] == "Read" {
-                Some((f[0].to_string(), f[2].parse().ok()?))
-            } else {
-                None
-            }
-        })
-        .collect()
 }
 
 /// Reads the limits about every millisecond until stopped.
@@ -110,14 +82,14 @@ impl Sampled {
 }
 
 impl Sampler {
-    fn start(file: PathBuf, devs: Vec<String>) -> Sampler {
+    fn start(leaf: PathBuf, devs: Vec<String>) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let handle = std::thread::spawn(move || {
             let mut out = Sampled::default();
             let mut last: Option<Vec<u64>> = None;
             while !s.load(Ordering::Relaxed) {
-                let l = device_lines(&file);
+                let l = read_bps_limits(&leaf);
                 out.samples += 1;
                 let vals: Vec<u64> = devs
                     .iter()
@@ -224,7 +196,7 @@ fn balance_demand_gives_one_busy_disk_the_total_and_equal_a_third() {
     t.set_policy(&policy(&d, &name, "demand"));
     let _published = published(&t);
     let daemon = Daemon::start(&t, &[]);
-    let sampler = Sampler::start(leaf.join("blkio.throttle.read_bps_device"), devs.clone());
+    let sampler = Sampler::start(leaf.clone(), devs.clone());
     let mut one = reader(&name, &marker, &d.files[0], "10");
     assert!(wait_until(Duration::from_secs(10), || procs_in(&leaf)
         .contains(&one.pid)));
@@ -273,7 +245,7 @@ fn balance_demand_gives_one_busy_disk_the_total_and_equal_a_third() {
     assert!(tail_avg >= 0.95 * 12.0, "{series:?}");
 
     // A stopped daemon takes its published shares with it; the limits stay in the kernel.
-    let kept = device_lines(&leaf.join("blkio.throttle.read_bps_device"));
+    let kept = read_bps_limits(&leaf);
     drop(daemon);
     assert!(
         !_published.0.exists(),
@@ -290,7 +262,7 @@ fn balance_demand_gives_one_busy_disk_the_total_and_equal_a_third() {
         "status still shows balance decisions: {status:#}"
     );
     assert_eq!(
-        device_lines(&leaf.join("blkio.throttle.read_bps_device")),
+        read_bps_limits(&leaf),
         kept,
         "the limits changed when the daemon stopped"
     );
@@ -310,13 +282,13 @@ fn balance_redistribution_never_exceeds_the_total() {
     let devs: Vec<String> = d.disks.iter().map(|x| x.devnum()).collect();
     let _published = published(&t);
     let _daemon = Daemon::start(&t, &[]);
-    let sampler = Sampler::start(leaf.join("blkio.throttle.read_bps_device"), devs.clone());
+    let sampler = Sampler::start(leaf.clone(), devs.clone());
     // the load moves A → B → C → A every 4 s
     let mut last_limits = Vec::new();
     for (i, disk) in [0usize, 1, 2, 0].into_iter().enumerate() {
         let mut r = reader(&name, &marker, &d.files[disk], "4");
         let res = r.load_result(LOAD_TIMEOUT);
-        let l = device_lines(&leaf.join("blkio.throttle.read_bps_device"));
+        let l = read_bps_limits(&leaf);
         let on: u64 = l.get(&devs[disk]).copied().unwrap_or(0);
         println!(
             "phase {i}: load on disk {disk}: {:.2} MiB/s; its limit at the end {:.2} MiB/s",

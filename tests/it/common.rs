@@ -3,6 +3,14 @@
 //!
 //! Everything a test creates has `dbcage-test` in its name. Cgroups are nested under the test
 //! process's own cgroup in each hierarchy (`[agent] parent = "self"`), never elsewhere.
+//!
+//! The tests run against the host's own cgroup version (`cgroup_version`): the v1 controllers
+//! where they are mounted (v1 and hybrid hosts), else the unified v2 hierarchy. On v2 the test
+//! process must start alone in its cgroup (a delegated subtree: `systemd-run --scope -p
+//! Delegate=yes`, or a group made for it); it moves itself into a leaf of it
+//! (`dbcage-test-runner`) and the policies name that cgroup as their parent, so the tenants'
+//! groups sit beside the runner, as the no-internal-process rule wants. Which file holds a limit
+//! and how its value reads come from the crate's drivers (`Knob`), not from `if v1` in a test.
 
 use std::collections::BTreeMap;
 use std::io::Read as _;
@@ -52,16 +60,21 @@ pub fn measure_lock() -> MeasureGuard {
 
 /// True when the test cannot run here and that is declared in `skips::DECLARED` (it prints and
 /// records why); panics, naming what could not run, when it cannot run and that is not
-/// declared. It needs root and the cgroup v1 controllers dbcage drives.
+/// declared. It needs root and the controllers dbcage drives, all on v1 or all on v2.
 pub fn skip() -> bool {
     if !nix::unistd::Uid::effective().is_root() {
         return cannot_run("needs root");
     }
-    let h = hierarchies();
-    if let Some(c) = CONTROLLERS.iter().find(|c| !h.contains_key(**c)) {
-        return cannot_run(&format!("needs the cgroup v1 {c} controller mounted"));
+    match cgroups() {
+        Ok(_) => false,
+        Err(why) => cannot_run(why),
     }
-    false
+}
+
+/// A test that covers a feature only cgroup v1 has (a v1 file format, cgconfig): true (the
+/// caller returns) on a v2 host, where that skip is declared in `skips.rs` with its reason.
+pub fn skip_unless_v1(feature: &str) -> bool {
+    skip() || (cgroup_version() == Version::V2 && cannot_run(&format!("cgroup v1 only: {feature}")))
 }
 
 /// Where each skip is recorded (one line: test, `declared` or `UNDECLARED`, reason), so that
@@ -179,7 +192,121 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
 // ---------------------------------------------------------------------------------------------
 // cgroups
 
-/// A mounted v1 hierarchy: its mount point and the cgroup path mounted there.
+pub use dbcage::cgroup::Version;
+
+/// The cgroups the tests drive on this host, found once per test process.
+#[derive(Debug)]
+pub enum Cgroups {
+    /// Every controller on its own (or a co-mounted) v1 hierarchy.
+    V1,
+    /// The unified hierarchy: `base` is the cgroup (path and directory) the test process
+    /// started in, which it made its tests' parent; it runs in `base/dbcage-test-runner`.
+    V2 {
+        mount_point: PathBuf,
+        base: String,
+        base_dir: PathBuf,
+    },
+}
+
+/// The leaf the test process moves itself into on v2 (and where cleanup puts stray processes).
+pub const RUNNER: &str = "dbcage-test-runner";
+
+/// The controllers the tests need on v2.
+const V2_CONTROLLERS: [&str; 4] = ["cpuset", "cpu", "io", "memory"];
+
+/// The cgroups of this host (see `Cgroups`), or why the tests cannot run here.
+pub fn cgroups() -> Result<&'static Cgroups, &'static str> {
+    static FOUND: std::sync::OnceLock<Result<Cgroups, String>> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(find_cgroups)
+        .as_ref()
+        .map_err(|e| e.as_str())
+}
+
+/// The version the tests drive here (panics where `skip()` would have failed).
+pub fn cgroup_version() -> Version {
+    match cgroups().expect("the tests' cgroups") {
+        Cgroups::V1 => Version::V1,
+        Cgroups::V2 { .. } => Version::V2,
+    }
+}
+
+fn find_cgroups() -> Result<Cgroups, String> {
+    let v1 = v1_hierarchies();
+    if CONTROLLERS.iter().all(|c| v1.contains_key(*c)) {
+        return Ok(Cgroups::V1);
+    }
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let Some(mount_point) = text.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        if right.split(' ').next() != Some("cgroup2") {
+            return None;
+        }
+        left.split(' ').nth(4).map(PathBuf::from)
+    }) else {
+        let missing: Vec<&str> = CONTROLLERS
+            .into_iter()
+            .filter(|c| !v1.contains_key(*c))
+            .collect();
+        return Err(format!(
+            "needs the cgroup v1 controllers {} mounted, or a cgroup v2 hierarchy",
+            missing.join(", ")
+        ));
+    };
+    let available =
+        std::fs::read_to_string(mount_point.join("cgroup.controllers")).unwrap_or_default();
+    if let Some(c) = V2_CONTROLLERS
+        .iter()
+        .find(|c| !available.split_whitespace().any(|a| a == **c))
+    {
+        if !v1.is_empty() {
+            return Err(format!(
+                "a hybrid host with only some controllers on v1 ({}); the {c} controller is on neither",
+                v1.keys().cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        return Err(format!(
+            "needs the cgroup v2 {c} controller (the root's cgroup.controllers: `{}`)",
+            available.trim()
+        ));
+    }
+    // The process's own v2 group (`0::/path`).
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("0::").map(str::to_string))
+        .ok_or("no cgroup v2 line in /proc/self/cgroup")?;
+    let base_dir = mount_point.join(own.trim_start_matches('/'));
+    let me = std::process::id();
+    let others: Vec<u32> = procs_in(&base_dir)
+        .into_iter()
+        .filter(|p| *p != me)
+        .collect();
+    if !others.is_empty() {
+        return Err(format!(
+            "on cgroup v2 the test process must be alone in its cgroup {own} (it becomes the \
+             tests' delegated parent; processes {others:?} are there too): start it as \
+             `systemd-run --scope -p Delegate=yes TEST-BINARY` or from a cgroup of its own"
+        ));
+    }
+    // No internal processes: the test process leaves for a leaf before dbcage enables
+    // controllers in this group's subtree_control.
+    let runner = base_dir.join(RUNNER);
+    match std::fs::create_dir(&runner) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("creating {}: {e}", runner.display())),
+    }
+    std::fs::write(runner.join("cgroup.procs"), me.to_string())
+        .map_err(|e| format!("moving the test process into {}: {e}", runner.display()))?;
+    Ok(Cgroups::V2 {
+        mount_point,
+        base: own,
+        base_dir,
+    })
+}
+
+/// A mounted hierarchy: its mount point and the cgroup path mounted there.
 #[derive(Debug, Clone)]
 pub struct Hierarchy {
     pub mount_point: PathBuf,
@@ -187,7 +314,7 @@ pub struct Hierarchy {
 }
 
 /// v1 controller name → its hierarchy, for the controllers dbcage drives.
-pub fn hierarchies() -> BTreeMap<String, Hierarchy> {
+fn v1_hierarchies() -> BTreeMap<String, Hierarchy> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut out = BTreeMap::new();
     for line in text.lines() {
@@ -211,16 +338,45 @@ pub fn hierarchies() -> BTreeMap<String, Hierarchy> {
     out
 }
 
-/// /proc/PID/cgroup as controller → cgroup path (v1 lines only; co-mounted controllers each
-/// get the line's path). Empty if the process is gone.
+/// Controller (by its v1 name, as the tests name them) → the hierarchy it is driven through:
+/// its v1 hierarchy, or on v2 the unified one for all of them.
+pub fn hierarchies() -> BTreeMap<String, Hierarchy> {
+    match cgroups() {
+        Ok(Cgroups::V2 { mount_point, .. }) => CONTROLLERS
+            .iter()
+            .map(|c| {
+                (
+                    c.to_string(),
+                    Hierarchy {
+                        mount_point: mount_point.clone(),
+                        mount_root: "/".into(),
+                    },
+                )
+            })
+            .collect(),
+        _ => v1_hierarchies(),
+    }
+}
+
+/// /proc/PID/cgroup as controller → cgroup path (co-mounted controllers each get the line's
+/// path; on v2 every controller gets the unified path). Empty if the process is gone.
 pub fn proc_cgroups(pid: u32) -> BTreeMap<String, String> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
     let mut out = BTreeMap::new();
+    let v2 = matches!(cgroups(), Ok(Cgroups::V2 { .. }));
     for line in text.lines() {
         let mut parts = line.splitn(3, ':');
         let (_, Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
             continue;
         };
+        if v2 {
+            if ctrls.is_empty() {
+                for c in CONTROLLERS {
+                    out.insert(c.to_string(), path.to_string());
+                }
+            }
+            continue;
+        }
         for c in ctrls.split(',').filter(|c| !c.is_empty()) {
             out.insert(c.to_string(), path.to_string());
         }
@@ -243,6 +399,161 @@ pub fn cgroup_dir(controller: &str, cgroup_path: &str) -> PathBuf {
 /// The directory of this test process's own cgroup in a controller's hierarchy.
 pub fn own_dir(controller: &str) -> PathBuf {
     cgroup_dir(controller, &own_cgroups()[controller])
+}
+
+/// The cgroup the tests' root groups are made in: the test process's own group in each v1
+/// hierarchy; on v2 the group it started in (its parent now).
+pub fn parent_dir(controller: &str) -> PathBuf {
+    match cgroups() {
+        Ok(Cgroups::V2 { base_dir, .. }) => base_dir.clone(),
+        _ => own_dir(controller),
+    }
+}
+
+/// The cgroup path of `parent_dir` (what the tests' groups' paths start with).
+pub fn parent_path(controller: &str) -> String {
+    match cgroups() {
+        Ok(Cgroups::V2 { base, .. }) => base.clone(),
+        _ => own_cgroups()[controller].clone(),
+    }
+}
+
+/// `parent_path` of every controller (the tests' name: v1's).
+pub fn parent_paths() -> BTreeMap<String, String> {
+    CONTROLLERS
+        .iter()
+        .map(|c| (c.to_string(), parent_path(c)))
+        .collect()
+}
+
+/// How many hierarchies the controllers are on (one per v1 controller here, one on v2).
+pub fn hierarchy_count() -> usize {
+    hierarchies()
+        .values()
+        .map(|h| h.mount_point.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+}
+
+/// The per-device read bytes/s limits in force on a group (`MAJ:MIN` → bytes/s), read from the
+/// kernel by this host's file: v1 `blkio.throttle.read_bps_device` (`MAJ:MIN N`), v2 `io.max`
+/// (`MAJ:MIN rbps=N wbps=...`; `max` is no limit and left out).
+pub fn read_bps_limits(group: &Path) -> BTreeMap<String, u64> {
+    let v2 = cgroup_version() == Version::V2;
+    let file = if v2 {
+        dbcage::cgroup::v2::IO_MAX
+    } else {
+        dbcage::cgroup::v1::READ_BPS
+    };
+    std::fs::read_to_string(group.join(file))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (dev, rest) = l.split_once(' ')?;
+            let value = if v2 {
+                rest.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix("rbps="))?
+            } else {
+                rest.trim()
+            };
+            Some((dev.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Bytes read per device so far by a group and its children: v1
+/// `blkio.throttle.io_service_bytes_recursive` (`MAJ:MIN Read N`), v2 `io.stat` (`rbytes=N`).
+pub fn read_bytes(group: &Path) -> BTreeMap<String, u64> {
+    let v2 = cgroup_version() == Version::V2;
+    let file = if v2 {
+        "io.stat"
+    } else {
+        "blkio.throttle.io_service_bytes_recursive"
+    };
+    std::fs::read_to_string(group.join(file))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let bytes = if v2 {
+                f.iter().find_map(|kv| kv.strip_prefix("rbytes="))?
+            } else if f.len() == 3 && f[1] == "Read" {
+                f[2]
+            } else {
+                return None;
+            };
+            Some((f[0].to_string(), bytes.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Where cleanup puts processes left in a test's groups: on v2 the runner leaf (a parent with
+/// controllers enabled takes no processes).
+fn refuge_dir(controller: &str) -> PathBuf {
+    match cgroups() {
+        Ok(Cgroups::V2 { base_dir, .. }) => base_dir.join(RUNNER),
+        _ => own_dir(controller),
+    }
+}
+
+/// A limit as the kernel holds it, in the file the driver of this host's cgroup version uses
+/// (the crate's own file names, so that the tests and the product cannot drift apart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Knob {
+    /// v1 cpu.cfs_quota_us (period 100 ms), v2 cpu.max.
+    CpuQuota,
+    /// v1 cpu.shares, v2 cpu.weight.
+    CpuWeight,
+    /// cpuset.cpus on both.
+    Cpus,
+    /// v1 memory.limit_in_bytes, v2 memory.max.
+    MemMax,
+    /// v1 memory.soft_limit_in_bytes, v2 memory.high.
+    MemHigh,
+}
+
+impl Knob {
+    /// The controller (v1 name) whose hierarchy holds it.
+    pub fn controller(self) -> &'static str {
+        match self {
+            Knob::CpuQuota | Knob::CpuWeight => "cpu",
+            Knob::Cpus => "cpuset",
+            Knob::MemMax | Knob::MemHigh => "memory",
+        }
+    }
+
+    /// Its file name on this host.
+    pub fn file(self) -> &'static str {
+        use dbcage::cgroup::{v1, v2};
+        let v2 = cgroup_version() == Version::V2;
+        match self {
+            Knob::CpuQuota if v2 => v2::CPU_MAX,
+            Knob::CpuQuota => v1::CFS_QUOTA,
+            Knob::CpuWeight if v2 => v2::CPU_WEIGHT,
+            Knob::CpuWeight => v1::SHARES,
+            Knob::Cpus => v2::CPUS,
+            Knob::MemMax if v2 => v2::MEM_MAX,
+            Knob::MemMax => v1::MEM_LIMIT,
+            Knob::MemHigh if v2 => v2::MEM_HIGH,
+            Knob::MemHigh => v1::MEM_SOFT,
+        }
+    }
+}
+
+/// What the kernel file of `Knob::CpuQuota` holds for a quota of `cores`.
+pub fn cpu_quota_text(cores: f64) -> String {
+    match cgroup_version() {
+        Version::V2 => dbcage::cgroup::v2::cpu_max(Some(cores)),
+        Version::V1 => ((cores * 100_000.0).round() as i64).to_string(),
+    }
+}
+
+/// What the kernel file of `Knob::CpuWeight` holds for a weight (100 is the default).
+pub fn cpu_weight_text(weight: u32) -> String {
+    match cgroup_version() {
+        Version::V2 => weight.to_string(),
+        Version::V1 => dbcage::cgroup::v1::weight_to_shares(weight).to_string(),
+    }
 }
 
 pub fn procs_in(dir: &Path) -> Vec<u32> {
@@ -306,8 +617,14 @@ impl Tenancy {
 
     /// The full text written for `body`, `[agent]` table first.
     pub fn policy_text(&self, body: &str) -> String {
+        // On v2 the parent is the group the test process started in (it runs in a leaf of it),
+        // and the groups are dbcage's own even where systemd manages the host.
+        let parent = match cgroups() {
+            Ok(Cgroups::V2 { base, .. }) => format!("{base:?}\nmanager = \"cgroupfs\""),
+            _ => "\"self\"".into(),
+        };
         format!(
-            "[agent]\nparent = \"self\"\nroot = \"{}\"\n\n{body}",
+            "[agent]\nparent = {parent}\nroot = \"{}\"\n\n{body}",
             self.root
         )
     }
@@ -351,7 +668,21 @@ impl Tenancy {
     }
 
     pub fn root_dir(&self, controller: &str) -> PathBuf {
-        own_dir(controller).join(&self.root)
+        parent_dir(controller).join(&self.root)
+    }
+
+    /// `knob`'s file in `tenant`'s group (where the drivers write it).
+    pub fn knob_path(&self, tenant: &str, knob: Knob) -> PathBuf {
+        self.tenant_dir(knob.controller(), tenant).join(knob.file())
+    }
+
+    /// The raw text of `knob`'s file in `tenant`'s group.
+    pub fn knob(&self, tenant: &str, knob: Knob) -> String {
+        let f = self.knob_path(tenant, knob);
+        std::fs::read_to_string(&f)
+            .unwrap_or_else(|e| panic!("{}: {e}", f.display()))
+            .trim()
+            .to_string()
     }
 
     pub fn tenant_dir(&self, controller: &str, tenant: &str) -> PathBuf {
@@ -390,8 +721,7 @@ impl Drop for Tenancy {
             );
         }
         for c in CONTROLLERS {
-            let own = own_dir(c);
-            remove_cgroup_tree(&own.join(&self.root), &own);
+            remove_cgroup_tree(&self.root_dir(c), &refuge_dir(c));
         }
     }
 }
@@ -695,10 +1025,19 @@ impl<'a> Daemon<'a> {
     /// Runs it under `wrapper` (a program and its arguments, e.g. `setpriv ... --`) and waits
     /// until it says it runs (after its first apply).
     pub fn start_wrapped(t: &'a Tenancy, wrapper: &[&str], args: &[&str]) -> Daemon<'a> {
+        Daemon::start_within(t, wrapper, args, Duration::from_secs(15))
+    }
+
+    /// Like `start_wrapped`, waiting up to `timeout` for it to run (a first apply that has
+    /// hundreds of processes to move).
+    pub fn start_within(
+        t: &'a Tenancy,
+        wrapper: &[&str],
+        args: &[&str],
+        timeout: Duration,
+    ) -> Daemon<'a> {
         let mut d = Daemon::spawn(t, wrapper, args);
-        let ready = wait_until(Duration::from_secs(15), || {
-            d.log().contains("dbcage running") || !d.alive()
-        });
+        let ready = wait_until(timeout, || d.log().contains("dbcage running") || !d.alive());
         assert!(
             ready && d.alive(),
             "dbcage run did not start (exit {:?}); its log:\n{}",

@@ -64,17 +64,17 @@ fn set_applies_within_100ms_persists_resets_and_reload_reports_errors() {
     let md = std::fs::metadata(&sock).expect("the socket exists");
     assert_eq!(md.uid(), 0);
     assert_eq!(md.permissions().mode() & 0o777, 0o600, "socket mode");
-    let quota = t.tenant_dir("cpu", "ctl").join("cpu.cfs_quota_us");
-    assert_eq!(read_trim(&quota), "100000");
+    let quota = t.knob_path("ctl", Knob::CpuQuota);
+    assert_eq!(read_trim(&quota), cpu_quota_text(1.0));
 
     // Latency: request written → the new value readable in the control file, polled from here.
     let mut lat = Vec::new();
     let mut daemon_us = Vec::new();
     for i in 0..20 {
         let (cores, want) = if i % 2 == 0 {
-            ("0.5", "50000")
+            ("0.5", cpu_quota_text(0.5))
         } else {
-            ("0.25", "25000")
+            ("0.25", cpu_quota_text(0.25))
         };
         let line = format!(
             "{{\"v\":1,\"op\":\"set\",\"tenant\":\"ctl\",\"values\":{{\"cpu.cores\":\"{cores}\"}}}}\n"
@@ -100,7 +100,8 @@ fn set_applies_within_100ms_persists_resets_and_reload_reports_errors() {
     lat.sort_by(f64::total_cmp);
     daemon_us.sort_by(f64::total_cmp);
     println!(
-        "set cpu.cores → cpu.cfs_quota_us, 20 requests over the socket: p50 {:.2} ms, p90 {:.2} ms, max {:.2} ms (daemon's own request→applied: p50 {:.2} ms, max {:.2} ms)",
+        "set cpu.cores → {}, 20 requests over the socket: p50 {:.2} ms, p90 {:.2} ms, max {:.2} ms (daemon's own request→applied: p50 {:.2} ms, max {:.2} ms)",
+        Knob::CpuQuota.file(),
         pct(&lat, 0.5),
         pct(&lat, 0.9),
         pct(&lat, 1.0),
@@ -121,7 +122,11 @@ fn set_applies_within_100ms_persists_resets_and_reload_reports_errors() {
         ms(t0.elapsed()),
         out.trim()
     );
-    assert_eq!(read_trim(&quota), "75000", "applied before set returned");
+    assert_eq!(
+        read_trim(&quota),
+        cpu_quota_text(0.75),
+        "applied before set returned"
+    );
     let status = t.json(&["status", "--json", "--interval", "0"]);
     let overrides = status["overrides"].as_array().expect("overrides in status");
     let cores = overrides
@@ -160,7 +165,7 @@ fn set_applies_within_100ms_persists_resets_and_reload_reports_errors() {
         err.contains("\n  dbcage set ctl: tenant `ctl`: cpu.weight"),
         "{err}"
     );
-    assert_eq!(read_trim(&quota), "75000");
+    assert_eq!(read_trim(&quota), cpu_quota_text(0.75));
 
     // Hostile lines: oversized, malformed, other versions, many connections that say nothing.
     let big = format!(
@@ -200,7 +205,7 @@ fn set_applies_within_100ms_persists_resets_and_reload_reports_errors() {
     drop(idle);
     std::thread::sleep(Duration::from_millis(100));
     t.ok(&["set", "ctl", "cpu.cores=0.8"]);
-    assert_eq!(read_trim(&quota), "80000");
+    assert_eq!(read_trim(&quota), cpu_quota_text(0.8));
     assert!(d.alive(), "{}", d.log());
 
     // --persist: a root-owned 0600 drop-in, atomic; it survives a reload, runtime values do not.
@@ -212,37 +217,45 @@ fn set_applies_within_100ms_persists_resets_and_reload_reports_errors() {
     );
     let md = std::fs::metadata(&dropin).expect("the drop-in");
     assert_eq!((md.uid(), md.permissions().mode() & 0o777), (0, 0o600));
-    let shares = t.tenant_dir("cpu", "ctl").join("cpu.shares");
-    assert_eq!(read_trim(&shares), (300 * 1024 / 100).to_string());
+    let shares = t.knob_path("ctl", Knob::CpuWeight);
+    assert_eq!(read_trim(&shares), cpu_weight_text(300));
     let out = t.ok(&["reload"]);
     assert!(out.contains("; 2 runtime overrides dropped"), "{out}");
     assert!(out.contains("(1 tenant)"), "{out}");
     assert_eq!(
         read_trim(&quota),
-        "100000",
+        cpu_quota_text(1.0),
         "runtime values end with reload"
     );
-    assert_eq!(read_trim(&shares), "3072", "persisted values stay");
+    assert_eq!(
+        read_trim(&shares),
+        cpu_weight_text(300),
+        "persisted values stay"
+    );
 
     // ... and a daemon restart: the new daemon applies the drop-in (the kernel value is set
     // back to 1024 by hand first, so only the drop-in can bring 3072 back), and a runtime
     // override does not survive.
     t.ok(&["set", "ctl", "cpu.cores=0.7"]);
-    assert_eq!(read_trim(&quota), "70000");
+    assert_eq!(read_trim(&quota), cpu_quota_text(0.7));
     let (status, _) = d.stop(Duration::from_secs(5));
     assert!(status.is_some_and(|s| s.success()), "{}", d.log());
-    std::fs::write(&shares, "1024").unwrap();
+    std::fs::write(&shares, cpu_weight_text(100)).unwrap();
     d = Daemon::start(&t, &[]);
-    let restored = wait_until(Duration::from_secs(5), || read_trim(&shares) == "3072");
+    let restored = wait_until(Duration::from_secs(5), || {
+        read_trim(&shares) == cpu_weight_text(300)
+    });
     assert!(
         restored,
-        "after a daemon restart cpu.shares is {} (the persisted cpu.weight=300 is 3072); daemon log:\n{}",
+        "after a daemon restart {} is {} (the persisted cpu.weight=300 is {}); daemon log:\n{}",
+        Knob::CpuWeight.file(),
         read_trim(&shares),
+        cpu_weight_text(300),
         d.log()
     );
     assert_eq!(
         read_trim(&quota),
-        "100000",
+        cpu_quota_text(1.0),
         "the runtime cpu.cores=0.7 must not survive a daemon restart"
     );
 
@@ -259,8 +272,8 @@ fn set_applies_within_100ms_persists_resets_and_reload_reports_errors() {
         "reload of a broken policy: {}",
         err.lines().take(2).collect::<Vec<_>>().join(" / ")
     );
-    assert_eq!(read_trim(&quota), "100000");
-    assert_eq!(read_trim(&shares), "3072");
+    assert_eq!(read_trim(&quota), cpu_quota_text(1.0));
+    assert_eq!(read_trim(&shares), cpu_weight_text(300));
     t.set_policy(&body);
 
     // --reset of one key: that runtime value goes, the other stays, in the kernel too.
@@ -275,8 +288,16 @@ fn set_applies_within_100ms_persists_resets_and_reload_reports_errors() {
         "{out}"
     );
     assert!(!out.contains("the persisted"), "{out}");
-    assert_eq!(read_trim(&quota), "100000", "the file's cores = 1 again");
-    assert_eq!(read_trim(&shares), "2048", "the runtime weight stays");
+    assert_eq!(
+        read_trim(&quota),
+        cpu_quota_text(1.0),
+        "the file's cores = 1 again"
+    );
+    assert_eq!(
+        read_trim(&shares),
+        cpu_weight_text(200),
+        "the runtime weight stays"
+    );
     let o = t.run(&["set", "ctl", "--reset", "cpu.cores=1"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
@@ -286,7 +307,7 @@ fn set_applies_within_100ms_persists_resets_and_reload_reports_errors() {
     let out = t.ok(&["set", "ctl", "--reset", "--persist"]);
     assert!(out.contains("removed"), "{out}");
     assert!(!dropin.exists());
-    assert_eq!(read_trim(&shares), "1024");
+    assert_eq!(read_trim(&shares), cpu_weight_text(100));
 
     // Without a daemon: a clear message, or --direct.
     let (status, _) = d.stop(Duration::from_secs(5));
@@ -300,7 +321,7 @@ fn set_applies_within_100ms_persists_resets_and_reload_reports_errors() {
         "{err}"
     );
     t.ok(&["set", "ctl", "cpu.cores=0.5", "--direct"]);
-    assert_eq!(read_trim(&quota), "50000");
+    assert_eq!(read_trim(&quota), cpu_quota_text(0.5));
 }
 
 fn ms(d: Duration) -> f64 {
@@ -464,7 +485,7 @@ fn control_socket_refuses_other_users_and_accepts_the_control_group() {
     assert_eq!(md.permissions().mode() & 0o777, 0o660);
     let gid: u32 = accounts.id("-g").parse().unwrap();
     let uid: u32 = accounts.id("-u").parse().unwrap();
-    let quota = t.tenant_dir("cpu", "perm").join("cpu.cfs_quota_us");
+    let quota = t.knob_path("perm", Knob::CpuQuota);
     let as_user = |init_groups: bool| {
         let mut c = Command::new("setpriv");
         c.arg(format!("--reuid={uid}"))
@@ -505,7 +526,7 @@ fn control_socket_refuses_other_users_and_accepts_the_control_group() {
         "{err}"
     );
     println!("unprivileged user, socket opened up: {}", err.trim());
-    assert_eq!(read_trim(&quota), "100000", "nothing changed");
+    assert_eq!(read_trim(&quota), cpu_quota_text(1.0), "nothing changed");
     assert!(d.log().contains("refused a client"), "{}", d.log());
     // A member of the group (supplementary): accepted.
     let o = Command::new("gpasswd")
@@ -519,7 +540,7 @@ fn control_socket_refuses_other_users_and_accepts_the_control_group() {
         "a control-group member was refused: {}",
         String::from_utf8_lossy(&o.stderr)
     );
-    assert_eq!(read_trim(&quota), "50000");
+    assert_eq!(read_trim(&quota), cpu_quota_text(0.5));
     drop(d);
 }
 
@@ -671,10 +692,10 @@ fn schedule_window_opens_and_closes_on_the_real_clock() {
     );
     let t = Tenancy::new("sched", &body);
     let d = Daemon::start(&t, &[]);
-    let quota = t.tenant_dir("cpu", "sched").join("cpu.cfs_quota_us");
+    let quota = t.knob_path("sched", Knob::CpuQuota);
     assert_eq!(
         read_trim(&quota),
-        "50000",
+        cpu_quota_text(0.5),
         "the open window is applied at start"
     );
     let status = t.json(&["status", "--json", "--interval", "0"]);
@@ -693,7 +714,7 @@ fn schedule_window_opens_and_closes_on_the_real_clock() {
         .to_std()
         .unwrap_or_default();
     let closed = wait_until(wait + Duration::from_secs(3), || {
-        read_trim(&quota) == "100000"
+        read_trim(&quota) == cpu_quota_text(1.0)
     });
     let late = chrono::Local::now() - boundary;
     assert!(closed, "the window did not close; log:\n{}", d.log());

@@ -63,10 +63,7 @@ fn cpu_quota() {
     });
     println!("cpus = \"1\": Cpus_allowed_list = {last:?}");
     assert!(pinned, "Cpus_allowed_list is {last:?}, expected 1");
-    let cpuset =
-        std::fs::read_to_string(t.leaf_dir("cpuset", "cpu", "limited").join("cpuset.cpus"))
-            .unwrap();
-    assert_eq!(cpuset.trim(), "1");
+    assert_eq!(t.knob("cpu", Knob::Cpus), "1");
 }
 
 #[test]
@@ -105,23 +102,18 @@ fn memory_max_kills_inside_tenant_only() {
     let mut fine = load(&name_b, &mb, "100");
     t.ok(&["apply"]);
 
-    // Both groups are nested under the test's own memory cgroup (parent = "self").
-    let own = own_cgroups()["memory"].clone();
+    // Both groups are nested under the test's own memory cgroup (parent = "self"; on v2 the
+    // group the test process started in).
+    let own = parent_path("memory");
     let hog_path = proc_cgroups(hog.pid)["memory"].clone();
     println!("own memory cgroup {own}; tenant a's process in {hog_path}");
     assert!(
         hog_path.starts_with(&format!("{}/", own.trim_end_matches('/'))) && hog_path.ends_with(&ma),
         "{hog_path} is not {ma} under {own}"
     );
-    let limit =
-        std::fs::read_to_string(t.tenant_dir("memory", "a").join("memory.limit_in_bytes")).unwrap();
-    assert_eq!(limit.trim(), (64u64 << 20).to_string());
-    let failcnt_before =
-        std::fs::read_to_string(t.tenant_dir("memory", "a").join("memory.failcnt"))
-            .unwrap()
-            .trim()
-            .parse::<u64>()
-            .unwrap();
+    assert_eq!(t.knob("a", Knob::MemMax), (64u64 << 20).to_string());
+    // v1 memory.failcnt, v2 memory.events' max: what status reports as limit hits.
+    let failcnt_before = t.layout().tenant_memory("a").0.limit_hits.unwrap_or(0);
 
     let (status, out) = hog.finish(Duration::from_secs(60));
     println!(
@@ -240,13 +232,12 @@ fn cpu_weight_shares_one_cpu_by_weight() {
     let spin = |name: &str| Child::named(name, "/bin/sh", &["-c", "while :; do :; done"]);
     let (mut a, mut b) = (spin(&lo), spin(&hi));
     t.ok(&["apply"]);
-    for (tenant, shares) in [("lo", "1024"), ("hi", "3072")] {
-        let f = t.tenant_dir("cpu", tenant).join("cpu.shares");
+    for (tenant, weight) in [("lo", 100), ("hi", 300)] {
         assert_eq!(
-            std::fs::read_to_string(&f).unwrap().trim(),
-            shares,
-            "{}",
-            f.display()
+            t.knob(tenant, Knob::CpuWeight),
+            cpu_weight_text(weight),
+            "{tenant}: {}",
+            Knob::CpuWeight.file()
         );
     }
     for p in [a.pid, b.pid] {
@@ -262,29 +253,40 @@ fn cpu_weight_shares_one_cpu_by_weight() {
     }
     std::thread::sleep(Duration::from_millis(500));
     let hz = clock_ticks() as f64;
-    let (t0, a0, b0) = (Instant::now(), cpu_ticks(a.pid), cpu_ticks(b.pid));
-    std::thread::sleep(Duration::from_secs(4));
-    let secs = t0.elapsed().as_secs_f64();
-    let (ua, ub) = (
-        (cpu_ticks(a.pid) - a0) as f64 / hz / secs,
-        (cpu_ticks(b.pid) - b0) as f64 / hz / secs,
-    );
-    assert!(a.alive() && b.alive());
-    let ratio = ub / ua.max(1e-9);
-    println!(
-        "weights 100 : 300 on one cpu: lo {ua:.3} cores, hi {ub:.3} cores, ratio {ratio:.2} (want 3)"
-    );
-    assert!(
-        (2.4..=3.75).contains(&ratio),
-        "weight 300 vs 100 on one cpu: used {ub:.3} vs {ua:.3} cores, ratio {ratio:.2} (want 3 within -20%/+25%)"
+    // A shared host (or an emulated guest whose vcpu the host starves) can skew one 4 s
+    // window: measured again once before the test fails.
+    let mut tries = Vec::new();
+    for _ in 0..2 {
+        let (t0, a0, b0) = (Instant::now(), cpu_ticks(a.pid), cpu_ticks(b.pid));
+        std::thread::sleep(Duration::from_secs(4));
+        let secs = t0.elapsed().as_secs_f64();
+        let (ua, ub) = (
+            (cpu_ticks(a.pid) - a0) as f64 / hz / secs,
+            (cpu_ticks(b.pid) - b0) as f64 / hz / secs,
+        );
+        assert!(a.alive() && b.alive());
+        let ratio = ub / ua.max(1e-9);
+        println!(
+            "weights 100 : 300 on one cpu: lo {ua:.3} cores, hi {ub:.3} cores, ratio {ratio:.2} (want 3)"
+        );
+        tries.push(format!("{ub:.3} vs {ua:.3} cores, ratio {ratio:.2}"));
+        if (2.4..=3.75).contains(&ratio) {
+            return;
+        }
+    }
+    panic!(
+        "weight 300 vs 100 on one cpu: used {} (want 3 within -20%/+25%, twice)",
+        tries.join("; then ")
     );
 }
 
-/// memory.high, memory.low and memory.swap_max on cgroup v1, read back and exercised: high is
-/// the soft limit (memory.soft_limit_in_bytes; v1 reclaims down to it only under host-wide
-/// pressure, so a process past it keeps running and keeps its pages), swap_max becomes
-/// memory.memsw.limit_in_bytes = max + swap, and low, which v1 lacks, is refused with a
-/// warning rather than silently dropped.
+/// memory.high, memory.low and memory.swap_max, read back from the kernel and (v1) exercised.
+/// On v1 high is the soft limit (memory.soft_limit_in_bytes; v1 reclaims down to it only under
+/// host-wide pressure, so a process past it keeps running and keeps its pages), swap_max becomes
+/// memory.memsw.limit_in_bytes = max + swap, and low, which v1 lacks, is refused with a warning
+/// rather than silently dropped. On v2 each has its own file (memory.high, memory.low,
+/// memory.swap.max), read here by its v2 name; a process past memory.high is throttled there
+/// (without swap, for as long as it stays above), so the v1 exercise does not apply.
 #[test]
 fn memory_high_low_swap_max_read_back_and_past_high_not_killed() {
     if skip() {
@@ -300,6 +302,11 @@ fn memory_high_low_swap_max_read_back_and_past_high_not_killed() {
         ),
     );
     let marker = t.marker("a", "limited");
+    let mib = if cgroup_version() == Version::V1 {
+        "160"
+    } else {
+        "8"
+    };
     let mut p = Child::ioload(
         &name,
         &[
@@ -310,7 +317,7 @@ fn memory_high_low_swap_max_read_back_and_past_high_not_killed() {
             "--delay",
             "0.5",
             "--mib",
-            "160",
+            mib,
             "mem",
         ],
     );
@@ -321,9 +328,15 @@ fn memory_high_low_swap_max_read_back_and_past_high_not_killed() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "apply: {text}");
-    assert!(
-        text.contains("memory.low has no cgroup v1 equivalent"),
-        "no warning that memory.low is not applied on v1: {text}"
+    assert_eq!(
+        t.knob("a", Knob::MemMax),
+        (256u64 << 20).to_string(),
+        "memory.max"
+    );
+    assert_eq!(
+        t.knob("a", Knob::MemHigh),
+        (64u64 << 20).to_string(),
+        "memory.high"
     );
     let dir = t.tenant_dir("memory", "a");
     let read = |f: &str| -> u64 {
@@ -333,8 +346,26 @@ fn memory_high_low_swap_max_read_back_and_past_high_not_killed() {
             .parse()
             .unwrap()
     };
-    assert_eq!(read("memory.limit_in_bytes"), 256 << 20, "memory.max");
-    assert_eq!(read("memory.soft_limit_in_bytes"), 64 << 20, "memory.high");
+    if cgroup_version() == Version::V2 {
+        assert!(
+            !text.contains("no cgroup v1 equivalent"),
+            "a v1 warning on v2: {text}"
+        );
+        assert_eq!(read("memory.low"), 32 << 20, "memory.low");
+        if dir.join("memory.swap.max").exists() {
+            assert_eq!(read("memory.swap.max"), 16 << 20, "memory.swap.max");
+        }
+        let (status, out) = p.finish(Duration::from_secs(120));
+        assert!(
+            status.success(),
+            "an 8 MiB process under memory.high: {status} {out}"
+        );
+        return;
+    }
+    assert!(
+        text.contains("memory.low has no cgroup v1 equivalent"),
+        "no warning that memory.low is not applied on v1: {text}"
+    );
     if dir.join("memory.memsw.limit_in_bytes").exists() {
         assert_eq!(
             read("memory.memsw.limit_in_bytes"),

@@ -616,8 +616,8 @@ fn daemon_reload() {
     let t = Tenancy::new("dreload", &body1);
     // Rescans every 250 ms: they re-read the host, never the policy (that is SIGHUP's job).
     let mut d = Daemon::start(&t, &["--rescan-interval", "250ms"]);
-    let quota = t.tenant_dir("cpu", "db").join("cpu.cfs_quota_us");
-    assert_eq!(read_trim(&quota), "100000");
+    let quota = t.knob_path("db", Knob::CpuQuota);
+    assert_eq!(read_trim(&quota), cpu_quota_text(1.0));
     let p1 = sleeper(&main, "30");
     assert_placed_within(
         &t,
@@ -634,17 +634,14 @@ fn daemon_reload() {
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(
         read_trim(&quota),
-        "100000",
+        cpu_quota_text(1.0),
         "the policy file was applied without SIGHUP; log:\n{}",
         d.log()
     );
     let t0 = Instant::now();
     d.signal(Signal::SIGHUP);
     let applied = wait_until(Duration::from_secs(1), || {
-        read_trim(&quota) == "50000"
-            && t.tenant_dir("memory", "db2")
-                .join("memory.limit_in_bytes")
-                .exists()
+        read_trim(&quota) == cpu_quota_text(0.5) && t.knob_path("db2", Knob::MemMax).exists()
     });
     let took = t0.elapsed();
     assert!(
@@ -654,7 +651,7 @@ fn daemon_reload() {
         d.log()
     );
     assert_eq!(
-        read_trim(&t.tenant_dir("memory", "db2").join("memory.limit_in_bytes")),
+        read_trim(&t.knob_path("db2", Knob::MemMax)),
         (512u64 << 20).to_string()
     );
     let p2 = sleeper(&other, "30");
@@ -724,7 +721,7 @@ fn daemon_reload() {
         Instant::now(),
         Duration::from_secs(1),
     );
-    assert_eq!(read_trim(&quota), "50000");
+    assert_eq!(read_trim(&quota), cpu_quota_text(0.5));
     assert!(!t.root_dir("cpu").join("db3").exists());
 
     let (status, _) = d.stop(Duration::from_secs(5));
@@ -782,11 +779,11 @@ fn daemon_sigterm_keeps_limits() {
     assert!(d.log().contains("limits stay in place"), "{}", d.log());
     println!("SIGTERM: exit 0 in {:.0} ms", ms(took));
     assert_eq!(
-        read_trim(&t.tenant_dir("cpu", "db").join("cpu.cfs_quota_us")),
-        "150000"
+        read_trim(&t.knob_path("db", Knob::CpuQuota)),
+        cpu_quota_text(1.5)
     );
     assert_eq!(
-        read_trim(&t.tenant_dir("memory", "db").join("memory.limit_in_bytes")),
+        read_trim(&t.knob_path("db", Knob::MemMax)),
         (768u64 << 20).to_string()
     );
     assert!(placed(&t, p.pid, "db", "limited"));
@@ -852,7 +849,7 @@ fn daemon_restart_after_sigkill_converges() {
     assert!(placed(&t, p1.pid, "db", "limited"));
     let want_leaves: BTreeSet<String> = ["exempt", "limited"].map(String::from).into();
     for c in CONTROLLERS {
-        let roots: Vec<String> = subdirs(&own_dir(c))
+        let roots: Vec<String> = subdirs(&parent_dir(c))
             .into_iter()
             .filter(|n| n.contains(&t.root))
             .collect();
@@ -873,8 +870,8 @@ fn daemon_restart_after_sigkill_converges() {
         );
     }
     assert_eq!(
-        read_trim(&t.tenant_dir("cpu", "db").join("cpu.shares")),
-        "3072"
+        read_trim(&t.knob_path("db", Knob::CpuWeight)),
+        cpu_weight_text(300)
     );
 }
 
@@ -949,7 +946,9 @@ fn daemon_sigkill_mid_apply_converges() {
 
     // The second daemon converges.
     let t0 = Instant::now();
-    let d2 = Daemon::start(&t, &[]);
+    // Its first apply moves the rest of the 400 before it says it runs (about 10 s in the
+    // emulated v2 guest): convergence, not start-up time, is what this test bounds.
+    let d2 = Daemon::start_within(&t, &[], &[], Duration::from_secs(60));
     let all = wait_until(Duration::from_secs(30), || count_placed() == kids.len());
     let converged = t0.elapsed();
     let outside: Vec<(usize, u32, BTreeMap<String, String>)> = kids
@@ -973,7 +972,7 @@ fn daemon_sigkill_mid_apply_converges() {
     let tenants: BTreeSet<String> = (0..TENANTS).map(|i| format!("k{i:02}")).collect();
     let leaves: BTreeSet<String> = ["exempt", "limited"].map(String::from).into();
     for c in CONTROLLERS {
-        let roots: Vec<String> = subdirs(&own_dir(c))
+        let roots: Vec<String> = subdirs(&parent_dir(c))
             .into_iter()
             .filter(|n| n.contains(&t.root))
             .collect();
@@ -1015,11 +1014,12 @@ fn daemon_sigkill_mid_apply_converges() {
                 mem_mib(i) << 20
             ));
         }
-        let shares = read_trim(&t.tenant_dir("cpu", &tn).join("cpu.shares"));
-        if shares != (weight(i) * 1024 / 100).to_string() {
+        let shares = read_trim(&t.knob_path(&tn, Knob::CpuWeight));
+        if shares != cpu_weight_text(weight(i) as u32) {
             wrong.push(format!(
-                "{tn}: cpu.shares {shares}, want {}",
-                weight(i) * 1024 / 100
+                "{tn}: {} {shares}, want {}",
+                Knob::CpuWeight.file(),
+                cpu_weight_text(weight(i) as u32)
             ));
         }
     }
@@ -1212,22 +1212,25 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec / 1e9;
 }
 
-/* Is this process's blkio group path ending in `marker`? */
+/* Is this process's blkio group path (v2: its unified group's path) ending in `marker`? */
 static int in_group(const char *marker) {
     FILE *f = fopen("/proc/self/cgroup", "r");
     char line[4096];
-    int ok = 0;
+    int ok = 0, unified_ok = 0, v1 = 0;
     if (!f) return 0;
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = 0;
-        char *p = strstr(line, ":blkio:");
-        if (p) {
-            size_t n = strlen(line), m = strlen(marker);
-            ok = n >= m && strcmp(line + n - m, marker) == 0;
+        size_t n = strlen(line), m = strlen(marker);
+        int ends = n >= m && strcmp(line + n - m, marker) == 0;
+        if (strstr(line, ":blkio:")) {
+            v1 = 1;
+            ok = ends;
+        } else if (strncmp(line, "0::", 3) == 0) {
+            unified_ok = ends;
         }
     }
     fclose(f);
-    return ok;
+    return v1 ? ok : unified_ok;
 }
 
 /* argv: NAME TITLE DELAY_MS PARENT_MARKER CHILD_MARKER OUT */
@@ -1735,9 +1738,18 @@ fn release_is_refused_while_the_daemon_runs() {
     assert_eq!(o.status.code(), Some(2));
     let (status, _) = d.stop(Duration::from_secs(5));
     assert!(status.is_some());
+    // Once the daemon is gone release goes ahead. On v2 a delegated parent takes no process
+    // back (lifecycle::release_moves_back_and_removes checks what it says), so the process
+    // exits first there and release only removes the groups.
+    let mut p = p;
+    if cgroup_version() == Version::V2 {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(p.pid as i32), Signal::SIGKILL).unwrap();
+        let _ = p.finish(Duration::from_secs(5));
+    }
     let out = t.ok(&["release", "db"]);
     assert!(out.contains("released db"), "{out}");
     assert!(!placed(&t, p.pid, "db", "limited"));
+    assert!(!t.tenant_dir("cpu", "db").exists(), "{out}");
 }
 
 /// A broken policy on disk while the daemon runs on the old one (issue 21): `status` and

@@ -40,12 +40,18 @@ import time
 
 
 def cgroup_path(controller):
+    """The process's group in the controller's v1 hierarchy, else its unified (v2) group."""
+    unified = None
     with open("/proc/self/cgroup") as f:
         for line in f:
             parts = line.rstrip("\n").split(":", 2)
-            if len(parts) == 3 and controller in parts[1].split(","):
+            if len(parts) != 3:
+                continue
+            if controller in parts[1].split(","):
                 return parts[2]
-    return None
+            if parts[0] == "0" and parts[1] == "":
+                unified = parts[2]
+    return unified
 
 
 def wait_for_group(controllers, marker, timeout):

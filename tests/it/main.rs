@@ -2,7 +2,10 @@
 //! own cgroups, places processes the tests start, and the tests measure what the kernel then
 //! does (IO throughput, IOPS, cpu time, OOM kills).
 //!
-//! They need root and cgroup v1 controllers, and the tools scripts/test.sh installs. A test
+//! They need root, and the tools scripts/test.sh installs. They run on the host's own cgroup
+//! version: the v1 controllers where they are mounted, else cgroup v2, where the test process
+//! must start alone in a cgroup of its own, which it makes the tests' delegated parent
+//! (`common::cgroups`; tests/sdguest/it.sh runs them so in a Debian 12 systemd guest). A test
 //! that cannot run here fails and names what it could not run, unless tests/it/skips.rs
 //! declares that skip (with a reason a user would accept); each skip is also recorded in
 //! `target/tmp/it-skips.tsv`, which scripts/test.sh lists after the run. Run them with `cargo test --test it -- --test-threads=2 --nocapture` to see the
