@@ -380,7 +380,7 @@ do_boot() {
 	[ -s "$WORK/disk.img" ] || die "no $WORK/disk.img (run: $0 image)"
 	local kernel initrd append snap=on
 	[ "$PERSIST" = 1 ] && snap=off
-	append="console=ttyS0 root=/dev/vda rw systemd.unified_cgroup_hierarchy=$UNIFIED"
+	append="console=ttyS0 no_timer_check root=/dev/vda rw systemd.unified_cgroup_hierarchy=$UNIFIED"
 	if [ "$FAST" = 1 ]; then
 		do_kernel
 		kernel=$WORK/vmlinux initrd=$WORK/initrd.img

@@ -397,7 +397,7 @@ QEMU=(qemu-system-x86_64 -nographic -no-reboot -nic none
       "${NUMA[@]}"
       ${DBCAGE_VM_QEMU_OPTS:-}
       -kernel "$KIMAGE" -initrd "$INITRD"
-      -append "console=ttyS0 panic=-1 quiet ${DBCAGE_VM_APPEND:-}"
+      -append "console=ttyS0 panic=-1 quiet no_timer_check ${DBCAGE_VM_APPEND:-}"
       "${DRIVES[@]}")
 
 LOG=$WORK/console.log
