@@ -21,7 +21,7 @@ use serde::Serialize;
 use crate::cgroup::driver::SpecInput;
 use crate::cgroup::model::{FileSpec, TenantSettings};
 use crate::cgroup::{Controller, GroupRef, Layout, Snapshot};
-use crate::classify::{classify, Leaf, Placement};
+use crate::classify::{Leaf, Placement};
 use crate::inventory::Inventory;
 use crate::kernel::{CpuSet, DevNum};
 use crate::policy::{IoLimits, Policy, PolicyErrors, Problem, Sourced, Tenant};
@@ -485,7 +485,7 @@ pub fn build_with(
     {
         plan.warnings.push("every tenant is pinned to NUMA nodes while the kernel's automatic NUMA balancing is on (/proc/sys/kernel/numa_balancing): it keeps sampling and moving pages the pins already place; turn it off with `sysctl kernel.numa_balancing=0` (the kernel's guidance for pinned workloads)".into());
     }
-    let placements = classify(&policy.tenants, &inv.procs);
+    let placements = policy.matcher.classify(&inv.procs);
     let drivers = layout.setup.drivers();
     for d in &drivers {
         plan.warnings.extend(d.parent_warnings(layout, snap));

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::cgroup::stats;
 use crate::cgroup::{self, Controller, Layout};
-use crate::classify::{classify, Leaf};
+use crate::classify::Leaf;
 use crate::hostfs::HostFs;
 use crate::inventory::ProcInfo;
 use crate::kernel::DevNum;
@@ -202,7 +202,7 @@ pub fn collect(
         .map(|p| (p.pid, p))
         .collect();
     let placed: std::collections::HashMap<u32, crate::classify::Placement> = procs
-        .map(|p| classify(&policy.tenants, p))
+        .map(|p| policy.matcher.classify(p))
         .unwrap_or_default()
         .into_iter()
         .map(|x| (x.pid, x))

@@ -7,6 +7,9 @@
 //! lives in the `exempt` leaf, under the tenant's cpu and memory limits but free of its IO limits.
 
 pub mod connector;
+mod matcher;
+
+pub use matcher::{Hits, Matcher};
 
 use std::collections::HashMap;
 
@@ -56,18 +59,6 @@ impl Rule {
     }
 }
 
-/// The direct claim of one tenant on a process: (leaf, rule).
-/// `within_tenant` exempt rules claim nothing by themselves (see `leaf_within`).
-fn direct_claim<'a>(t: &'a Tenant, p: &ProcInfo) -> Option<(Leaf, &'a Rule)> {
-    if let Some(r) = t.exempt.iter().find(|r| !r.within_tenant && r.matches(p)) {
-        return Some((Leaf::Exempt, r));
-    }
-    t.rules
-        .iter()
-        .find(|r| r.matches(p))
-        .map(|r| (Leaf::Limited, r))
-}
-
 /// The process fields the tenants' rules look at (see `procs::Fields`).
 pub fn fields_needed(tenants: &[Tenant]) -> crate::inventory::procs::Fields {
     crate::inventory::procs::Fields::needed_by(tenants)
@@ -76,101 +67,95 @@ pub fn fields_needed(tenants: &[Tenant]) -> crate::inventory::procs::Fields {
 /// The placement of one process by direct rules only (no descendant claims): the daemon's fast
 /// path when no rule passes a tenant on to descendants. Same precedence as `classify`.
 pub fn classify_direct(tenants: &[Tenant], p: &ProcInfo) -> Option<Placement> {
-    tenants.iter().enumerate().find_map(|(ti, t)| {
-        direct_claim(t, p).map(|(leaf, rule)| Placement {
-            pid: p.pid,
-            tenant: ti,
-            leaf,
-            reason: rule.label.clone(),
-        })
-    })
+    Matcher::new(tenants).classify_direct(p)
 }
 
 /// Claims of every tenant on one process, in tenant order (for overlap warnings).
 pub fn claims(tenants: &[Tenant], p: &ProcInfo) -> Vec<usize> {
-    tenants
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| direct_claim(t, p).is_some())
-        .map(|(i, _)| i)
-        .collect()
+    let m = Matcher::new(tenants);
+    m.claims(&m.hits(p))
 }
 
 /// Classifies every process. Processes no tenant claims are absent from the result.
+/// (Compiles the rules first: callers that classify more than once hold a `Matcher`, as the
+/// policy does.)
 pub fn classify(tenants: &[Tenant], procs: &[ProcInfo]) -> Vec<Placement> {
-    let by_pid: HashMap<u32, &ProcInfo> = procs.iter().map(|p| (p.pid, p)).collect();
-    // Direct claims, and which processes pass their tenant on to descendants.
-    let mut direct: HashMap<u32, (usize, Leaf, String)> = HashMap::new();
-    // (tenant, leaf its descendants get at least, label); an exempt rule passes on `exempt`
-    let mut ancestors_for: HashMap<u32, (usize, Leaf, String)> = HashMap::new();
-    for p in procs {
-        for (ti, t) in tenants.iter().enumerate() {
-            if let Some((leaf, rule)) = direct_claim(t, p) {
-                direct.insert(p.pid, (ti, leaf, rule.label.clone()));
-                let exempt = t.exempt.iter().find(|r| r.descendants && r.matches(p));
-                let limited = t.rules.iter().find(|r| r.descendants && r.matches(p));
-                if let Some((l, r)) = exempt
-                    .map(|r| (Leaf::Exempt, r))
-                    .or(limited.map(|r| (Leaf::Limited, r)))
-                {
-                    ancestors_for.insert(p.pid, (ti, l, r.label.clone()));
-                }
-                break;
-            }
-        }
-    }
-    let mut out = Vec::new();
-    for p in procs {
-        // The nearest-claiming ancestor that passes its tenant on, if any.
-        let mut inherited: Option<(usize, Leaf, String)> = None;
-        let mut cur = p.ppid;
-        let mut hops = 0;
-        while cur > 1 && hops < 4096 {
-            if let Some((ti, l, label)) = ancestors_for.get(&cur) {
-                if inherited.as_ref().is_none_or(|(best, _, _)| ti < best) {
-                    inherited = Some((*ti, *l, format!("descendant of {cur} ({label})")));
-                }
-            }
-            match by_pid.get(&cur) {
-                Some(parent) => cur = parent.ppid,
-                None => break,
-            }
-            hops += 1;
-        }
-        let own = direct.get(&p.pid);
-        let chosen = match (own, inherited) {
-            // an earlier tenant claims it through an ancestor; that tenant's exempt rules apply
-            (Some((ti, _, _)), Some((ai, al, alabel))) if ai < *ti => {
-                Some((ai, al.max(leaf_within(&tenants[ai], p)), alabel))
-            }
-            // within one tenant, exempt wins: also when it comes through an ancestor
-            (Some((ti, Leaf::Limited, _)), Some((ai, Leaf::Exempt, alabel))) if ai == *ti => {
-                Some((ai, Leaf::Exempt, alabel))
-            }
-            (Some((ti, leaf, label)), _) => Some((*ti, *leaf, label.clone())),
-            (None, Some((ai, al, alabel))) => {
-                Some((ai, al.max(leaf_within(&tenants[ai], p)), alabel))
-            }
-            (None, None) => None,
-        };
-        if let Some((tenant, leaf, reason)) = chosen {
-            out.push(Placement {
+    Matcher::new(tenants).classify(procs)
+}
+
+impl Matcher {
+    /// See the free function `classify_direct`.
+    pub fn classify_direct(&self, p: &ProcInfo) -> Option<Placement> {
+        self.direct_claim(&self.hits(p))
+            .map(|(tenant, leaf, label)| Placement {
                 pid: p.pid,
                 tenant,
                 leaf,
-                reason,
-            });
-        }
+                reason: label.to_string(),
+            })
     }
-    out
-}
 
-/// A descendant lands in `exempt` if it matches one of the tenant's exempt rules.
-fn leaf_within(t: &Tenant, p: &ProcInfo) -> Leaf {
-    if t.exempt.iter().any(|r| r.matches(p)) {
-        Leaf::Exempt
-    } else {
-        Leaf::Limited
+    /// See the free function `classify`.
+    pub fn classify(&self, procs: &[ProcInfo]) -> Vec<Placement> {
+        let by_pid: HashMap<u32, &ProcInfo> = procs.iter().map(|p| (p.pid, p)).collect();
+        // Each process's hits, computed once (empty for most processes: no allocation).
+        let hits: Vec<Hits> = procs.iter().map(|p| self.hits(p)).collect();
+        // Direct claims, and which processes pass their tenant on to descendants.
+        let mut direct: HashMap<u32, (usize, Leaf, &str)> = HashMap::new();
+        // (tenant, leaf its descendants get at least, label); an exempt rule passes on `exempt`
+        let mut ancestors_for: HashMap<u32, (usize, Leaf, &str)> = HashMap::new();
+        for (p, h) in procs.iter().zip(&hits) {
+            if let Some((ti, leaf, label)) = self.direct_claim(h) {
+                direct.insert(p.pid, (ti, leaf, label));
+                if let Some((l, label)) = self.passes_on(ti, h) {
+                    ancestors_for.insert(p.pid, (ti, l, label));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (p, h) in procs.iter().zip(&hits) {
+            // The nearest-claiming ancestor that passes its tenant on, if any.
+            let mut inherited: Option<(usize, Leaf, String)> = None;
+            let mut cur = p.ppid;
+            let mut hops = 0;
+            while cur > 1 && hops < 4096 {
+                if let Some((ti, l, label)) = ancestors_for.get(&cur) {
+                    if inherited.as_ref().is_none_or(|(best, _, _)| ti < best) {
+                        inherited = Some((*ti, *l, format!("descendant of {cur} ({label})")));
+                    }
+                }
+                match by_pid.get(&cur) {
+                    Some(parent) => cur = parent.ppid,
+                    None => break,
+                }
+                hops += 1;
+            }
+            let own = direct.get(&p.pid);
+            let chosen = match (own, inherited) {
+                // an earlier tenant claims it through an ancestor; that tenant's exempt rules apply
+                (Some((ti, _, _)), Some((ai, al, alabel))) if ai < *ti => {
+                    Some((ai, al.max(self.leaf_within(ai, h)), alabel))
+                }
+                // within one tenant, exempt wins: also when it comes through an ancestor
+                (Some((ti, Leaf::Limited, _)), Some((ai, Leaf::Exempt, alabel))) if ai == *ti => {
+                    Some((ai, Leaf::Exempt, alabel))
+                }
+                (Some((ti, leaf, label)), _) => Some((*ti, *leaf, label.to_string())),
+                (None, Some((ai, al, alabel))) => {
+                    Some((ai, al.max(self.leaf_within(ai, h)), alabel))
+                }
+                (None, None) => None,
+            };
+            if let Some((tenant, leaf, reason)) = chosen {
+                out.push(Placement {
+                    pid: p.pid,
+                    tenant,
+                    leaf,
+                    reason,
+                });
+            }
+        }
+        out
     }
 }
 

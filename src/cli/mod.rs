@@ -22,7 +22,7 @@ use view::plan::{print_apply, print_plan};
 use view::status::{print_status, StatusText, V1_WRITE_NOTE};
 
 use crate::cgroup::{self, apply};
-use crate::classify::{claims, Leaf};
+use crate::classify::Leaf;
 use crate::engine::{self, Adjustments};
 use crate::hostfs::HostFs;
 use crate::inventory;
@@ -490,7 +490,7 @@ fn check(config: &PolicyPath, out: &mut impl std::io::Write) -> Result<ExitCode>
     // Overlaps seen on live processes: rules of two tenants that both match one process now.
     let mut seen = std::collections::BTreeMap::new();
     for p in &ctx.inventory.procs {
-        let c = claims(&policy.tenants, p);
+        let c = policy.matcher.claims(&policy.matcher.hits(p));
         if c.len() > 1 {
             seen.entry(c.clone())
                 .or_insert_with(Vec::new)

@@ -15,7 +15,6 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result};
 
 use crate::cgroup::{Layout, Setup, Snapshot};
-use crate::classify::classify;
 use crate::hostfs::HostFs;
 use crate::inventory::{self, Inventory};
 use crate::plan::{self, Plan, Shares};
@@ -135,7 +134,7 @@ pub fn layout_for(config: &PolicyPath) -> Result<(Loaded, Layout, HostFs)> {
 /// adjustments.
 pub fn plan(p: &Prepared, adjust: &Adjustments) -> Result<Plan> {
     let policy = adjust.policy(&p.loaded.policy);
-    let placements = classify(&policy.tenants, &p.inventory.procs);
+    let placements = policy.matcher.classify(&p.inventory.procs);
     let pids: Vec<u32> = placements.iter().map(|x| x.pid).collect();
     let mut snap = Snapshot::read(&p.fs, &p.layout, &pids);
     let build = |snap: &Snapshot| {

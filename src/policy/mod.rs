@@ -38,6 +38,8 @@ pub struct Policy {
     pub tenants: Vec<Tenant>,
     /// The files read, main file first, then drop-ins in merge order.
     pub files: Vec<PathBuf>,
+    /// The tenants' rules compiled into one matcher (built once per policy read; clones share it).
+    pub matcher: std::sync::Arc<crate::classify::Matcher>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

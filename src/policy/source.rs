@@ -9,10 +9,14 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer};
 
-/// The policy files read, in merge order, with their text (to turn byte spans into lines).
+/// The policy files read, in merge order, with where their lines start (to turn byte spans into
+/// lines).
 #[derive(Debug, Default, Clone)]
 pub struct SourceMap {
-    files: Vec<(Arc<PathBuf>, Arc<str>)>,
+    /// Each file's path, the byte offsets where its lines start and its length (found once: a
+    /// policy of a thousand tenants has thousands of located values, and counting newlines from
+    /// the top for each took seconds).
+    files: Vec<(Arc<PathBuf>, Vec<usize>, usize)>,
     /// Files whose text dbcage wrote (a `dbcage set` request): their lines mean nothing to a
     /// user, so their origins name only the file (`dbcage set pg15`).
     unlocated: Vec<usize>,
@@ -20,8 +24,10 @@ pub struct SourceMap {
 
 impl SourceMap {
     pub fn add(&mut self, path: &Path, text: &str) -> usize {
+        let mut line_starts = vec![0];
+        line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
         self.files
-            .push((Arc::new(path.to_path_buf()), Arc::from(text)));
+            .push((Arc::new(path.to_path_buf()), line_starts, text.len()));
         self.files.len() - 1
     }
 
@@ -33,15 +39,19 @@ impl SourceMap {
     }
 
     pub fn paths(&self) -> impl Iterator<Item = &Path> {
-        self.files.iter().map(|(p, _)| p.as_path())
+        self.files.iter().map(|(p, _, _)| p.as_path())
     }
 
     pub fn origin(&self, file: usize, span: &Range<usize>) -> Origin {
-        let (path, text) = &self.files[file];
+        let (path, line_starts, len) = &self.files[file];
         let (line, col) = if self.unlocated.contains(&file) {
             (0, 0)
         } else {
-            line_col(text, span.start)
+            // The last line start at or before the offset; as in `line_col`, an offset past
+            // the end is the end.
+            let offset = span.start.min(*len);
+            let line = line_starts.partition_point(|&s| s <= offset);
+            (line, offset - line_starts[line - 1] + 1)
         };
         Origin {
             file: path.clone(),
@@ -141,5 +151,16 @@ mod tests {
         assert_eq!(line_col(text, 0), (1, 1));
         assert_eq!(line_col(text, 6), (2, 1));
         assert_eq!(line_col(text, 11), (2, 6));
+    }
+
+    #[test]
+    fn the_source_map_locates_every_offset_as_line_col_does() {
+        let text = "a = 1\n\nbb = 2\nlast";
+        let mut map = SourceMap::default();
+        let file = map.add(Path::new("p.toml"), text);
+        for offset in 0..text.len() + 3 {
+            let o = map.origin(file, &(offset..offset + 1));
+            assert_eq!((o.line, o.col), line_col(text, offset), "offset {offset}");
+        }
     }
 }

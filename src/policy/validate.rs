@@ -245,6 +245,7 @@ pub(super) fn from_sources_with(
         Ok(Loaded {
             policy: Policy {
                 agent,
+                matcher: std::sync::Arc::new(crate::classify::Matcher::new(&out)),
                 tenants: out,
                 files: map.paths().map(Path::to_path_buf).collect(),
             },
