@@ -23,6 +23,12 @@ Modes:
                         die with it); the first of them renames itself to --comm after --delay S
                         if --comm is given. Writes {"children": [PID...]} to --out, then stays
                         --duration seconds.
+  spawn-storm           does not wait first: renames itself to --comm (so that a rule on that
+                        name makes the daemon move it now) and at once starts --children
+                        `sleep --duration` processes with posix_spawn (a vfork: as fast as a
+                        fork gets), argv[0] --child-name and `dbcage-test-other` in turn, while
+                        the daemon is moving it. Writes {"children": [PID...]} to --out, then
+                        waits for them.
 
 --controller takes a comma-separated list: the marker must show in each of them.
 
@@ -182,8 +188,24 @@ def run_forks(args):
     time.sleep(args.duration)
 
 
+def run_spawn_storm(args):
+    sleep = "/usr/bin/sleep" if os.path.exists("/usr/bin/sleep") else "/bin/sleep"
+    names = [args.child_name, "dbcage-test-other"]
+    set_comm(args.comm)
+    children = [
+        os.posix_spawn(sleep, [names[i % 2], str(args.duration)], os.environ)
+        for i in range(args.children)
+    ]
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"children": children}, f)
+    os.rename(tmp, args.out)
+    for _ in children:
+        os.wait()
+
+
 MODES = {"read": run_read, "randread": run_randread, "write": run_write, "mem": run_mem}
-OWN_WAIT = {"rename": run_rename}
+OWN_WAIT = {"rename": run_rename, "spawn-storm": run_spawn_storm}
 NO_LOAD = {"forks": run_forks}
 
 
@@ -199,7 +221,8 @@ def main():
     p.add_argument("--delay", type=float, default=0.0, help="seconds to wait once placed")
     p.add_argument("--comm", default=None, help="rename, forks: the new name")
     p.add_argument("--children", type=int, default=0, help="forks: how many")
-    p.add_argument("--out", default=None, help="forks: where to write the children's pids")
+    p.add_argument("--out", default=None, help="forks, spawn-storm: where to write the children's pids")
+    p.add_argument("--child-name", default="dbcage-test-child", help="spawn-storm: argv[0] of every second child")
     p.add_argument("mode", choices=sorted(list(MODES) + list(OWN_WAIT) + list(NO_LOAD)))
     p.add_argument("files", nargs="*")
     args = p.parse_args()
