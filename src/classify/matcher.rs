@@ -234,7 +234,7 @@ impl CompiledRule {
         cmdline: &mut Vec<(&'a str, u32)>,
         comm: &mut Vec<(&'a str, u32)>,
     ) -> CompiledRule {
-        let index = |list: &mut Vec<(&'a str, u32)>, re: &'a Option<regex::Regex>| {
+        let index = |list: &mut Vec<(&'a str, u32)>, re: &'a Option<crate::policy::Pattern>| {
             re.as_ref().map(|re| {
                 list.push((re.as_str(), index_of_rule));
                 (list.len() - 1) as u32

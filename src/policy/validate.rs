@@ -4,8 +4,6 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use regex::Regex;
-
 use super::raw::{Name, Quantity, RawFile, RawIoValues, RawRule, RawTenant};
 use super::source::{with_current_file, Loc, SourceMap};
 use super::*;
@@ -894,10 +892,10 @@ fn validate_rules(ctx: &mut Ctx, tenant: &str, list: &str, raw: &[Loc<RawRule>])
     for (i, r) in raw.iter().enumerate() {
         let rv = &r.value;
         let mut parts = Vec::new();
-        let mut regex = |ctx: &mut Ctx, key: &str, v: &Option<Loc<String>>| -> Option<Regex> {
+        let mut regex = |ctx: &mut Ctx, key: &str, v: &Option<Loc<String>>| -> Option<Pattern> {
             let v = v.as_ref()?;
             parts.push(format!("{key}=~{}", v.value));
-            match Regex::new(&v.value) {
+            match Pattern::new(&v.value) {
                 Ok(re) => Some(re),
                 Err(e) => {
                     let first = e
@@ -1409,7 +1407,7 @@ fn shadows(broad: &Rule, narrow: &Rule) -> bool {
     fn same<T: PartialEq>(b: &Option<T>, n: &Option<T>) -> bool {
         b.is_none() || (n.is_some() && b == n)
     }
-    let re = |b: &Option<Regex>, n: &Option<Regex>| match (b, n) {
+    let re = |b: &Option<Pattern>, n: &Option<Pattern>| match (b, n) {
         (None, _) => true,
         (Some(_), None) => false,
         (Some(b), Some(n)) => b.as_str() == n.as_str() || regex_implies(b, n),
@@ -1430,10 +1428,10 @@ fn shadows(broad: &Rule, narrow: &Rule) -> bool {
 /// (`^postgres: walwriter` → `postgres: walwriter`); `broad` has no end anchor or word boundary,
 /// so a match inside a prefix is a match inside any text that begins with it. False means
 /// "not proven", not "disjoint".
-fn regex_implies(broad: &Regex, narrow: &Regex) -> bool {
+fn regex_implies(broad: &Pattern, narrow: &Pattern) -> bool {
     use regex_syntax::hir::literal::{ExtractKind, Extractor};
     use regex_syntax::hir::Look;
-    let parse = |r: &Regex| regex_syntax::Parser::new().parse(r.as_str()).ok();
+    let parse = |r: &Pattern| regex_syntax::Parser::new().parse(r.as_str()).ok();
     let (Some(b), Some(n)) = (parse(broad), parse(narrow)) else {
         return false;
     };

@@ -895,7 +895,7 @@ fn narrower_rule_shadowed_by_an_earlier_tenant_warns() {
 /// What `regex_implies` may and may not conclude.
 #[test]
 fn regex_implication_is_only_claimed_when_proven() {
-    let r = |s: &str| Regex::new(s).unwrap();
+    let r = |s: &str| Pattern::new(s).unwrap();
     assert!(regex_implies(&r("^postgres"), &r("^postgres: walwriter")));
     assert!(regex_implies(&r("walwriter"), &r("^postgres: walwriter")));
     assert!(regex_implies(&r("^ora_"), &r("^ora_(pmon|smon)_BX1$")));
