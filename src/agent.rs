@@ -23,7 +23,7 @@ use tracing::{info, warn};
 
 use crate::cgroup::Snapshot;
 use crate::classify::connector::{self, Connector, ProcEvent, Received, Timed};
-use crate::classify::{self, Leaf};
+use crate::classify::{self, Classifier, Leaf};
 use crate::engine::{self, Adjustments, Prepared, Scan};
 use crate::inventory::procs::ProcReader;
 use crate::metrics;
@@ -48,6 +48,8 @@ pub struct AgentOptions {
     pub web_config: Option<PathBuf>,
     /// Serve metrics off loopback without a web configuration.
     pub metrics_insecure: bool,
+    /// Where `agent.favordynmods = true` mounts its hierarchy.
+    pub favordynmods_dir: PathBuf,
 }
 
 /// `moved_at` is pruned of entries older than the horizon once it holds more than this many.
@@ -521,7 +523,7 @@ impl Daemon {
             ..Plan::default()
         };
         self.stats.forked_during_move += 1;
-        if !self.execute(&plan, Some(at)) {
+        if !self.execute(&plan, Some(at)).0 {
             self.members.remove(&child);
         }
     }
@@ -987,11 +989,7 @@ fn favordynmods_hint(
     hierarchies: &[&Path],
     mounts: &crate::inventory::MountTable,
 ) -> Option<String> {
-    let favoured = mounts.mounts.iter().any(|m| {
-        (m.fstype == "cgroup" || m.fstype == "cgroup2")
-            && m.super_options.iter().any(|o| o == "favordynmods")
-    });
-    if favoured || hierarchies.is_empty() {
+    if crate::favordynmods::mounted_with_option(mounts).is_some() || hierarchies.is_empty() {
         return None;
     }
     let list: Vec<String> = hierarchies
@@ -999,8 +997,9 @@ fn favordynmods_hint(
         .map(|h| h.display().to_string())
         .collect();
     Some(format!(
-        "{} mounted without favordynmods, and no other cgroup mount has it: a move that follows a quiet spell waits for an RCU grace period (8 to 16 ms on v1 here; 0.03 ms when moves come close together). Kernels 6.0 and later take the option at mount time, and it acts on a lock all hierarchies share, so one extra controller-less mount is enough (no remount of these), at some cost to every fork and exit: mkdir -p /run/dbcage-favordynmods && mount -t cgroup -o none,name=dbcage-favordynmods,favordynmods cgroup /run/dbcage-favordynmods",
-        list.join(", ")
+        "{} mounted without favordynmods, and no other cgroup mount has it: a move that follows a quiet spell waits for an RCU grace period (8 to 16 ms on v1 here; 0.03 ms when moves come close together). Kernels 6.0 and later take the option at mount time, and it acts on a lock all hierarchies share, so one extra controller-less mount is enough (no remount of these), at some cost to every fork and exit: set agent.favordynmods = true for dbcage to mount it at start, or: {}",
+        list.join(", "),
+        crate::favordynmods::commands(Path::new(crate::favordynmods::DEFAULT_DIR))
     ))
 }
 
@@ -1090,6 +1089,22 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             }
         },
     );
+    // Before the first moves, so that they too need not wait for a grace period.
+    let favordynmods = ctx.loaded.policy.agent.favordynmods.then(|| {
+        let r = crate::favordynmods::ensure(&opts.favordynmods_dir, &ctx.inventory.mounts);
+        match &r {
+            Ok(crate::favordynmods::Outcome::Present(at)) => info!(
+                "favordynmods: {} has it already (it acts for every hierarchy): nothing to mount",
+                at.display()
+            ),
+            Ok(crate::favordynmods::Outcome::Mounted(at)) => info!(
+                "favordynmods: mounted the controller-less hierarchy {} with it: moves no longer wait for an RCU grace period (every fork and exit on the host pays a little instead; see the README); it stays mounted when dbcage stops",
+                at.display()
+            ),
+            Err(e) => warn!("favordynmods: {e}; moves after a quiet spell keep waiting for an RCU grace period"),
+        }
+        r
+    });
     let shared = Arc::new(
         metrics::Shared::new(
             ctx.fs.clone(),
@@ -1189,8 +1204,10 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         .iter()
         .map(|h| h.mount_point.as_path())
         .collect();
-    if let Some(hint) = favordynmods_hint(&hierarchies, &agent.ctx.inventory.mounts) {
-        info!("{hint}");
+    if favordynmods.is_none() {
+        if let Some(hint) = favordynmods_hint(&hierarchies, &agent.ctx.inventory.mounts) {
+            info!("{hint}");
+        }
     }
     let socket = crate::control::socket_path(&agent.ctx.loaded.policy.agent.root_name);
     let control = match crate::control::Server::start(
@@ -1465,6 +1482,13 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     agent.stats.kernel_event_to_write_us = percentiles(&agent.kernel_hist, 1.0);
     agent.stats.write_us = percentiles(&agent.write_hist, 1.0);
     agent.stats.rescan_ms = percentiles(&agent.rescan_hist, 1000.0);
+    if let Some(Ok(crate::favordynmods::Outcome::Mounted(at))) = &favordynmods {
+        info!(
+            "favordynmods: {} stays mounted, and with it the option for every hierarchy (`umount {}` turns it off)",
+            at.display(),
+            at.display()
+        );
+    }
     crate::balance::unpublish(&agent.ctx.loaded.policy.agent.root_name);
     let _ = std::fs::remove_file(crate::rundir::state_path(
         &agent.ctx.loaded.policy.agent.root_name,

@@ -11,6 +11,7 @@ pub mod classify;
 pub mod cli;
 pub mod control;
 pub mod engine;
+pub mod favordynmods;
 pub mod hostfs;
 pub mod import;
 pub mod inventory;

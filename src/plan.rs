@@ -21,7 +21,7 @@ use serde::Serialize;
 use crate::cgroup::driver::SpecInput;
 use crate::cgroup::model::{FileSpec, TenantSettings};
 use crate::cgroup::{Controller, GroupRef, Layout, Snapshot};
-use crate::classify::{Leaf, Placement};
+use crate::classify::{Classifier, Leaf, Placement};
 use crate::inventory::Inventory;
 use crate::kernel::{CpuSet, DevNum};
 use crate::policy::{IoLimits, Policy, PolicyErrors, Problem, Sourced, Tenant};

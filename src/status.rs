@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::cgroup::stats;
 use crate::cgroup::{self, Controller, Layout};
-use crate::classify::Leaf;
+use crate::classify::{Classifier, Leaf};
 use crate::hostfs::HostFs;
 use crate::inventory::ProcInfo;
 use crate::kernel::DevNum;

@@ -32,6 +32,7 @@ fn agent(parent: ParentSpec) -> Agent {
         control_group: None,
         manager: Default::default(),
         io_latency: true,
+        favordynmods: false,
     }
 }
 

@@ -7,9 +7,8 @@
 //! lives in the `exempt` leaf, under the tenant's cpu and memory limits but free of its IO limits.
 
 pub mod connector;
-mod matcher;
 
-pub use matcher::{Hits, Matcher};
+use crate::policy::ruleset::{Hits, List, RuleSet, Subject};
 
 use std::collections::HashMap;
 
@@ -67,48 +66,77 @@ pub fn fields_needed(tenants: &[Tenant]) -> crate::inventory::procs::Fields {
 /// The placement of one process by direct rules only (no descendant claims): the daemon's fast
 /// path when no rule passes a tenant on to descendants. Same precedence as `classify`.
 pub fn classify_direct(tenants: &[Tenant], p: &ProcInfo) -> Option<Placement> {
-    Matcher::new(tenants).classify_direct(p)
+    RuleSet::new(tenants).classify_direct(p)
 }
 
 /// Claims of every tenant on one process, in tenant order (for overlap warnings).
 pub fn claims(tenants: &[Tenant], p: &ProcInfo) -> Vec<usize> {
-    let m = Matcher::new(tenants);
-    m.claims(&m.hits(p))
+    RuleSet::new(tenants).claims_on(p)
 }
 
 /// Classifies every process. Processes no tenant claims are absent from the result.
-/// (Compiles the rules first: callers that classify more than once hold a `Matcher`, as the
-/// policy does.)
+/// (Compiles the rules first: callers use the policy's compiled set, `Policy::matcher`, through
+/// `Classifier`.)
 pub fn classify(tenants: &[Tenant], procs: &[ProcInfo]) -> Vec<Placement> {
-    Matcher::new(tenants).classify(procs)
+    RuleSet::new(tenants).classify(procs)
 }
 
-impl Matcher {
+/// Classification over the policy's compiled rules (`Policy::matcher`).
+pub trait Classifier {
+    /// See the free function `classify`.
+    fn classify(&self, procs: &[ProcInfo]) -> Vec<Placement>;
     /// See the free function `classify_direct`.
-    pub fn classify_direct(&self, p: &ProcInfo) -> Option<Placement> {
-        self.direct_claim(&self.hits(p))
-            .map(|(tenant, leaf, label)| Placement {
+    fn classify_direct(&self, p: &ProcInfo) -> Option<Placement>;
+    /// See the free function `claims`.
+    fn claims_on(&self, p: &ProcInfo) -> Vec<usize>;
+}
+
+fn subject(p: &ProcInfo) -> Subject<'_> {
+    Subject {
+        pid: p.pid,
+        cmdline: &p.cmdline,
+        comm: &p.comm,
+        exe: p.exe.as_deref(),
+        uid: p.uid,
+        gid: p.gid,
+    }
+}
+
+fn leaf(list: List) -> Leaf {
+    match list {
+        List::Exempt => Leaf::Exempt,
+        List::Match => Leaf::Limited,
+    }
+}
+
+impl Classifier for RuleSet {
+    fn claims_on(&self, p: &ProcInfo) -> Vec<usize> {
+        self.claims(&self.hits(&subject(p)))
+    }
+
+    fn classify_direct(&self, p: &ProcInfo) -> Option<Placement> {
+        self.direct_claim(&self.hits(&subject(p)))
+            .map(|(tenant, list, label)| Placement {
                 pid: p.pid,
                 tenant,
-                leaf,
+                leaf: leaf(list),
                 reason: label.to_string(),
             })
     }
 
-    /// See the free function `classify`.
-    pub fn classify(&self, procs: &[ProcInfo]) -> Vec<Placement> {
+    fn classify(&self, procs: &[ProcInfo]) -> Vec<Placement> {
         let by_pid: HashMap<u32, &ProcInfo> = procs.iter().map(|p| (p.pid, p)).collect();
         // Each process's hits, computed once (empty for most processes: no allocation).
-        let hits: Vec<Hits> = procs.iter().map(|p| self.hits(p)).collect();
+        let hits: Vec<Hits> = procs.iter().map(|p| self.hits(&subject(p))).collect();
         // Direct claims, and which processes pass their tenant on to descendants.
         let mut direct: HashMap<u32, (usize, Leaf, &str)> = HashMap::new();
         // (tenant, leaf its descendants get at least, label); an exempt rule passes on `exempt`
         let mut ancestors_for: HashMap<u32, (usize, Leaf, &str)> = HashMap::new();
         for (p, h) in procs.iter().zip(&hits) {
-            if let Some((ti, leaf, label)) = self.direct_claim(h) {
-                direct.insert(p.pid, (ti, leaf, label));
+            if let Some((ti, list, label)) = self.direct_claim(h) {
+                direct.insert(p.pid, (ti, leaf(list), label));
                 if let Some((l, label)) = self.passes_on(ti, h) {
-                    ancestors_for.insert(p.pid, (ti, l, label));
+                    ancestors_for.insert(p.pid, (ti, leaf(l), label));
                 }
             }
         }
@@ -134,7 +162,7 @@ impl Matcher {
             let chosen = match (own, inherited) {
                 // an earlier tenant claims it through an ancestor; that tenant's exempt rules apply
                 (Some((ti, _, _)), Some((ai, al, alabel))) if ai < *ti => {
-                    Some((ai, al.max(self.leaf_within(ai, h)), alabel))
+                    Some((ai, al.max(leaf_within(self, ai, h)), alabel))
                 }
                 // within one tenant, exempt wins: also when it comes through an ancestor
                 (Some((ti, Leaf::Limited, _)), Some((ai, Leaf::Exempt, alabel))) if ai == *ti => {
@@ -142,7 +170,7 @@ impl Matcher {
                 }
                 (Some((ti, leaf, label)), _) => Some((*ti, *leaf, label.to_string())),
                 (None, Some((ai, al, alabel))) => {
-                    Some((ai, al.max(self.leaf_within(ai, h)), alabel))
+                    Some((ai, al.max(leaf_within(self, ai, h)), alabel))
                 }
                 (None, None) => None,
             };
@@ -156,6 +184,15 @@ impl Matcher {
             }
         }
         out
+    }
+}
+
+/// A descendant lands in `exempt` if it matches one of the tenant's exempt rules.
+fn leaf_within(set: &RuleSet, tenant: usize, hits: &Hits) -> Leaf {
+    if set.exempt_within(tenant, hits) {
+        Leaf::Exempt
+    } else {
+        Leaf::Limited
     }
 }
 

@@ -96,6 +96,10 @@ pub enum Command {
         /// overruns).
         #[arg(long, hide = true, default_value_t = 8 << 20)]
         event_buffer: usize,
+        /// Where `agent.favordynmods = true` mounts its hierarchy (named after the directory;
+        /// tests use their own).
+        #[arg(long, hide = true, default_value = crate::favordynmods::DEFAULT_DIR)]
+        favordynmods_dir: PathBuf,
         /// Serve Prometheus metrics here (IP:PORT), or `off`; overrides `agent.metrics`.
         #[arg(long, value_parser = parse_metrics_addr)]
         metrics: Option<MetricsAddr>,

@@ -22,7 +22,7 @@ use view::plan::{print_apply, print_plan};
 use view::status::{print_status, StatusText, V1_WRITE_NOTE};
 
 use crate::cgroup::{self, apply};
-use crate::classify::Leaf;
+use crate::classify::{Classifier, Leaf};
 use crate::engine::{self, Adjustments};
 use crate::hostfs::HostFs;
 use crate::inventory;
@@ -249,6 +249,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             fallback_interval,
             stats_out,
             event_buffer,
+            favordynmods_dir,
             metrics,
             web_config_file,
             metrics_insecure,
@@ -259,6 +260,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 fallback_rescan: fallback_interval,
                 stats_out,
                 event_buffer,
+                favordynmods_dir,
                 metrics: metrics.map(|m| m.0),
                 web_config: web_config_file,
                 metrics_insecure,
@@ -490,7 +492,7 @@ fn check(config: &PolicyPath, out: &mut impl std::io::Write) -> Result<ExitCode>
     // Overlaps seen on live processes: rules of two tenants that both match one process now.
     let mut seen = std::collections::BTreeMap::new();
     for p in &ctx.inventory.procs {
-        let c = policy.matcher.claims(&policy.matcher.hits(p));
+        let c = policy.matcher.claims_on(p);
         if c.len() > 1 {
             seen.entry(c.clone())
                 .or_insert_with(Vec::new)

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result};
 
 use crate::cgroup::{Layout, Setup, Snapshot};
+use crate::classify::Classifier;
 use crate::hostfs::HostFs;
 use crate::inventory::{self, Inventory};
 use crate::plan::{self, Plan, Shares};
@@ -216,7 +217,7 @@ fn systemd_view(p: &Prepared, plan: &Plan, pids: &[u32]) -> Result<plan::Systemd
 pub fn systemd_release(p: &Prepared, only: &[String]) -> Result<Vec<(String, String)>> {
     let plan = plan(p, &Adjustments::default())?;
     let policy = &p.loaded.policy;
-    let placements = classify(&policy.tenants, &p.inventory.procs);
+    let placements = policy.matcher.classify(&p.inventory.procs);
     let pids: Vec<u32> = placements.iter().map(|x| x.pid).collect();
     let view = systemd_view(p, &plan, &pids)?;
     let sd = crate::systemd::Systemd::connect()?;

@@ -10,6 +10,7 @@ pub(crate) mod keys;
 mod preset;
 pub mod raw;
 pub mod replication;
+pub mod ruleset;
 pub mod schedule;
 pub mod source;
 mod validate;
@@ -40,7 +41,7 @@ pub struct Policy {
     /// The files read, main file first, then drop-ins in merge order.
     pub files: Vec<PathBuf>,
     /// The tenants' rules compiled into one matcher (built once per policy read; clones share it).
-    pub matcher: std::sync::Arc<crate::classify::Matcher>,
+    pub matcher: std::sync::Arc<ruleset::RuleSet>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +56,8 @@ pub struct Agent {
     pub manager: ManagerChoice,
     /// `agent.io_latency`: the daemon records IO latency histograms (eBPF) for the metrics.
     pub io_latency: bool,
+    /// `agent.favordynmods`: `dbcage run` turns the option on at start (see `favordynmods`).
+    pub favordynmods: bool,
 }
 
 /// `agent.manager`: whether limits go through systemd (units' properties, transient scopes,

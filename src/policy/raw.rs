@@ -30,6 +30,9 @@ pub struct RawAgent {
     /// `false`: the daemon loads no eBPF program and serves no IO latency histograms (default
     /// `true` while metrics are on).
     pub io_latency: Option<Loc<bool>>,
+    /// Mount the extra named hierarchy with `favordynmods` at the daemon's start (see
+    /// `favordynmods`).
+    pub favordynmods: Option<Loc<bool>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -268,6 +271,7 @@ impl RawAgent {
         take(&mut self.control_group, later.control_group);
         take(&mut self.manager, later.manager);
         take(&mut self.io_latency, later.io_latency);
+        take(&mut self.favordynmods, later.favordynmods);
     }
 }
 

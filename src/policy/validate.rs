@@ -243,7 +243,7 @@ pub(super) fn from_sources_with(
         Ok(Loaded {
             policy: Policy {
                 agent,
-                matcher: std::sync::Arc::new(crate::classify::Matcher::new(&out)),
+                matcher: std::sync::Arc::new(super::ruleset::RuleSet::new(&out)),
                 tenants: out,
                 files: map.paths().map(Path::to_path_buf).collect(),
             },
@@ -367,6 +367,7 @@ fn validate_agent(ctx: &mut Ctx, raw: super::raw::RawAgent) -> Agent {
         control_group,
         manager,
         io_latency: raw.io_latency.is_none_or(|b| b.value),
+        favordynmods: raw.favordynmods.is_some_and(|f| f.value),
     }
 }
 

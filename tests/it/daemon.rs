@@ -499,6 +499,115 @@ fn daemon_places_children_forked_while_their_parent_is_moved() {
     );
 }
 
+/// Unmounts (lazily, so that nothing can keep it) and removes a test's favordynmods hierarchy
+/// when dropped, pass or fail.
+struct FavordynmodsMount(std::path::PathBuf);
+
+impl Drop for FavordynmodsMount {
+    fn drop(&mut self) {
+        if mount_options_of(&self.0).is_some() {
+            if let Err(e) = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH) {
+                eprintln!("umount {}: {e}", self.0.display());
+            }
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// The super options of the mount at `dir` (mountinfo's last field), if something is mounted there.
+fn mount_options_of(dir: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    info.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        (f.get(4) == Some(&dir.to_str()?)).then(|| f.last().unwrap_or(&"").to_string())
+    })
+}
+
+/// `agent.favordynmods = true`: the daemon mounts the named hierarchy with the option at start
+/// (here under a test directory: the hidden `--favordynmods-dir`), says so, and leaves it
+/// mounted when it stops, saying so too. If some mount on the host has the option already, it
+/// mounts nothing and says where the option comes from.
+#[test]
+fn daemon_mounts_favordynmods_when_asked() {
+    if skip() {
+        return;
+    }
+    // Mounting it changes every fork, exit and move on the host: never during a measurement.
+    let _m = measure_lock();
+    let dir = std::path::PathBuf::from(format!(
+        "/run/dbcage-test-favordynmods-{}",
+        std::process::id()
+    ));
+    let _guard = FavordynmodsMount(dir.clone());
+    let already = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| {
+            l.contains(" - cgroup")
+                && l.split(' ')
+                    .next_back()
+                    .is_some_and(|o| o.split(',').any(|x| x == "favordynmods"))
+        });
+    let name = format!("ora_p006_{}", sid());
+    let t = Tenancy::new(
+        "dfavor",
+        &format!(
+            "favordynmods = true\n\n{}",
+            tenant("db", &[cmd_rule(&name)], &[], "")
+        ),
+    );
+    let dir_arg = dir.to_string_lossy().into_owned();
+    let mut d = Daemon::start(&t, &["--favordynmods-dir", &dir_arg]);
+    let log = d.log();
+    assert!(
+        !log.contains("mounted without favordynmods"),
+        "with the key set there is no hint to mount it by hand:\n{log}"
+    );
+    if already {
+        assert!(log.contains("has it already"), "{log}");
+        assert_eq!(
+            mount_options_of(&dir),
+            None,
+            "mounted although the host had the option"
+        );
+        println!("skipped the mount itself: a cgroup mount on this host has favordynmods already (the daemon said so and mounted nothing)");
+    } else {
+        let options = mount_options_of(&dir)
+            .unwrap_or_else(|| panic!("nothing mounted at {}; log:\n{log}", dir.display()));
+        assert!(
+            options.split(',').any(|o| o == "favordynmods")
+                && options.contains(&format!(
+                    "name=dbcage-test-favordynmods-{}",
+                    std::process::id()
+                )),
+            "{}: {options}",
+            dir.display()
+        );
+        assert!(log.contains("favordynmods: mounted"), "{log}");
+    }
+    // Still a working daemon: a process is placed.
+    let p = sleeper(&name, "10");
+    assert_placed_within(
+        &t,
+        &d,
+        p.pid,
+        "db",
+        "limited",
+        Instant::now(),
+        Duration::from_secs(2),
+    );
+    let (status, _) = d.stop(Duration::from_secs(5));
+    assert!(status.is_some_and(|s| s.success()));
+    if !already {
+        assert!(
+            mount_options_of(&dir).is_some(),
+            "{} was unmounted when the daemon stopped",
+            dir.display()
+        );
+        assert!(d.log().contains("stays mounted"), "{}", d.log());
+    }
+}
+
 /// Starts `n` sleepers named `name` (30 s), with a short-lived `true` after every second one:
 /// the load of the overrun tests. Returns them and how long starting them took.
 fn start_with_churn(name: &str, n: usize) -> (Vec<Child>, Duration) {

@@ -1,4 +1,5 @@
-//! Every tenant's rules compiled into one matcher: the `cmdline` regexes of all rules form one
+//! Every tenant's rules compiled into one set (`Policy::matcher`, built when the policy is read;
+//! `classify` asks it which rules a process matches): the `cmdline` regexes of all rules form one
 //! `RegexSet`, the `comm` regexes another, so a process costs one pass over each field however
 //! many tenants there are (a loop over a thousand regexes cost about 400 µs per process, and a
 //! search cache per regex 70 MiB). Only the rules one of the sets names (or that have no regex)
@@ -9,13 +10,29 @@
 
 use regex::{RegexSet, RegexSetBuilder};
 
-use super::Leaf;
-use crate::inventory::ProcInfo;
-use crate::policy::{PidFile, Rule, Tenant};
+use super::{PidFile, Rule, Tenant};
+
+/// The process fields the rules look at (`classify` fills it from a `ProcInfo`).
+#[derive(Debug, Clone, Copy)]
+pub struct Subject<'a> {
+    pub pid: u32,
+    pub cmdline: &'a str,
+    pub comm: &'a str,
+    pub exe: Option<&'a std::path::Path>,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Which list of its tenant a rule is from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum List {
+    Exempt,
+    Match,
+}
 
 /// The rules of all tenants, compiled. Rules are numbered in precedence order: tenant by tenant
 /// in file order, and within a tenant its `exempt` rules before its `match` rules.
-pub struct Matcher {
+pub struct RuleSet {
     rules: Vec<CompiledRule>,
     /// Per tenant, the range of its rules in `rules`: exempt ones first, then `limited_from..end`.
     tenants: Vec<TenantRules>,
@@ -33,7 +50,7 @@ struct TenantRules {
 
 struct CompiledRule {
     tenant: u32,
-    leaf: Leaf,
+    list: List,
     /// Index of its pattern in `Matcher::cmdline` / `Matcher::comm`.
     cmdline: Option<u32>,
     comm: Option<u32>,
@@ -77,9 +94,9 @@ impl Patterns {
     }
 }
 
-impl std::fmt::Debug for Matcher {
+impl std::fmt::Debug for RuleSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Matcher")
+        f.debug_struct("RuleSet")
             .field("tenants", &self.tenants.len())
             .field("rules", &self.rules.len())
             .field("cmdline_patterns", &self.cmdline.rule_of.len())
@@ -92,8 +109,8 @@ impl std::fmt::Debug for Matcher {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Hits(Vec<u32>);
 
-impl Matcher {
-    pub fn new(tenants: &[Tenant]) -> Matcher {
+impl RuleSet {
+    pub fn new(tenants: &[Tenant]) -> RuleSet {
         let mut rules = Vec::new();
         let mut ranges = Vec::with_capacity(tenants.len());
         let mut cmdline = Vec::new();
@@ -102,15 +119,15 @@ impl Matcher {
         for (ti, t) in tenants.iter().enumerate() {
             let start = rules.len() as u32;
             let mut limited_from = start;
-            for (leaf, list) in [(Leaf::Exempt, &t.exempt), (Leaf::Limited, &t.rules)] {
-                if leaf == Leaf::Limited {
+            for (which, list) in [(List::Exempt, &t.exempt), (List::Match, &t.rules)] {
+                if which == List::Match {
                     limited_from = rules.len() as u32;
                 }
                 for r in list {
                     let index = rules.len() as u32;
                     rules.push(CompiledRule::new(
                         ti as u32,
-                        leaf,
+                        which,
                         r,
                         index,
                         &mut cmdline,
@@ -129,7 +146,7 @@ impl Matcher {
         }
         let cmdline = Patterns::new(cmdline);
         let comm = Patterns::new(comm);
-        Matcher {
+        RuleSet {
             rules,
             tenants: ranges,
             cmdline,
@@ -139,9 +156,9 @@ impl Matcher {
     }
 
     /// The rules `p` matches (all fields of each), in precedence order.
-    pub fn hits(&self, p: &ProcInfo) -> Hits {
-        let cmdline = self.cmdline.matches(&p.cmdline);
-        let comm = self.comm.matches(&p.comm);
+    pub fn hits(&self, p: &Subject) -> Hits {
+        let cmdline = self.cmdline.matches(p.cmdline);
+        let comm = self.comm.matches(p.comm);
         let mut candidates = self.unconditional.clone();
         for (patterns, matched) in [(&self.cmdline, &cmdline), (&self.comm, &comm)] {
             if let Some(m) = matched {
@@ -159,9 +176,7 @@ impl Matcher {
                 && r.comm.is_none_or(|c| matched(&comm, c))
                 && r.uid.is_none_or(|u| u == p.uid)
                 && r.gid.is_none_or(|g| g == p.gid)
-                && r.exe
-                    .as_ref()
-                    .is_none_or(|e| p.exe.as_deref() == Some(e.as_path()))
+                && r.exe.as_ref().is_none_or(|e| p.exe == Some(e.as_path()))
                 && r.pidfile.as_ref().is_none_or(|f| f.pid() == Some(p.pid))
         });
         Hits(candidates)
@@ -170,12 +185,12 @@ impl Matcher {
     /// The tenant that claims `p` by its own rules, the leaf and the deciding rule's label: the
     /// first tenant with a hit; within it, an exempt rule (not `within_tenant`) beats a match
     /// rule. Exempt rules come first in each tenant, so the first such hit decides.
-    pub fn direct_claim<'a>(&'a self, hits: &Hits) -> Option<(usize, Leaf, &'a str)> {
+    pub fn direct_claim<'a>(&'a self, hits: &Hits) -> Option<(usize, List, &'a str)> {
         hits.0
             .iter()
             .map(|&i| &self.rules[i as usize])
-            .find(|r| !(r.leaf == Leaf::Exempt && r.within_tenant))
-            .map(|r| (r.tenant as usize, r.leaf, r.label.as_str()))
+            .find(|r| !(r.list == List::Exempt && r.within_tenant))
+            .map(|r| (r.tenant as usize, r.list, r.label.as_str()))
     }
 
     /// Every tenant that claims `p` by its own rules, in tenant order.
@@ -184,7 +199,7 @@ impl Matcher {
             .0
             .iter()
             .map(|&i| &self.rules[i as usize])
-            .filter(|r| !(r.leaf == Leaf::Exempt && r.within_tenant))
+            .filter(|r| !(r.list == List::Exempt && r.within_tenant))
             .map(|r| r.tenant as usize)
             .collect();
         out.dedup();
@@ -193,29 +208,23 @@ impl Matcher {
 
     /// The first rule of `tenant` with `descendants = true` that `p` matches, exempt rules first
     /// (so an exempt rule passes `exempt` on): the leaf its descendants get at least, and its label.
-    pub fn passes_on<'a>(&'a self, tenant: usize, hits: &Hits) -> Option<(Leaf, &'a str)> {
+    pub fn passes_on<'a>(&'a self, tenant: usize, hits: &Hits) -> Option<(List, &'a str)> {
         let range = &self.tenants[tenant];
         hits.0
             .iter()
             .filter(|&&i| (range.start..range.end).contains(&i))
             .map(|&i| &self.rules[i as usize])
             .find(|r| r.descendants)
-            .map(|r| (r.leaf, r.label.as_str()))
+            .map(|r| (r.list, r.label.as_str()))
     }
 
-    /// The leaf a process inherited by `tenant` lands in: `exempt` if it matches any of the
+    /// Whether a process inherited by `tenant` lands in its exempt leaf: it matches any of the
     /// tenant's exempt rules (`within_tenant` ones included).
-    pub fn leaf_within(&self, tenant: usize, hits: &Hits) -> Leaf {
+    pub fn exempt_within(&self, tenant: usize, hits: &Hits) -> bool {
         let range = &self.tenants[tenant];
-        if hits
-            .0
+        hits.0
             .iter()
             .any(|&i| (range.start..range.limited_from).contains(&i))
-        {
-            Leaf::Exempt
-        } else {
-            Leaf::Limited
-        }
     }
 }
 
@@ -228,13 +237,13 @@ impl Hits {
 impl CompiledRule {
     fn new<'a>(
         tenant: u32,
-        leaf: Leaf,
+        list: List,
         r: &'a Rule,
         index_of_rule: u32,
         cmdline: &mut Vec<(&'a str, u32)>,
         comm: &mut Vec<(&'a str, u32)>,
     ) -> CompiledRule {
-        let index = |list: &mut Vec<(&'a str, u32)>, re: &'a Option<crate::policy::Pattern>| {
+        let index = |list: &mut Vec<(&'a str, u32)>, re: &'a Option<super::Pattern>| {
             re.as_ref().map(|re| {
                 list.push((re.as_str(), index_of_rule));
                 (list.len() - 1) as u32
@@ -242,7 +251,7 @@ impl CompiledRule {
         };
         CompiledRule {
             tenant,
-            leaf,
+            list,
             cmdline: index(cmdline, &r.cmdline),
             comm: index(comm, &r.comm),
             exe: r.exe.clone(),
