@@ -18,7 +18,11 @@
 #   CLASSIFIER_NICE (default -10, as dist/dbcage.service sets it: both classifiers run at this
 #   nice value, so neither is starved by the storm it classifies),
 #   DBCAGE_RUN_ARGS (more `dbcage run` options, e.g. "--event-buffer 16384" to force event
-#   overruns and show that the rescan recovers them).
+#   overruns and show that the rescan recovers them),
+#   TENANTS (default 1: the policy's tenants; the storm's BX1 comes last, after TENANTS-1 tenants
+#   of two rules each that match nothing the storm runs),
+#   DBCAGE_OLD_BIN (with SIDES containing dbcage-old: another dbcage build, e.g. the one before a
+#   change, run the same way right after the dbcage side; each logs its time to ready).
 #
 # Everything it makes has dbcage-test in its name and is removed on exit, also on failure:
 # /tmp/dbcage-test-storm-run-XXXX, the cgroups dbcage-test-storm-cgred/BX1 (cpu, cpuacct only),
@@ -130,7 +134,8 @@ trap 'exit 130' INT TERM
 
 # ---------------------------------------------------------------------------------------------
 note "setup"
-if ! command -v cgrulesengd >/dev/null; then
+side() { case ",$SIDES," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+if side cgrulesengd && ! command -v cgrulesengd >/dev/null; then
     note "installing cgroup-tools"
     DEBIAN_FRONTEND=noninteractive apt-get install -y cgroup-tools >/dev/null ||
         { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y cgroup-tools >/dev/null; }
@@ -165,7 +170,6 @@ storm() { # name expect [extra args...]
 wait_ready() { # expect
     "$BENCH" --wait-ready 15 --expect "$1" --tmpdir "$W"
 }
-side() { case ",$SIDES," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 # ---------------------------------------------------------------------------------------------
 if side baseline; then
@@ -219,44 +223,72 @@ fi
 
 # ---------------------------------------------------------------------------------------------
 DBCAGE_STATS=""
-if side dbcage; then
-    DBCAGE=${DBCAGE_BIN:-$REPO/target/release/dbcage}
+# The policy: TENANTS-1 tenants whose two rules each (cmdline and comm) match nothing the storm
+# runs, then BX1, the storm's tenant, last (so every other tenant's rules are tried first).
+write_policy() {
+    local i
+    {
+        printf '[agent]\nparent = "self"\nroot = "dbcage-test-storm"\n'
+        for i in $(seq 2 "${TENANTS:-1}"); do
+            printf '\n[[tenant]]\nname = "T%04d"\n' "$i"
+            printf "match = [{ cmdline = '^ora_p[0-9a-z]{3}_T%04d( |\$)' }, { comm = '^oracleT%04d\$' }]\n" "$i" "$i"
+        done
+        printf '\n[[tenant]]\nname = "BX1"\n'
+        printf "match = [{ cmdline = '^ora_p[0-9a-z]{3}_BX1' }, { cmdline = '^oracleBX1' }]\n"
+    } >"$POLICY"
+}
+dbcage_side() { # name binary
+    local name=$1 DBCAGE=$2 t0 ready_ms
     if ! "$DBCAGE" run --help >/dev/null 2>&1; then
-        note "dbcage: this build has no \`dbcage run\` (\`dbcage run --help\` failed); skipping the dbcage side"
-    else
-        note "dbcage run"
-        cat >"$POLICY" <<'EOF'
-[agent]
-parent = "self"
-root = "dbcage-test-storm"
-
-[[tenant]]
-name = "BX1"
-match = [{ cmdline = '^ora_p[0-9a-z]{3}_BX1' }, { cmdline = '^oracleBX1' }]
-EOF
-        "$DBCAGE" -c "$POLICY" check
-        # Its log (one line per move at info level) goes to a file, not into the tables.
-        # shellcheck disable=SC2086 # DBCAGE_RUN_ARGS is a list of options
-        nice -n "$CLASSIFIER_NICE" "$DBCAGE" -c "$POLICY" run --stats-out "$W/dbcage-stats.json" ${DBCAGE_RUN_ARGS:-} 2>"$W/dbcage-run.log" &
-        DB_PID=$!
-        STARTED+=("$DB_PID")
-        if wait_ready "$SELF_CPU/dbcage-test-storm/BX1/limited"; then
-            storm dbcage "$SELF_CPU/dbcage-test-storm/BX1/limited" --classifier-pid "$DB_PID"
-        else
-            echo "run-storm: dbcage run never classified a probe" >&2
-        fi
-        stop_pid "$DB_PID" TERM
-        note "dbcage run log: $(grep -c ' move ' "$W/dbcage-run.log" || true) move lines," \
-            "$(grep -c 'not logged one by one' "$W/dbcage-run.log" || true) summaries of moves past 20/s;" \
-            "warnings and errors (last 5):"
-        grep -E ' (WARN|ERROR) ' "$W/dbcage-run.log" | tail -n5 || true
-        "$DBCAGE" -c "$POLICY" release --all || true
-        if [ -s "$W/dbcage-stats.json" ]; then
-            DBCAGE_STATS=$(cat "$W/dbcage-stats.json")
-        else
-            DBCAGE_STATS="(dbcage wrote no --stats-out file)"
-        fi
+        note "$name: this build has no \`dbcage run\` (\`$DBCAGE run --help\` failed); skipping it"
+        return 0
     fi
+    note "$name: $DBCAGE run (${TENANTS:-1} tenants)"
+    write_policy
+    "$DBCAGE" -c "$POLICY" check >/dev/null
+    # Its log (one line per move at info level) goes to a file, not into the tables.
+    t0=$(date +%s%N)
+    # shellcheck disable=SC2086 # DBCAGE_RUN_ARGS is a list of options
+    nice -n "$CLASSIFIER_NICE" "$DBCAGE" -c "$POLICY" run --stats-out "$W/$name-stats.json" ${DBCAGE_RUN_ARGS:-} 2>"$W/$name-run.log" &
+    DB_PID=$!
+    STARTED+=("$DB_PID")
+    # Time to ready: from the launch to its "dbcage running" line (logged right before it
+    # tells systemd it is ready).
+    ready_ms=""
+    for _ in $(seq 3000); do
+        if grep -q 'dbcage running' "$W/$name-run.log" 2>/dev/null; then
+            ready_ms=$((($(date +%s%N) - t0) / 1000000))
+            break
+        fi
+        kill -0 "$DB_PID" 2>/dev/null || break
+        sleep 0.005
+    done
+    note "$name: ready after ${ready_ms:-?} ms; RSS then $(awk '/^VmRSS/ { print $2, $3 }' "/proc/$DB_PID/status" 2>/dev/null)"
+    echo "{\"name\":\"$name\",\"tenants\":${TENANTS:-1},\"ready_ms\":${ready_ms:-null}}" >>"$W/results.jsonl"
+    if wait_ready "$SELF_CPU/dbcage-test-storm/BX1/limited"; then
+        storm "$name" "$SELF_CPU/dbcage-test-storm/BX1/limited" --classifier-pid "$DB_PID"
+    else
+        echo "run-storm: $name never classified a probe" >&2
+    fi
+    stop_pid "$DB_PID" TERM
+    note "$name log: $(grep -c ' move ' "$W/$name-run.log" || true) move lines," \
+        "$(grep -c 'not logged one by one' "$W/$name-run.log" || true) summaries of moves past 20/s;" \
+        "warnings and errors (last 5):"
+    grep -E ' (WARN|ERROR) ' "$W/$name-run.log" | tail -n5 || true
+    "$DBCAGE" -c "$POLICY" release --all >/dev/null || true
+    if [ -s "$W/$name-stats.json" ]; then
+        DBCAGE_STATS+="$name: $(cat "$W/$name-stats.json")"$'\n'
+    else
+        DBCAGE_STATS+="$name: (no --stats-out file)"$'\n'
+    fi
+}
+if side dbcage; then
+    dbcage_side dbcage "${DBCAGE_BIN:-$REPO/target/release/dbcage}"
+fi
+# The build before a change, side by side in the same run: DBCAGE_OLD_BIN=path SIDES=...,dbcage-old
+if side dbcage-old; then
+    [ -x "${DBCAGE_OLD_BIN:-}" ] || die "SIDES has dbcage-old but DBCAGE_OLD_BIN (${DBCAGE_OLD_BIN:-unset}) is not an executable"
+    dbcage_side dbcage-old "$DBCAGE_OLD_BIN"
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -276,7 +308,7 @@ for f in "$W"/table-*.txt; do
 done
 if [ -n "$DBCAGE_STATS" ]; then
     note "dbcage --stats-out"
-    echo "$DBCAGE_STATS"
+    printf '%s' "$DBCAGE_STATS"
 fi
 note "JSON lines"
 cat "$W/results.jsonl" 2>/dev/null || true
