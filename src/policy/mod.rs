@@ -322,14 +322,14 @@ impl Pattern {
     /// Checks `text` as `Regex::new` would, without building the regex; the error is the text
     /// `regex::Error` has for it.
     pub fn new(text: &str) -> Result<Pattern, String> {
-        regex_syntax::Parser::new()
+        let hir = regex_syntax::Parser::new()
             .parse(text)
             .map_err(|e| e.to_string())?;
         let config =
             regex_automata::nfa::thompson::Config::new().nfa_size_limit(Some(PATTERN_SIZE_LIMIT));
         regex_automata::nfa::thompson::Compiler::new()
             .configure(config)
-            .build(text)
+            .build_from_hir(&hir)
             .map_err(|e| {
                 format!("compiled regex exceeds size limit of {PATTERN_SIZE_LIMIT} bytes ({e})")
             })?;

@@ -69,18 +69,16 @@ struct Patterns {
     rule_of: Vec<u32>,
 }
 
-/// A pattern set is one automaton over all patterns; the limits are raised from the defaults
+/// A pattern set is one automaton over all patterns; its size limit is raised from the default
 /// (sized for one regex) so that a thousand tenants' patterns fit. Each pattern alone was
-/// compiled within the defaults when the policy was read.
+/// checked against the default when the policy was read.
 const SET_SIZE_LIMIT: usize = 512 << 20;
-const SET_CACHE_LIMIT: usize = 16 << 20;
 
 impl Patterns {
     fn new(patterns: Vec<(&str, u32)>) -> Patterns {
         let rule_of = patterns.iter().map(|(_, r)| *r).collect();
         let set = RegexSetBuilder::new(patterns.iter().map(|(p, _)| *p))
             .size_limit(SET_SIZE_LIMIT)
-            .dfa_size_limit(SET_CACHE_LIMIT)
             .build()
             // Every pattern compiled on its own when the policy was validated; together they
             // can only exceed the size limit, which is far above what 100,000 simple rules take.
