@@ -1310,146 +1310,48 @@ fn check_same_instance(ctx: &mut Ctx, tenants: &[Loc<RawTenant>]) -> Vec<(String
         };
         Some((key, v.here(value)))
     };
-    let mut reported = Vec::new();
-    for (i, a) in tenants.iter().enumerate() {
-        let Some((key, va)) = identity(&a.value) else {
-            continue;
-        };
-        for b in &tenants[i + 1..] {
-            let Some((_, vb)) = identity(&b.value) else {
-                continue;
-            };
-            if a.value.preset.as_ref().map(|p| &p.value)
-                != b.value.preset.as_ref().map(|p| &p.value)
-                || va.value != vb.value
-            {
-                continue;
-            }
-            let (na, nb) = (&a.value.name.value, &b.value.name.value);
-            let first = ctx.origin(&va);
-            ctx.error(&vb, format!(
-                "tenant `{nb}`: {key} `{}` is already tenant `{na}`'s ({first}); one instance belongs to one tenant: remove one of them or correct the {key}",
-                vb.value
-            ));
-            reported.push((na.clone(), nb.clone()));
+    // Tenants grouped by (preset, identity), each group in file order: one error per pair in it.
+    type Group = Vec<(usize, &'static str, Loc<String>)>;
+    let mut groups: HashMap<(&str, String), Group> = HashMap::new();
+    for (i, t) in tenants.iter().enumerate() {
+        if let Some((key, v)) = identity(&t.value) {
+            let preset = t.value.preset.as_ref().map_or("", |p| p.value.as_str());
+            groups
+                .entry((preset, v.value.clone()))
+                .or_default()
+                .push((i, key, v));
         }
+    }
+    // (first tenant, second, key, first's value, second's value)
+    type Pair<'a> = (usize, usize, &'static str, &'a Loc<String>, &'a Loc<String>);
+    let mut pairs: Vec<Pair> = groups
+        .values()
+        .flat_map(|g| {
+            g.iter().enumerate().flat_map(move |(k, (i, _, va))| {
+                g[k + 1..]
+                    .iter()
+                    .map(move |(j, key, vb)| (*i, *j, *key, va, vb))
+            })
+        })
+        .collect();
+    pairs.sort_unstable_by_key(|&(i, j, ..)| (i, j));
+    let mut reported = Vec::new();
+    for (i, j, key, va, vb) in pairs {
+        let (na, nb) = (&tenants[i].value.name.value, &tenants[j].value.name.value);
+        let first = ctx.origin(va);
+        ctx.error(vb, format!(
+            "tenant `{nb}`: {key} `{}` is already tenant `{na}`'s ({first}); one instance belongs to one tenant: remove one of them or correct the {key}",
+            vb.value
+        ));
+        reported.push((na.clone(), nb.clone()));
     }
     reported
 }
 
-/// Rules of two tenants that take the same processes. The first tenant in file order wins a
-/// process both match, so a rule of a later tenant that repeats an earlier tenant's rule can never
-/// take anything: an error. One that an earlier tenant's broader rule covers (`user = "postgres"`
-/// before `user = "postgres", comm = "^postgres$"`; `cmdline = '^postgres'` before
-/// `cmdline = '^postgres: walwriter'`) takes nothing either: a warning, since `check` can prove
-/// only the cases below, not every regex's.
-fn check_overlaps(ctx: &mut Ctx, tenants: &[Tenant], reported: &[(String, String)]) {
-    let key = |r: &Rule| {
-        format!(
-            "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
-            r.pidfile.as_ref().map(|f| &f.path),
-            r.cmdline.as_ref().map(|x| x.as_str()),
-            r.comm.as_ref().map(|x| x.as_str()),
-            r.exe,
-            r.uid,
-            r.gid
-        )
-    };
-    for (i, a) in tenants.iter().enumerate() {
-        for b in &tenants[i + 1..] {
-            if reported.contains(&(a.name.clone(), b.name.clone())) {
-                continue;
-            }
-            let mut repeated: Vec<(&Rule, &Rule)> = Vec::new();
-            for ra in a.rules.iter().chain(&a.exempt) {
-                for rb in b.rules.iter().chain(&b.exempt) {
-                    // `within_tenant` rules claim nothing: the same one in two tenants is fine.
-                    if ra.within_tenant || rb.within_tenant {
-                        continue;
-                    }
-                    if key(ra) == key(rb) {
-                        repeated.push((ra, rb));
-                    } else if shadows(ra, rb) {
-                        ctx.warnings.push(Problem::at(&rb.origin, format!(
-                            "rule `{}` of tenant `{}` is covered by rule `{}` of tenant `{}` ({}): every process it matches matches that rule too and goes to `{}`, the first in file order, so this rule takes nothing",
-                            rb.label, b.name, ra.label, a.name, ra.origin, a.name
-                        )));
-                    }
-                }
-            }
-            if let Some((ra, rb)) = repeated.first() {
-                let labels: Vec<&str> = repeated.iter().map(|(_, rb)| rb.label.as_str()).collect();
-                let n = repeated.len();
-                ctx.problems.push(Problem::at(&rb.origin, format!(
-                    "tenant `{}` repeats {} of tenant `{}` ({}{}): `{}`; a process matching {} goes to `{}`, the first in file order, so `{}` never gets it; remove {} from one tenant",
-                    b.name,
-                    if n == 1 { "a rule".to_string() } else { format!("{n} rules") },
-                    a.name,
-                    ra.origin,
-                    if n == 1 { "" } else { " and on" },
-                    labels.join("`, `"),
-                    if n == 1 { "it" } else { "them" },
-                    a.name,
-                    b.name,
-                    if n == 1 { "it" } else { "them" },
-                )));
-            }
-        }
-    }
-}
-
-/// Whether every process `narrow` matches is matched by `broad` too (a sufficient test: each
-/// field `broad` sets, `narrow` sets to the same value or, for a regex, to one `regex_implies`
-/// proves narrower). Rules that claim nothing by themselves (`within_tenant`) shadow nothing.
-fn shadows(broad: &Rule, narrow: &Rule) -> bool {
-    if broad.within_tenant || narrow.within_tenant {
-        return false;
-    }
-    fn same<T: PartialEq>(b: &Option<T>, n: &Option<T>) -> bool {
-        b.is_none() || (n.is_some() && b == n)
-    }
-    let re = |b: &Option<Pattern>, n: &Option<Pattern>| match (b, n) {
-        (None, _) => true,
-        (Some(_), None) => false,
-        (Some(b), Some(n)) => b.as_str() == n.as_str() || regex_implies(b, n),
-    };
-    same(&broad.exe, &narrow.exe)
-        && same(&broad.uid, &narrow.uid)
-        && same(&broad.gid, &narrow.gid)
-        && same(
-            &broad.pidfile.as_ref().map(|f| &f.path),
-            &narrow.pidfile.as_ref().map(|f| &f.path),
-        )
-        && re(&broad.cmdline, &narrow.cmdline)
-        && re(&broad.comm, &narrow.comm)
-}
-
-/// True when every text `narrow` matches is matched by `broad`, proven this way: `narrow` is
-/// anchored at the start, so every text it matches begins with one of its literal prefixes
-/// (`^postgres: walwriter` → `postgres: walwriter`); `broad` has no end anchor or word boundary,
-/// so a match inside a prefix is a match inside any text that begins with it. False means
-/// "not proven", not "disjoint".
-fn regex_implies(broad: &Pattern, narrow: &Pattern) -> bool {
-    use regex_syntax::hir::literal::{ExtractKind, Extractor};
-    use regex_syntax::hir::Look;
-    let parse = |r: &Pattern| regex_syntax::Parser::new().parse(r.as_str()).ok();
-    let (Some(b), Some(n)) = (parse(broad), parse(narrow)) else {
-        return false;
-    };
-    if !n.properties().look_set_prefix().contains(Look::Start) {
-        return false;
-    }
-    if !b.properties().look_set().remove(Look::Start).is_empty() {
-        return false;
-    }
-    let prefixes = Extractor::new().kind(ExtractKind::Prefix).extract(&n);
-    match prefixes.literals() {
-        Some(lits) if !lits.is_empty() => lits.iter().all(|l| {
-            std::str::from_utf8(l.as_bytes()).is_ok_and(|s| !s.is_empty() && broad.is_match(s))
-        }),
-        _ => false,
-    }
-}
+mod overlaps;
+use overlaps::check_overlaps;
+#[cfg(test)]
+use overlaps::regex_implies;
 
 #[cfg(test)]
 mod tests;
