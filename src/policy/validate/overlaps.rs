@@ -11,7 +11,8 @@
 //! within a bucket by the text of one regex field and, for implication, by one `RegexSet` over
 //! the bucket's patterns that may imply others; each narrow rule then looks up the buckets of
 //! the subsets of its own fields (at most 64). Each pattern is parsed once. Comparing every pair
-//! (and parsing both regexes per pair) took 190 s for 1,000 tenants of two rules each.
+//! (and parsing both regexes per pair) cost `dbcage check` 14 s of CPU (release build; 190 s in a
+//! debug one) for 1,000 tenants of two rules each; the whole check now takes 0.11 s.
 
 use std::cell::OnceCell;
 use std::collections::{HashMap, HashSet};
