@@ -1025,6 +1025,17 @@ fn notify_ready() {
     }
 }
 
+/// Hands the heap pages freed since start back to the kernel. The first plan of a large policy
+/// is the daemon's peak (1,000 tenants: ~27,000 steps, a path each, ~20 MiB); freed, it stays in
+/// the allocator's heap and in the daemon's RSS for good unless trimmed.
+fn release_freed_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim takes no pointers; it only returns free pages of glibc's own heap.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 pub fn run(opts: AgentOptions) -> Result<()> {
     let mut mask = SigSet::empty();
     for s in [Signal::SIGHUP, Signal::SIGTERM, Signal::SIGINT] {
@@ -1173,6 +1184,8 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     let first = engine::plan(&agent.ctx, &agent.adjust)?;
     agent.execute(&first, None);
     agent.note_deferred_moves(&first);
+    drop(first);
+    release_freed_memory();
     agent
         .shared
         .health
