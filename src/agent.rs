@@ -331,6 +331,7 @@ impl Daemon {
         }) {
             Ok((ctx, plan)) => {
                 self.ctx = ctx;
+                self.ctx.layout.units = plan.units();
                 self.publish();
                 let (_, written) = self.execute(&plan, None);
                 self.note_deferred_moves(&plan);
@@ -737,6 +738,7 @@ impl crate::control::Governor for Daemon {
     fn commit(&mut self, live: crate::control::Live, (ctx, plan): Self::Staged) -> Vec<String> {
         self.live = live;
         self.ctx = ctx;
+        self.ctx.layout.units = plan.units();
         self.publish();
         self.publish_policy();
         let outcome = engine::execute(&plan);
@@ -1070,6 +1072,9 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         );
     }
     let first = engine::plan(&agent.ctx, &agent.adjust)?;
+    // Under systemd the metrics read the tenants' units (`Layout::units`), known from the plan.
+    agent.ctx.layout.units = first.units();
+    agent.publish();
     agent.execute(&first, None);
     agent.note_deferred_moves(&first);
     agent

@@ -136,11 +136,25 @@ pub struct TenantSummary {
     pub name: String,
     pub settings: TenantSettings,
     pub processes: usize,
+    /// Under systemd: the cgroups of the units that govern the tenant's processes in place
+    /// (its own service units and its scope), the unit holding most of them first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub units: Vec<String>,
 }
 
 impl Plan {
     pub fn is_empty(&self) -> bool {
         self.steps.is_empty()
+    }
+
+    /// Under systemd, per tenant, the units' cgroups its limits and usage are read from (for
+    /// `Layout::units`); empty under cgroupfs.
+    pub fn units(&self) -> BTreeMap<String, Vec<String>> {
+        self.tenants
+            .iter()
+            .filter(|t| !t.units.is_empty())
+            .map(|t| (t.name.clone(), t.units.clone()))
+            .collect()
     }
 
     /// The cgroup v1 write-limit caveat in full (`check`), or `None` when it does not apply.
@@ -584,6 +598,7 @@ pub fn build_with(
             name: t.name.clone(),
             settings,
             processes: members.len(),
+            units: Vec::new(),
         });
     }
     if !problems.is_empty() {
@@ -792,6 +807,8 @@ mod tests_v2;
 #[derive(Debug, Clone, Default)]
 pub struct SystemdView {
     pub unit_of: std::collections::HashMap<u32, String>,
+    /// Each unit's own cgroup (from /proc/PID/cgroup of a process in it).
+    pub unit_group: std::collections::HashMap<String, String>,
     pub unit_pids: std::collections::HashMap<String, Vec<u32>>,
     pub resources: std::collections::HashMap<String, crate::systemd::UnitResources>,
     pub device_nodes: BTreeMap<DevNum, String>,
@@ -807,14 +824,19 @@ pub struct SystemdView {
 /// processes, set where they differ from what the unit holds (a first apply and a drift repair
 /// alike); the tenant's other processes adopted into `dbcage-TENANT.scope`. Never a cgroup
 /// write and never a move out of a unit by dbcage itself.
+///
+/// Also returns, per tenant, the cgroups of the units that govern it (`TenantSummary::units`):
+/// its own units and, once it has processes there or to adopt, its scope; the unit holding
+/// most of its processes first.
 pub fn systemd_steps(
     plan: &Plan,
     placements: &[Placement],
     tenants: &[Tenant],
     view: &SystemdView,
-) -> (Vec<Step>, Vec<String>) {
+) -> (Vec<Step>, Vec<String>, BTreeMap<String, Vec<String>>) {
     let mut steps = Vec::new();
     let mut warnings = Vec::new();
+    let mut governed = BTreeMap::new();
     for summary in &plan.tenants {
         let Some(ti) = tenants.iter().position(|t| t.name == summary.name) else {
             continue;
@@ -864,6 +886,20 @@ pub fn systemd_steps(
             },
             None,
         );
+        let mut by_size: Vec<(usize, String)> = placement
+            .units
+            .iter()
+            .filter_map(|(u, pids)| Some((pids.len(), view.unit_group.get(u)?.clone())))
+            .collect();
+        let in_scope = placement.in_scope.len() + placement.adopt.len();
+        if in_scope > 0 {
+            by_size.push((in_scope, crate::systemd::scope_cgroup(&summary.name)));
+        }
+        by_size.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        governed.insert(
+            summary.name.clone(),
+            by_size.into_iter().map(|(_, g)| g).collect::<Vec<_>>(),
+        );
         let mut units: Vec<&String> = placement.units.keys().collect();
         if !placement.in_scope.is_empty() {
             units.push(&scope);
@@ -905,5 +941,5 @@ pub fn systemd_steps(
             });
         }
     }
-    (steps, warnings)
+    (steps, warnings, governed)
 }
