@@ -134,6 +134,14 @@ struct Daemon {
     connected: bool,
     move_log: MoveLog,
     started: Instant,
+    /// Under systemd, per tenant, what the last full plan found (its units, its scope's
+    /// properties, the units it shares): what the event path decides from between plans.
+    governed: BTreeMap<String, plan::Governed>,
+    /// A full plan asked for by the event path (a tenant's process in a unit the last plan did
+    /// not see), due at this time.
+    rescan_due: Option<Instant>,
+    /// When the event path last asked for one (at most one a second).
+    rescan_asked: Option<Instant>,
 }
 
 /// Move lines for the log: one per move, but at most `MOVE_LINES_PER_SECOND` per tenant in
@@ -331,7 +339,7 @@ impl Daemon {
         }) {
             Ok((ctx, plan)) => {
                 self.ctx = ctx;
-                self.ctx.layout.units = plan.units();
+                self.take_governed(&plan);
                 self.publish();
                 let (_, written) = self.execute(&plan, None);
                 self.note_deferred_moves(&plan);
@@ -393,6 +401,85 @@ impl Daemon {
             .iter()
             .any(|t| t.rules.iter().chain(&t.exempt).any(|r| r.descendants));
         self.fields = classify::fields_needed(&self.ctx.loaded.policy.tenants);
+    }
+
+    /// Under systemd: what a full plan found for each tenant (`plan::Governed`), for the event
+    /// path, and the units the metrics read (`Layout::units`).
+    fn take_governed(&mut self, plan: &Plan) {
+        if self.ctx.manager != crate::systemd::Manager::Systemd {
+            return;
+        }
+        self.ctx.layout.units = plan.units();
+        self.governed = plan.governed();
+    }
+
+    /// A tenant's process seen by the event path under systemd. In a unit the tenant is
+    /// governed in (its own service, its scope), or one it shares: nothing to do. Started
+    /// outside systemd (no unit, a login session, a user's manager): adopted into the tenant's
+    /// scope now, through the same `engine::execute` as a full plan's adoptions. In a unit the
+    /// last plan did not see (a new service): a full plan, now, sets its properties.
+    fn govern_in_systemd(&mut self, pid: u32, ti: usize, event_at: EventTime) {
+        let tenant = self.ctx.loaded.policy.tenants[ti].name.clone();
+        // A member: its forks are re-checked (a child forked before its parent's adoption
+        // stays where it was and is adopted on its re-check).
+        self.members.insert(pid, (ti, Leaf::Limited));
+        let Ok(found) = crate::systemd::unit_group_of_pid(&self.ctx.fs, pid) else {
+            return; // gone
+        };
+        let action = {
+            let g = self.governed.get(&tenant);
+            crate::systemd::plan::on_event(
+                &crate::systemd::scope_name(&tenant),
+                found.as_ref().map(|(u, g)| (u.as_str(), g.as_str())),
+                g.map_or(&[][..], |g| &g.units),
+                g.map_or(&[][..], |g| &g.shared),
+            )
+        };
+        use crate::systemd::plan::OnEvent;
+        match action {
+            OnEvent::Stays => self.stats.already_placed += 1,
+            OnEvent::PlanAgain => {
+                let now = Instant::now();
+                let due = self
+                    .rescan_asked
+                    .map_or(now, |at| (at + Duration::from_secs(1)).max(now));
+                if self.rescan_due.is_none() {
+                    let unit = found.map(|(u, _)| u).unwrap_or_default();
+                    info!(pid, tenant = %tenant, unit = %unit, "a tenant's process in a unit the last plan did not see: planning again");
+                    self.rescan_due = Some(due);
+                    self.rescan_asked = Some(due);
+                }
+            }
+            OnEvent::Adopt => {
+                let properties = self
+                    .governed
+                    .get(&tenant)
+                    .map(|g| g.properties.clone())
+                    .unwrap_or_default();
+                let plan = Plan {
+                    steps: vec![Step::Adopt {
+                        tenant: tenant.clone(),
+                        pids: vec![pid],
+                        properties,
+                        reason: format!("tenant {tenant}'s process started outside systemd"),
+                    }],
+                    ..Plan::default()
+                };
+                if !self.execute(&plan, Some(event_at)).0 {
+                    // Not known to be there: the next event or rescan looks again.
+                    self.members.remove(&pid);
+                    return;
+                }
+                // The scope is one of the tenant's units from now on (for the metrics too).
+                let scope = crate::systemd::scope_cgroup(&tenant);
+                let units = self.ctx.layout.units.entry(tenant.clone()).or_default();
+                if !units.contains(&scope) {
+                    units.push(scope.clone());
+                    self.governed.entry(tenant).or_default().units.push(scope);
+                    self.publish();
+                }
+            }
+        }
     }
 
     /// Runs a plan: whether every step succeeded (a vanished process is not a failure), and
@@ -502,9 +589,9 @@ impl Daemon {
             return;
         };
         if self.ctx.manager == crate::systemd::Manager::Systemd {
-            // Under systemd the process stays in its unit (whose properties hold the limits)
-            // or is adopted by the next full plan; dbcage never moves it through cgroupfs.
-            self.stats.already_placed += 1;
+            // dbcage never moves it through cgroupfs: it stays in its unit, or systemd adopts it.
+            let tenant = placed.tenant;
+            self.govern_in_systemd(pid, tenant, event_at);
             return;
         }
         // The first process of a restarted instance whose node change waited for the restart:
@@ -738,7 +825,7 @@ impl crate::control::Governor for Daemon {
     fn commit(&mut self, live: crate::control::Live, (ctx, plan): Self::Staged) -> Vec<String> {
         self.live = live;
         self.ctx = ctx;
-        self.ctx.layout.units = plan.units();
+        self.take_governed(&plan);
         self.publish();
         self.publish_policy();
         let outcome = engine::execute(&plan);
@@ -892,6 +979,9 @@ fn event_loop(mut connector: Connector, agent: &Mutex<Daemon>, waker: &Waker) {
         if let Some(due) = a.move_log.due() {
             waker.wake_before(due);
         }
+        if let Some(due) = a.rescan_due {
+            waker.wake_before(due);
+        }
     }
 }
 
@@ -1041,6 +1131,9 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         members: HashMap::new(),
         deferred_moves: Default::default(),
         rechecks: BTreeMap::new(),
+        governed: BTreeMap::new(),
+        rescan_due: None,
+        rescan_asked: None,
         stats: AgentStats {
             connector: connector.is_some(),
             connector_filtered: connector.as_ref().is_some_and(Connector::kernel_filtered),
@@ -1066,14 +1159,14 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     if manager == crate::systemd::Manager::Systemd {
         info!(
             "systemd manages this host's cgroups: limits go on the units as runtime properties, \
-             processes outside a unit of their own are adopted into dbcage.slice scopes, at each \
-             full plan (start, rescan every {:?}, reload)",
+             processes started outside systemd are adopted into dbcage.slice scopes as their \
+             events arrive and at each full plan (start, rescan every {:?}, reload)",
             agent.opts.rescan
         );
     }
     let first = engine::plan(&agent.ctx, &agent.adjust)?;
     // Under systemd the metrics read the tenants' units (`Layout::units`), known from the plan.
-    agent.ctx.layout.units = first.units();
+    agent.take_governed(&first);
     agent.publish();
     agent.execute(&first, None);
     agent.note_deferred_moves(&first);
@@ -1196,6 +1289,9 @@ pub fn run(opts: AgentOptions) -> Result<()> {
                 deadline = deadline.min(at);
             }
             if let Some(at) = a.move_log.due() {
+                deadline = deadline.min(at);
+            }
+            if let Some(at) = a.rescan_due {
                 deadline = deadline.min(at);
             }
             // Armed under the lock: a re-check the event thread adds from now on that is due
@@ -1372,7 +1468,11 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         next_rescan = next_rescan.min(Instant::now() + period(agent));
         if now >= next_rescan {
             agent.rescan("periodic");
+            agent.rescan_due = None;
             next_rescan = Instant::now() + period(agent);
+        } else if agent.rescan_due.is_some_and(|at| at <= now) {
+            agent.rescan_due = None;
+            agent.rescan("a tenant's process in a new unit");
         }
     }
     // Taking the lock waits for a move in flight on the event thread; that thread then stays

@@ -140,6 +140,13 @@ pub struct TenantSummary {
     /// (its own service units and its scope), the unit holding most of them first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub units: Vec<String>,
+    /// Under systemd: the unit properties of the tenant's settings, what its scope is started
+    /// with when the daemon adopts a process between full plans.
+    #[serde(skip)]
+    pub unit_properties: Vec<Property>,
+    /// Under systemd: the cgroups of units it shares with other processes (not governed).
+    #[serde(skip)]
+    pub shared_units: Vec<String>,
 }
 
 impl Plan {
@@ -154,6 +161,21 @@ impl Plan {
             .iter()
             .filter(|t| !t.units.is_empty())
             .map(|t| (t.name.clone(), t.units.clone()))
+            .collect()
+    }
+
+    /// Under systemd, per tenant, what the daemon's event path needs between full plans.
+    pub fn governed(&self) -> BTreeMap<String, Governed> {
+        self.tenants
+            .iter()
+            .map(|t| {
+                let g = Governed {
+                    units: t.units.clone(),
+                    properties: t.unit_properties.clone(),
+                    shared: t.shared_units.clone(),
+                };
+                (t.name.clone(), g)
+            })
             .collect()
     }
 
@@ -599,6 +621,8 @@ pub fn build_with(
             settings,
             processes: members.len(),
             units: Vec::new(),
+            unit_properties: Vec::new(),
+            shared_units: Vec::new(),
         });
     }
     if !problems.is_empty() {
@@ -819,21 +843,33 @@ pub struct SystemdView {
     pub unified: bool,
 }
 
+/// Under systemd, what a plan found for one tenant beyond its steps.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Governed {
+    /// The cgroups of the units that govern its processes: its own units and, once it has
+    /// processes there or to adopt, its scope; the unit holding most of them first.
+    pub units: Vec<String>,
+    /// The unit properties of its settings (what its scope is started with).
+    pub properties: Vec<Property>,
+    /// The cgroups of units that hold its processes with others' (not governed, see the
+    /// warnings): the daemon's event path leaves them to the next full plan.
+    pub shared: Vec<String>,
+}
+
 /// The steps of the systemd driver for a plan's tenants (pure): the tenants' settings as unit
 /// properties (`cgroup::systemd::unit_properties`) on every unit that holds only the tenant's
 /// processes, set where they differ from what the unit holds (a first apply and a drift repair
 /// alike); the tenant's other processes adopted into `dbcage-TENANT.scope`. Never a cgroup
 /// write and never a move out of a unit by dbcage itself.
 ///
-/// Also returns, per tenant, the cgroups of the units that govern it (`TenantSummary::units`):
-/// its own units and, once it has processes there or to adopt, its scope; the unit holding
-/// most of its processes first.
+/// Also returns, per tenant, the cgroups of the units that govern it and the properties its
+/// scope gets (`Governed`).
 pub fn systemd_steps(
     plan: &Plan,
     placements: &[Placement],
     tenants: &[Tenant],
     view: &SystemdView,
-) -> (Vec<Step>, Vec<String>, BTreeMap<String, Vec<String>>) {
+) -> (Vec<Step>, Vec<String>, BTreeMap<String, Governed>) {
     let mut steps = Vec::new();
     let mut warnings = Vec::new();
     let mut governed = BTreeMap::new();
@@ -898,7 +934,15 @@ pub fn systemd_steps(
         by_size.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
         governed.insert(
             summary.name.clone(),
-            by_size.into_iter().map(|(_, g)| g).collect::<Vec<_>>(),
+            Governed {
+                units: by_size.into_iter().map(|(_, g)| g).collect(),
+                properties: props.clone(),
+                shared: placement
+                    .shared
+                    .keys()
+                    .filter_map(|u| view.unit_group.get(u).cloned())
+                    .collect(),
+            },
         );
         let mut units: Vec<&String> = placement.units.keys().collect();
         if !placement.in_scope.is_empty() {

@@ -183,7 +183,10 @@ pub fn plan(p: &Prepared, adjust: &Adjustments) -> Result<Plan> {
         plan.steps = steps;
         plan.warnings.extend(warnings);
         for t in &mut plan.tenants {
-            t.units = units.remove(&t.name).unwrap_or_default();
+            let governed = units.remove(&t.name).unwrap_or_default();
+            t.units = governed.units;
+            t.unit_properties = governed.properties;
+            t.shared_units = governed.shared;
         }
     }
     Ok(plan)

@@ -104,6 +104,8 @@ fn plan_of() -> Plan {
             settings: settings(),
             processes: 3,
             units: Vec::new(),
+            unit_properties: Vec::new(),
+            shared_units: Vec::new(),
         }],
         ..Plan::default()
     }
@@ -138,7 +140,7 @@ fn limits_go_on_the_tenants_unit_and_the_rest_is_adopted() {
     assert_eq!((tenant.as_str(), pids.as_slice()), ("pg", &[3][..]));
     // status reads the unit holding most of the tenant's processes first, then the scope.
     assert_eq!(
-        units["pg"],
+        units["pg"].units,
         [
             "/system.slice/postgresql@15-main.service",
             "/dbcage.slice/dbcage-pg.scope"
