@@ -137,7 +137,7 @@ pub struct TenantSummary {
     pub settings: TenantSettings,
     pub processes: usize,
     /// Under systemd: the cgroups of the units that govern the tenant's processes in place
-    /// (its own service units and its scope), the unit holding most of them first.
+    /// (its own service units and its scope), its own units before its scope.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub units: Vec<String>,
     /// Under systemd: the unit properties of the tenant's settings, what its scope is started
@@ -846,8 +846,8 @@ pub struct SystemdView {
 /// Under systemd, what a plan found for one tenant beyond its steps.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Governed {
-    /// The cgroups of the units that govern its processes: its own units and, once it has
-    /// processes there or to adopt, its scope; the unit holding most of them first.
+    /// The cgroups of the units that govern its processes: its own units (the one holding
+    /// most of them first) and, once it has processes there or to adopt, its scope.
     pub units: Vec<String>,
     /// The unit properties of its settings (what its scope is started with).
     pub properties: Vec<Property>,
@@ -922,20 +922,22 @@ pub fn systemd_steps(
             },
             None,
         );
-        let mut by_size: Vec<(usize, String)> = placement
+        // The units systemd started first (the one with most of its processes first), then
+        // its scope.
+        let mut own: Vec<(usize, String)> = placement
             .units
             .iter()
             .filter_map(|(u, pids)| Some((pids.len(), view.unit_group.get(u)?.clone())))
             .collect();
-        let in_scope = placement.in_scope.len() + placement.adopt.len();
-        if in_scope > 0 {
-            by_size.push((in_scope, crate::systemd::scope_cgroup(&summary.name)));
+        own.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        let mut groups: Vec<String> = own.into_iter().map(|(_, g)| g).collect();
+        if !placement.in_scope.is_empty() || !placement.adopt.is_empty() {
+            groups.push(crate::systemd::scope_cgroup(&summary.name));
         }
-        by_size.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
         governed.insert(
             summary.name.clone(),
             Governed {
-                units: by_size.into_iter().map(|(_, g)| g).collect(),
+                units: groups,
                 properties: props.clone(),
                 shared: placement
                     .shared

@@ -332,7 +332,7 @@ pub struct Layout {
     pub parents: Vec<PathBuf>,
     pub setup: Setup,
     /// Under systemd: per tenant, the cgroups of the units that govern its processes in place
-    /// (as /proc/PID/cgroup names them, the unit holding most of them first), from the plan
+    /// (as /proc/PID/cgroup names them, its own units before its scope), from the plan
     /// (`Plan::units`). The readers (`read.rs`) read these instead of dbcage's own groups,
     /// which do not exist there. Empty under cgroupfs.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]

@@ -4,7 +4,7 @@
 //!
 //! Under systemd a tenant has no group of dbcage's own: its limits are properties of the units
 //! that hold its processes (`Layout::units`), and the same readers read those units' cgroups
-//! (the unit holding most of the tenant's processes for limits and usage; every unit for the
+//! (the first of them for limits and usage: the database's own unit before its scope; every unit for the
 //! processes).
 
 use std::collections::BTreeMap;
