@@ -513,7 +513,11 @@ impl Daemon {
                     .fetch_add(set.len() as u64, Ordering::Relaxed);
             }
             if let Step::Adopt { tenant, pids, .. } = s {
-                info!(tenant = %tenant, ?pids, "adopted into {}", crate::systemd::scope_name(tenant));
+                // Said only when it happened (a failed adoption has its warning; a process
+                // that exited first is counted as vanished).
+                if outcome.errors.is_empty() && outcome.vanished < pids.len() {
+                    info!(tenant = %tenant, ?pids, "adopted into {}", crate::systemd::scope_name(tenant));
+                }
             }
         }
         for s in &plan.steps {

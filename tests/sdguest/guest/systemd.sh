@@ -7,7 +7,7 @@
 #      into dbcage-pg.scope by the daemon's event path within 1 s (the rescan is 60 s away);
 #   5. kill -9 of the daemon and a restart: nothing killed or moved, no duplicate scope, limits
 #      in force;
-#   3. 100 daemon-reloads, restarts of an unrelated unit with its own IO limits, and
+#   3. 100 daemon-reloads (the number in $SDGUEST_FILES/reloads), restarts of an unrelated unit with its own IO limits, and
 #      set-property on the database's unit by hand: within 2 s the kernel and the unit's
 #      properties are back to the plan, the repairs metric counts exactly the repairs.
 # Figures go to $SDGUEST_OUT/figures.txt. Run: tests/sdguest/systemd.sh
@@ -204,7 +204,8 @@ before=$(snapshot)
 r0=$(metric dbcage_systemd_repairs)
 hand=0 worst=0 kernel_off=0
 t0=$(ms)
-for i in $(seq 100); do
+RELOADS=$(cat "$SDGUEST_FILES/reloads" 2>/dev/null || echo 100)
+for i in $(seq "$RELOADS"); do
 	systemctl daemon-reload
 	[ "$(cat /sys/fs/cgroup$CG/cpu.max)" = "50000 100000" ] || kernel_off=$((kernel_off + 1))
 	if [ $((i % 10)) = 0 ]; then
@@ -224,7 +225,7 @@ for i in $(seq 100); do
 done
 total=$(( $(ms) - t0 ))
 r1=$(metric dbcage_systemd_repairs)
-figure "100 daemon-reloads, 10 restarts of dbcage-test-other, $hand set-property by hand: ${total} ms; worst repair $worst ms; $kernel_off reloads with cpu.max off the plan; repairs metric $r0 -> $r1"
+figure "$RELOADS daemon-reloads, $hand restarts of dbcage-test-other, $hand set-property by hand: ${total} ms; worst repair $worst ms; $kernel_off reloads with cpu.max off the plan; repairs metric $r0 -> $r1"
 eq "reloads with the kernel off the plan" "$kernel_off" "0"
 eq "repairs counted (one property per set-property)" "$(( ${r1:-0} - ${r0:-0} ))" "$hand"
 eq "postgres processes and cgroups after the reloads" "$(snapshot)" "$before"
