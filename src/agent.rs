@@ -456,10 +456,14 @@ impl Daemon {
                     .get(&tenant)
                     .map(|g| g.properties.clone())
                     .unwrap_or_default();
+                let mut pids = vec![pid];
+                if let Some((_, group)) = &found {
+                    pids.extend(self.same_tenant_in(group, ti, pid));
+                }
                 let plan = Plan {
                     steps: vec![Step::Adopt {
                         tenant: tenant.clone(),
-                        pids: vec![pid],
+                        pids,
                         properties,
                         reason: format!("tenant {tenant}'s process started outside systemd"),
                     }],
@@ -480,6 +484,40 @@ impl Daemon {
                 }
             }
         }
+    }
+
+    /// The tenant's other processes in `group` (a login session's scope): a postmaster's
+    /// children forked before it was adopted. Adopted with it in one call, rather than one
+    /// D-Bus round trip each as their re-checks come (measured in the guest under TCG: seven
+    /// processes one by one took 1.6 s). Only a unit's group: the root's holds the kernel's
+    /// threads. Each becomes a member, so that its re-checks find it placed.
+    fn same_tenant_in(&mut self, group: &str, ti: usize, pid: u32) -> Vec<u32> {
+        let Some(dir) = self
+            .ctx
+            .layout
+            .setup
+            .hierarchies
+            .iter()
+            .find(|h| h.version == crate::cgroup::Version::V2)
+            .and_then(|h| h.dir_of(group))
+        else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for other in crate::cgroup::procs_in(&dir) {
+            if other == pid {
+                continue;
+            }
+            let Some(p) = self.reader.read(other, self.fields) else {
+                continue;
+            };
+            let policy = &self.ctx.loaded.policy;
+            if classify::classify_direct(&policy.tenants, &p).is_some_and(|x| x.tenant == ti) {
+                self.members.insert(other, (ti, Leaf::Limited));
+                out.push(other);
+            }
+        }
+        out
     }
 
     /// Runs a plan: whether every step succeeded (a vanished process is not a failure), and
