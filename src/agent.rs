@@ -937,6 +937,40 @@ fn watch_dirs(policy: &crate::policy::Policy) -> Option<Inotify> {
     Some(ino)
 }
 
+/// Where `systemctl set-property` writes a unit's drop-ins: `UNIT.d/` under the runtime
+/// directory (`--runtime`) or the persistent one.
+const SYSTEMD_CONTROL_DIRS: [&str; 2] =
+    ["/run/systemd/system.control", "/etc/systemd/system.control"];
+
+/// Under systemd: a watch on the drop-in directories of `set-property` (each directory and its
+/// `UNIT.d` subdirectories, as they are now: rebuilt after each full plan to cover new ones). A
+/// change there is a property set by someone (or by this daemon): the next full plan comes at
+/// once, rather than at the next rescan, and repairs what drifted (measured in the guest under
+/// TCG: a rescan-only repair took up to 9 s while daemon-reloads ran). `daemon-reload` writes
+/// nothing there.
+fn watch_dropins(fs: &crate::hostfs::HostFs) -> Option<Inotify> {
+    let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).ok()?;
+    let flags = AddWatchFlags::IN_CREATE
+        | AddWatchFlags::IN_DELETE
+        | AddWatchFlags::IN_MOVED_TO
+        | AddWatchFlags::IN_CLOSE_WRITE;
+    let mut watched = 0;
+    for base in SYSTEMD_CONTROL_DIRS.map(|d| fs.path(d)) {
+        let Ok(entries) = std::fs::read_dir(&base) else {
+            continue;
+        };
+        if ino.add_watch(&base, flags).is_ok() {
+            watched += 1;
+        }
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) && ino.add_watch(&e.path(), flags).is_ok() {
+                watched += 1;
+            }
+        }
+    }
+    (watched > 0).then_some(ino)
+}
+
 /// The agent, shared by the main loop and the event thread. A panic on one thread leaves the
 /// state as consistent as any single step does (each event is handled on its own), so the
 /// other thread goes on with it rather than stopping the daemon.
@@ -1235,6 +1269,9 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         );
     }
     let mut storage_watch = watch_dirs(&agent.ctx.loaded.policy);
+    let systemd = agent.ctx.manager == crate::systemd::Manager::Systemd;
+    let mut dropin_watch = systemd.then(|| watch_dropins(&agent.ctx.fs)).flatten();
+    let mut dropins_at_rescan = agent.stats.rescans;
     let hierarchies: Vec<&Path> = agent
         .ctx
         .layout
@@ -1344,7 +1381,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
                 .unwrap_or(PollTimeout::MAX)
         };
         let triggers = protection.triggers();
-        let (sig_ready, storage_changed, control_ready, pressured) = {
+        let (sig_ready, storage_changed, control_ready, pressured, dropins_changed) = {
             let mut fds = vec![
                 PollFd::new(signals.as_fd(), PollFlags::POLLIN),
                 PollFd::new(waker.fd.as_fd(), PollFlags::POLLIN),
@@ -1360,6 +1397,10 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             let control_at = fds.len();
             if let Some(c) = &control {
                 fds.push(PollFd::new(c.fd(), PollFlags::POLLIN));
+            }
+            let dropins_at = fds.len();
+            if let Some(w) = &dropin_watch {
+                fds.push(PollFd::new(w.as_fd(), PollFlags::POLLIN));
             }
             match poll(&mut fds, timeout) {
                 Ok(_) => {}
@@ -1381,12 +1422,25 @@ pub fn run(opts: AgentOptions) -> Result<()> {
                 storage_watch.is_some() && ready(&fds[watch_at]),
                 control.is_some() && fds.get(control_at).is_some_and(ready),
                 pressured,
+                dropin_watch.is_some() && fds.get(dropins_at).is_some_and(ready),
             )
         };
         drop(triggers);
         let woke = Instant::now();
         let mut a = lock(&agent);
         let agent = &mut *a;
+        if dropins_changed {
+            if let Some(w) = &dropin_watch {
+                while let Ok(evs) = w.read_events() {
+                    if evs.is_empty() {
+                        break;
+                    }
+                }
+            }
+            // set-property writes a few files: one plan shortly after, not one per file.
+            let due = Instant::now() + Duration::from_millis(100);
+            agent.rescan_due = Some(agent.rescan_due.map_or(due, |d| d.min(due)));
+        }
         if storage_changed {
             if let Some(w) = &storage_watch {
                 while let Ok(evs) = w.read_events() {
@@ -1514,7 +1568,13 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             next_rescan = Instant::now() + period(agent);
         } else if agent.rescan_due.is_some_and(|at| at <= now) {
             agent.rescan_due = None;
-            agent.rescan("a tenant's process in a new unit");
+            agent.rescan("a tenant's process in a new unit, or a unit's drop-in changed");
+        }
+        if systemd && agent.stats.rescans != dropins_at_rescan {
+            // New units' drop-in directories since the last plan; events of this plan's own
+            // writes go with the old watch.
+            dropins_at_rescan = agent.stats.rescans;
+            dropin_watch = watch_dropins(&agent.ctx.fs);
         }
     }
     // Taking the lock waits for a move in flight on the event thread; that thread then stays
@@ -1557,6 +1617,27 @@ fn one_line(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A drop-in written by `set-property` (a new file in an existing `UNIT.d`) wakes the
+    /// watch; nothing happens without one; no directories, no watch.
+    #[test]
+    fn set_property_drop_ins_are_watched() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = crate::hostfs::HostFs::with_root(dir.path());
+        assert!(watch_dropins(&fs).is_none());
+        let unit = fs.path("/run/systemd/system.control/postgresql@15-main.service.d");
+        std::fs::create_dir_all(&unit).unwrap();
+        let w = watch_dropins(&fs).unwrap();
+        assert!(w.read_events().is_err(), "no event before a write (EAGAIN)");
+        std::fs::write(unit.join("50-CPUQuota.conf"), "[Service]\nCPUQuota=90%\n").unwrap();
+        let events = w.read_events().unwrap();
+        assert!(
+            events
+                .iter()
+                .any(|e| e.name.as_deref() == Some(std::ffi::OsStr::new("50-CPUQuota.conf"))),
+            "{events:?}"
+        );
+    }
 
     #[test]
     fn refusals_are_logged_on_one_line() {
