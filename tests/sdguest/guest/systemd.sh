@@ -126,7 +126,7 @@ has "status --json" "$json" "\"units\":[\"$CG\"]"
 has "status --json" "$json" '"cpu_quota_cores":0.5'
 has "status --json" "$json" '"memory_limit_bytes":536870912'
 has "status --json" "$json" '"read_bps":4194304'
-n=$(sed -n 's/.*"processes":\([0-9]*\).*/\1/p' <<<"$json")
+n=$(sed -n 's/.*"name":"pg","units":\[[^]]*\],"processes":\([0-9]*\).*/\1/p' <<<"$json")
 eq "status counts the unit's processes" "$n" "$(wc -l </sys/fs/cgroup$CG/cgroup.procs)"
 out=$(dbcage status)
 echo "$out" | sed 's/^/  status: /'
