@@ -98,9 +98,10 @@ DBCAGE_VM_MODULES=null_blk tests/vm/run.sh target/release/dbcage tests/vm/guard.
 bench/run-storm-vm.sh BASE_RATES=10 DBCAGE_RATES=10 DURATION=2 FORK_ROUNDS=1
 echo "== a systemd host in a guest (Debian 12, systemd 252 as PID 1, PostgreSQL 15; qemu/TCG)"
 # Issue 19's scenarios with the daemon governing postgresql@15-main.service through systemd:
-# status and metrics read from the unit, restart sampled every 100 ms, adoption of a pg_ctl
-# started in a login session within 1 s, kill -9 and restart of the daemon, 100 daemon-reloads
-# with drift repaired and counted. A guest that does not boot or finish fails (exit 125).
+# status and metrics read from the unit, restart sampled every 100 ms, adoption of processes
+# started in a login session (into a running scope within 1 s), kill -9 and restart of the
+# daemon, daemon-reloads with drift repaired and counted. A guest that does not boot or finish
+# fails (exit 125).
 # 15 daemon-reloads rather than the issue's 100 (~4.5 s each under TCG): the step's budget is
 # 6 min (measured: 30 reloads, warm layer cache, 5.7 min; a cold cache adds ~3 min once).
 SDGUEST_RELOADS=15 tests/sdguest/systemd.sh target/release/dbcage

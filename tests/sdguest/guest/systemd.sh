@@ -41,7 +41,8 @@ daemon() { # daemon NAME RESCAN: the daemon as a transient service, waited for u
 # (the guest has it for postgresql-common): a fork per process and sample under TCG would take
 # seconds, not 100 ms. Runs until FILE exists (and at most 120 s); prints
 #   samples=N bad=N (process samples not good) pids=N late_ms=MAX (first seen -> first good,
-#   over the processes not good when first seen) never=PIDS (alive at the end, never good)
+#   over the processes not good when first seen; "never" when one alive at the end never was)
+#   never=PIDS (alive at the end, never good)
 cat >/usr/local/bin/dbcage-test-sample <<'PERL'
 #!/usr/bin/perl
 use strict; use warnings; use Time::HiRes qw(time sleep);
@@ -78,6 +79,7 @@ for my $pid (keys %late) {
 	$late_ms = $ms if $ms > $late_ms;
 }
 my @never = sort { $a <=> $b } grep { !defined $good{$_} } keys %alive;
+$late_ms = "never" if @never; # alive at the end and never good: no latency to speak of
 printf "samples=%d bad=%d pids=%d late_ms=%d never=%s\n", $samples, $bad, scalar(keys %seen), $late_ms, join(",", @never);
 PERL
 chmod 755 /usr/local/bin/dbcage-test-sample
@@ -238,7 +240,7 @@ RELOADS=$(cat "$SDGUEST_FILES/reloads" 2>/dev/null || echo 100)
 for i in $(seq "$RELOADS"); do
 	systemctl daemon-reload
 	[ "$(cat /sys/fs/cgroup$CG/cpu.max)" = "50000 100000" ] || kernel_off=$((kernel_off + 1))
-	if [ $((i % 10)) = 0 ]; then
+	if [ $((i % 5)) = 0 ]; then
 		systemctl restart dbcage-test-other
 		systemctl set-property --runtime $U CPUQuota=90%
 		hand=$((hand + 1))
