@@ -74,14 +74,19 @@ pub fn execute(plan: &Plan) -> Outcome {
             } => match systemd.get_or_insert_with(crate::systemd::Systemd::connect) {
                 Ok(sd) => match crate::systemd::govern::adopt(sd, tenant, pids, properties) {
                     Ok(_) => out.moved += pids.len(),
-                    // systemd refuses the whole call when one process has exited since the
-                    // scan: the others are adopted without it, and it counts as vanished.
-                    Err(e) if e.systemd_name() == Some(PROCESS_GONE) => {
+                    // systemd refuses the whole call (UnixProcessIdUnknown), or starts the scope
+                    // and fails its job, when one process has exited since it was found: the
+                    // others are adopted without it, and it counts as vanished.
+                    Err(e) => {
                         let alive: Vec<u32> = pids
                             .iter()
                             .copied()
                             .filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
                             .collect();
+                        if alive.len() == pids.len() {
+                            out.errors.push(e.into());
+                            continue;
+                        }
                         out.vanished += pids.len() - alive.len();
                         if alive.is_empty() {
                             continue;
@@ -91,7 +96,6 @@ pub fn execute(plan: &Plan) -> Outcome {
                             Err(e) => out.errors.push(e.into()),
                         }
                     }
-                    Err(e) => out.errors.push(e.into()),
                 },
                 Err(e) => out.errors.push(connect_error(e)),
             },
@@ -119,9 +123,6 @@ pub fn execute(plan: &Plan) -> Outcome {
     }
     out
 }
-
-/// systemd's error for a PID that names no process (it exited).
-const PROCESS_GONE: &str = "org.freedesktop.DBus.Error.UnixProcessIdUnknown";
 
 /// A failed connection is reported on every systemd step it prevents (the error is not Clone).
 fn connect_error(e: &crate::systemd::Error) -> CgroupError {
