@@ -136,11 +136,47 @@ pub struct TenantSummary {
     pub name: String,
     pub settings: TenantSettings,
     pub processes: usize,
+    /// Under systemd: the cgroups of the units that govern the tenant's processes in place
+    /// (its own service units and its scope), its own units before its scope.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub units: Vec<String>,
+    /// Under systemd: the unit properties of the tenant's settings, what its scope is started
+    /// with when the daemon adopts a process between full plans.
+    #[serde(skip)]
+    pub unit_properties: Vec<Property>,
+    /// Under systemd: the cgroups of units it shares with other processes (not governed).
+    #[serde(skip)]
+    pub shared_units: Vec<String>,
 }
 
 impl Plan {
     pub fn is_empty(&self) -> bool {
         self.steps.is_empty()
+    }
+
+    /// Under systemd, per tenant, the units' cgroups its limits and usage are read from (for
+    /// `Layout::units`); empty under cgroupfs.
+    pub fn units(&self) -> BTreeMap<String, Vec<String>> {
+        self.tenants
+            .iter()
+            .filter(|t| !t.units.is_empty())
+            .map(|t| (t.name.clone(), t.units.clone()))
+            .collect()
+    }
+
+    /// Under systemd, per tenant, what the daemon's event path needs between full plans.
+    pub fn governed(&self) -> BTreeMap<String, Governed> {
+        self.tenants
+            .iter()
+            .map(|t| {
+                let g = Governed {
+                    units: t.units.clone(),
+                    properties: t.unit_properties.clone(),
+                    shared: t.shared_units.clone(),
+                };
+                (t.name.clone(), g)
+            })
+            .collect()
     }
 
     /// The cgroup v1 write-limit caveat in full (`check`), or `None` when it does not apply.
@@ -584,6 +620,9 @@ pub fn build_with(
             name: t.name.clone(),
             settings,
             processes: members.len(),
+            units: Vec::new(),
+            unit_properties: Vec::new(),
+            shared_units: Vec::new(),
         });
     }
     if !problems.is_empty() {
@@ -792,6 +831,8 @@ mod tests_v2;
 #[derive(Debug, Clone, Default)]
 pub struct SystemdView {
     pub unit_of: std::collections::HashMap<u32, String>,
+    /// Each unit's own cgroup (from /proc/PID/cgroup of a process in it).
+    pub unit_group: std::collections::HashMap<String, String>,
     pub unit_pids: std::collections::HashMap<String, Vec<u32>>,
     pub resources: std::collections::HashMap<String, crate::systemd::UnitResources>,
     pub device_nodes: BTreeMap<DevNum, String>,
@@ -802,19 +843,36 @@ pub struct SystemdView {
     pub unified: bool,
 }
 
+/// Under systemd, what a plan found for one tenant beyond its steps.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Governed {
+    /// The cgroups of the units that govern its processes: its own units (the one holding
+    /// most of them first) and, once it has processes there or to adopt, its scope.
+    pub units: Vec<String>,
+    /// The unit properties of its settings (what its scope is started with).
+    pub properties: Vec<Property>,
+    /// The cgroups of units that hold its processes with others' (not governed, see the
+    /// warnings): the daemon's event path leaves them to the next full plan.
+    pub shared: Vec<String>,
+}
+
 /// The steps of the systemd driver for a plan's tenants (pure): the tenants' settings as unit
 /// properties (`cgroup::systemd::unit_properties`) on every unit that holds only the tenant's
 /// processes, set where they differ from what the unit holds (a first apply and a drift repair
 /// alike); the tenant's other processes adopted into `dbcage-TENANT.scope`. Never a cgroup
 /// write and never a move out of a unit by dbcage itself.
+///
+/// Also returns, per tenant, the cgroups of the units that govern it and the properties its
+/// scope gets (`Governed`).
 pub fn systemd_steps(
     plan: &Plan,
     placements: &[Placement],
     tenants: &[Tenant],
     view: &SystemdView,
-) -> (Vec<Step>, Vec<String>) {
+) -> (Vec<Step>, Vec<String>, BTreeMap<String, Governed>) {
     let mut steps = Vec::new();
     let mut warnings = Vec::new();
+    let mut governed = BTreeMap::new();
     for summary in &plan.tenants {
         let Some(ti) = tenants.iter().position(|t| t.name == summary.name) else {
             continue;
@@ -864,6 +922,30 @@ pub fn systemd_steps(
             },
             None,
         );
+        // The units systemd started first (the one with most of its processes first), then
+        // its scope.
+        let mut own: Vec<(usize, String)> = placement
+            .units
+            .iter()
+            .filter_map(|(u, pids)| Some((pids.len(), view.unit_group.get(u)?.clone())))
+            .collect();
+        own.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        let mut groups: Vec<String> = own.into_iter().map(|(_, g)| g).collect();
+        if !placement.in_scope.is_empty() || !placement.adopt.is_empty() {
+            groups.push(crate::systemd::scope_cgroup(&summary.name));
+        }
+        governed.insert(
+            summary.name.clone(),
+            Governed {
+                units: groups,
+                properties: props.clone(),
+                shared: placement
+                    .shared
+                    .keys()
+                    .filter_map(|u| view.unit_group.get(u).cloned())
+                    .collect(),
+            },
+        );
         let mut units: Vec<&String> = placement.units.keys().collect();
         if !placement.in_scope.is_empty() {
             units.push(&scope);
@@ -905,5 +987,5 @@ pub fn systemd_steps(
             });
         }
     }
-    (steps, warnings)
+    (steps, warnings, governed)
 }

@@ -74,6 +74,10 @@ pub struct IoTotals {
 #[derive(Debug, Clone, Serialize)]
 pub struct TenantStatus {
     pub name: String,
+    /// Under systemd: the units' cgroups the tenant is governed in (read here in place of
+    /// dbcage's own groups), the one its limits and usage are read from first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub units: Vec<String>,
     pub processes: usize,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<Member>,
@@ -250,7 +254,11 @@ pub fn collect(
             if layout.setup.hierarchies.is_empty() {
                 break;
             }
-            let pids = cgroup::procs_in(&layout.leaf_dir(h_procs, &t.name, leaf));
+            let pids: Vec<u32> = layout
+                .read_leaves(h_procs, &t.name, leaf)
+                .iter()
+                .flat_map(|dir| cgroup::procs_in(dir))
+                .collect();
             count += pids.len();
             for pid in &pids {
                 if let Some(pss) = proportional_set_size(fs, *pid) {
@@ -320,6 +328,7 @@ pub fn collect(
         let protection = layout.tenant_io_protection(&t.name);
         let mut status = TenantStatus {
             name: t.name.clone(),
+            units: layout.units.get(&t.name).cloned().unwrap_or_default(),
             processes: count,
             members,
             devices,
@@ -519,6 +528,7 @@ pub(crate) mod tests {
     pub(crate) fn tenant(read_bytes: u64, usage_s: f64) -> TenantStatus {
         TenantStatus {
             name: "BX1".into(),
+            units: Vec::new(),
             processes: 1,
             members: Vec::new(),
             devices: vec![DeviceStatus {

@@ -50,11 +50,11 @@ pub fn leaf_lacks(
             };
             match setup.hierarchies[h].version {
                 Version::V1 => false,
-                Version::V2 => {
-                    let file = layout.leaf_dir(h, tenant, leaf).join("cgroup.controllers");
-                    std::fs::read_to_string(file)
+                // Under systemd, the tenant's units' cgroups (`Layout::read_leaves`).
+                Version::V2 => layout.read_leaves(h, tenant, leaf).iter().any(|dir| {
+                    std::fs::read_to_string(dir.join("cgroup.controllers"))
                         .is_ok_and(|have| !have.split_whitespace().any(|n| Some(n) == c.v2_name()))
-                }
+                }),
             }
         })
         .collect()

@@ -331,6 +331,12 @@ pub struct Layout {
     /// Indexed like `Setup::hierarchies`.
     pub parents: Vec<PathBuf>,
     pub setup: Setup,
+    /// Under systemd: per tenant, the cgroups of the units that govern its processes in place
+    /// (as /proc/PID/cgroup names them, its own units before its scope), from the plan
+    /// (`Plan::units`). The readers (`read.rs`) read these instead of dbcage's own groups,
+    /// which do not exist there. Empty under cgroupfs.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub units: BTreeMap<String, Vec<String>>,
 }
 
 impl Layout {
@@ -356,6 +362,7 @@ impl Layout {
             root_name: agent.root_name.clone(),
             parents,
             setup,
+            units: BTreeMap::new(),
         })
     }
 

@@ -1,8 +1,14 @@
 //! A tenant's limits and usage as the kernel holds them, read through the driver of each
 //! controller's hierarchy: what `status`, `top`, the metrics and the balancer read. Reading
 //! only; a missing group or file reads as unknown, never as an error.
+//!
+//! Under systemd a tenant has no group of dbcage's own: its limits are properties of the units
+//! that hold its processes (`Layout::units`), and the same readers read those units' cgroups
+//! (the first of them for limits and usage: the database's own unit before its scope; every unit for the
+//! processes).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use super::stats::{CpuUsage, IoCounters, MemoryUsage, PressureSet};
 use super::{Controller, Layout};
@@ -18,13 +24,56 @@ pub struct IoState {
 }
 
 impl Layout {
+    /// The group a tenant's limits and usage are read from in hierarchy `h`: the cgroup of its
+    /// main unit under systemd, its own group otherwise.
+    pub fn read_dir(&self, h: usize, tenant: &str) -> PathBuf {
+        self.unit_dirs(h, tenant)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| self.tenant_dir(h, tenant))
+    }
+
+    /// The groups a tenant's processes of a leaf live in, for counting and listing them: under
+    /// systemd every unit's cgroup for `limited` (a unit has no exempt leaf), its leaf
+    /// otherwise.
+    pub fn read_leaves(&self, h: usize, tenant: &str, leaf: Leaf) -> Vec<PathBuf> {
+        if !self.units.contains_key(tenant) {
+            return vec![self.leaf_dir(h, tenant, leaf)];
+        }
+        match leaf {
+            Leaf::Limited => self.unit_dirs(h, tenant),
+            Leaf::Exempt => Vec::new(),
+        }
+    }
+
+    /// The group whose IO limits are the tenant's limited ones.
+    fn read_limited(&self, h: usize, tenant: &str) -> PathBuf {
+        match self.units.contains_key(tenant) {
+            true => self.read_dir(h, tenant),
+            false => self.leaf_dir(h, tenant, Leaf::Limited),
+        }
+    }
+
+    /// The units' cgroups of a tenant governed through systemd, in hierarchy `h` (a unit's
+    /// group may be missing from a v1 hierarchy whose controller systemd did not enable for
+    /// it: it then reads as unknown, like any missing group).
+    fn unit_dirs(&self, h: usize, tenant: &str) -> Vec<PathBuf> {
+        let Some(units) = self.units.get(tenant) else {
+            return Vec::new();
+        };
+        units
+            .iter()
+            .filter_map(|u| self.setup.hierarchies[h].dir_of(u))
+            .collect()
+    }
+
     /// The IO limits in force on a tenant's `limited` leaf and the tenant's counters (both
     /// leaves), for `status`. `None` without an io controller.
     pub fn tenant_io(&self, tenant: &str) -> Option<IoState> {
         let (h, d) = self.setup.driver_of(Controller::Io)?;
         Some(IoState {
-            limits: d.io_limits(&self.leaf_dir(h, tenant, Leaf::Limited)),
-            usage: d.io_usage(&self.tenant_dir(h, tenant)),
+            limits: d.io_limits(&self.read_limited(h, tenant)),
+            usage: d.io_usage(&self.read_dir(h, tenant)),
         })
     }
 
@@ -32,7 +81,7 @@ impl Layout {
     /// exempt leaf's IO is not under the budget it divides).
     pub fn limited_io(&self, tenant: &str) -> Option<IoState> {
         let (h, d) = self.setup.driver_of(Controller::Io)?;
-        let dir = self.leaf_dir(h, tenant, Leaf::Limited);
+        let dir = self.read_limited(h, tenant);
         Some(IoState {
             limits: d.io_limits(&dir),
             usage: d.io_usage(&dir),
@@ -43,13 +92,13 @@ impl Layout {
     pub fn tenant_cpu(&self, tenant: &str) -> (CpuUsage, Option<f64>) {
         let cpu = self.setup.driver_of(Controller::Cpu);
         let acct = self.setup.driver_of(Controller::Cpuacct);
-        let cpu_dir = cpu.map(|(h, _)| self.tenant_dir(h, tenant));
-        let acct_dir = acct.map(|(h, _)| self.tenant_dir(h, tenant));
+        let cpu_dir = cpu.map(|(h, _)| self.read_dir(h, tenant));
+        let acct_dir = acct.map(|(h, _)| self.read_dir(h, tenant));
         let usage = match cpu.or(acct) {
             Some((_, d)) => d.cpu_usage(cpu_dir.as_deref(), acct_dir.as_deref()),
             None => CpuUsage::default(),
         };
-        let quota = cpu.and_then(|(h, d)| d.cpu_quota(&self.tenant_dir(h, tenant)));
+        let quota = cpu.and_then(|(h, d)| d.cpu_quota(&self.read_dir(h, tenant)));
         (usage, quota)
     }
 
@@ -57,7 +106,7 @@ impl Layout {
     /// v2), `None` without a cpuset controller or when unreadable.
     pub fn tenant_mems(&self, tenant: &str) -> Option<crate::kernel::CpuSet> {
         let (h, _) = self.setup.driver_of(Controller::Cpuset)?;
-        std::fs::read_to_string(self.tenant_dir(h, tenant).join("cpuset.mems"))
+        std::fs::read_to_string(self.read_dir(h, tenant).join("cpuset.mems"))
             .ok()?
             .trim()
             .parse()
@@ -68,7 +117,7 @@ impl Layout {
     pub fn tenant_memory(&self, tenant: &str) -> (MemoryUsage, Option<u64>) {
         match self.setup.driver_of(Controller::Memory) {
             Some((h, d)) => {
-                let dir = self.tenant_dir(h, tenant);
+                let dir = self.read_dir(h, tenant);
                 (d.memory_usage(&dir), d.memory_limit(&dir))
             }
             None => (MemoryUsage::default(), None),
@@ -79,7 +128,7 @@ impl Layout {
     /// unlimited or unreadable.
     pub fn tenant_memory_high(&self, tenant: &str) -> Option<u64> {
         let (h, d) = self.setup.driver_of(Controller::Memory)?;
-        d.memory_high(&self.tenant_dir(h, tenant))
+        d.memory_high(&self.read_dir(h, tenant))
     }
 
     /// A tenant's pressure stall information, from the first hierarchy that keeps it per
@@ -89,7 +138,7 @@ impl Layout {
             .hierarchies
             .iter()
             .enumerate()
-            .find_map(|(h, hier)| hier.driver().pressure(&self.tenant_dir(h, tenant)))
+            .find_map(|(h, hier)| hier.driver().pressure(&self.read_dir(h, tenant)))
     }
 
     /// A tenant's io.weight and io.latency targets, from the io controller's hierarchy (empty
@@ -97,7 +146,7 @@ impl Layout {
     pub fn tenant_io_protection(&self, tenant: &str) -> super::driver::IoProtection {
         self.setup
             .driver_of(super::Controller::Io)
-            .map(|(h, d)| d.io_protection(&self.tenant_dir(h, tenant)))
+            .map(|(h, d)| d.io_protection(&self.read_dir(h, tenant)))
             .unwrap_or_default()
     }
 }

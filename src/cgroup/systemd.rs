@@ -7,10 +7,10 @@ use crate::systemd::{DeviceLimit, Property};
 
 use super::model::TenantSettings;
 
-/// The kernel's default cpu weight; systemd's "not set" leaves it there.
+/// The kernel's default cpu and io weight; systemd's "not set" leaves it there.
 const DEFAULT_WEIGHT: u32 = 100;
 
-/// The properties that give a unit a tenant's settings. `unified`: cgroup v2 (cpuset and the
+/// The properties that give a unit a tenant's settings. `unified`: cgroup v2 (cpuset, IOWeight and the
 /// MemoryHigh/Low/SwapMax knobs exist only there; systemd maps the rest to v1 files itself).
 /// `device_path` names a device as systemd takes it (a node path such as `/dev/vdc`).
 /// Every property dbcage manages is listed, unset ones with their default value, so that
@@ -42,6 +42,8 @@ pub fn unit_properties(
             Property::MemoryHigh(s.memory_high),
             Property::MemoryLow(Some(s.memory_low.unwrap_or(0))),
             Property::MemorySwapMax(s.memory_swap_max),
+            // `[tenant.io] weight`; 100 is the kernel's default, systemd's "not set".
+            Property::IoWeight(s.io_weight.filter(|w| *w != DEFAULT_WEIGHT).map(u64::from)),
         ]);
     }
     props
@@ -62,6 +64,7 @@ pub fn unexpressible(s: &TenantSettings, unified: bool) -> Vec<String> {
             (s.memory_high.is_some(), "memory.high"),
             (s.memory_low.is_some(), "memory.low"),
             (s.memory_swap_max.is_some(), "memory.swap_max"),
+            (s.io_weight.is_some(), "io.weight"),
         ] {
             if set {
                 out.push(format!("{name}: cgroup v2 only"));
@@ -114,7 +117,7 @@ mod tests {
             memory_low: None,
             memory_swap_max: Some(0),
             migrate_memory: false,
-            io_weight: None,
+            io_weight: Some(300),
             io_latency_us: Default::default(),
         }
     }
@@ -142,15 +145,17 @@ mod tests {
                 "MemoryHigh=infinity",
                 "MemoryLow=0",
                 "MemorySwapMax=0",
+                "IOWeight=300",
             ]
         );
-        // v1: no cpuset and no v2-only memory knobs, and the report says what is left out.
+        // v1: no cpuset, no io weight and no v2-only memory knobs, and the report says what is left out.
         let v1 = unit_properties(&settings(), false, name);
         assert_eq!(v1.len(), 7);
         let left = unexpressible(&settings(), false);
-        assert_eq!(left.len(), 2, "{left:?}");
+        assert_eq!(left.len(), 3, "{left:?}");
         assert!(left[0].contains("cpuset"));
         assert!(left[1].contains("memory.swap_max"));
+        assert!(left[2].contains("io.weight"));
         assert!(unexpressible(&settings(), true).is_empty());
     }
 
@@ -162,5 +167,8 @@ mod tests {
         let props = unit_properties(&s, true, name);
         assert!(props.contains(&Property::CpuWeight(None)));
         assert!(props.contains(&Property::CpuQuotaPerSecUSec(None)));
+        s.io_weight = Some(100);
+        let props = unit_properties(&s, true, name);
+        assert!(props.contains(&Property::IoWeight(None)));
     }
 }

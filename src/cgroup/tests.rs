@@ -243,3 +243,77 @@ fn proc_cgroup_lines() {
     );
     assert_eq!(lines[2], (Vec::<String>::new(), "/x".to_string()));
 }
+
+/// Under systemd a tenant has no group of dbcage's: its limits, usage and processes are read
+/// from the cgroups of the units that govern it (a synthetic v2 tree as systemd lays it out).
+#[test]
+fn readers_read_a_tenants_units_under_systemd() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mount = tmp.path().join("unified");
+    let unit = mount.join("system.slice/postgresql@15-main.service");
+    let scope = mount.join("dbcage.slice/dbcage-pg.scope");
+    for (dir, procs, quota) in [
+        (&unit, "10\n11\n", "50000 100000"),
+        (&scope, "20\n", "max 100000"),
+    ] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("cgroup.procs"), procs).unwrap();
+        std::fs::write(dir.join("cpu.max"), quota).unwrap();
+        std::fs::write(dir.join("cgroup.controllers"), "cpu memory pids\n").unwrap();
+        std::fs::write(dir.join("memory.max"), "536870912\n").unwrap();
+    }
+    std::fs::write(
+        unit.join("io.max"),
+        "254:32 rbps=2097152 wbps=max riops=max wiops=max\n",
+    )
+    .unwrap();
+    let setup = Setup {
+        hierarchies: vec![Hierarchy {
+            version: Version::V2,
+            mount_point: mount.clone(),
+            mount_root: "/".into(),
+            controllers: vec![Controller::Io, Controller::Cpu, Controller::Memory],
+            mount_controllers: Vec::new(),
+            own_path: "/".into(),
+        }],
+        missing: Vec::new(),
+    };
+    let mut l = Layout::new(setup, &agent(ParentSpec::HierarchyRoot)).unwrap();
+    // Under cgroupfs: dbcage's own (absent) groups, read as unknown.
+    assert_eq!(l.tenant_cpu("pg").1, None);
+    assert_eq!(
+        l.read_leaves(0, "pg", Leaf::Limited),
+        [mount.join("dbcage/pg/limited")]
+    );
+    l.units.insert(
+        "pg".into(),
+        vec![
+            "/system.slice/postgresql@15-main.service".into(),
+            "/dbcage.slice/dbcage-pg.scope".into(),
+        ],
+    );
+    assert_eq!(l.tenant_cpu("pg").1, Some(0.5));
+    assert_eq!(l.tenant_memory("pg").1, Some(512 << 20));
+    let io = l.tenant_io("pg").unwrap();
+    let dev = crate::kernel::DevNum {
+        major: 254,
+        minor: 32,
+    };
+    assert_eq!(io.limits[&dev].read_bps, Some(2 << 20));
+    // Processes are counted in every unit; a unit has no exempt leaf.
+    let procs: Vec<u32> = l
+        .read_leaves(0, "pg", Leaf::Limited)
+        .iter()
+        .flat_map(|d| procs_in(d))
+        .collect();
+    assert_eq!(procs, [10, 11, 20]);
+    assert!(l.read_leaves(0, "pg", Leaf::Exempt).is_empty());
+    // The coverage check reads the units: io is not enabled in them.
+    let needed = [Controller::Io, Controller::Cpu].into_iter().collect();
+    assert_eq!(
+        coverage::leaf_lacks(&l, "pg", Leaf::Limited, &needed),
+        [Controller::Io]
+    );
+    // Another tenant still reads its own groups.
+    assert_eq!(l.read_dir(0, "other"), mount.join("dbcage/other"));
+}

@@ -358,7 +358,21 @@ fn lenient_root(config: &Path) -> String {
 /// while a daemon runs, these show what the daemon runs (the policy it published, see
 /// `agent`), with a warning, rather than nothing: the operator needs the running state most when
 /// an edit went wrong. Without a daemon the policy's errors are the answer.
+///
+/// Under systemd the layout also names the units each tenant's limits and usage are read from
+/// (`Layout::units`); when they cannot be found, a warning says why.
 fn layout_or_running(config: &PolicyPath) -> Result<(policy::Loaded, cgroup::Layout, HostFs)> {
+    let (loaded, mut layout, fs) = policy_and_layout(config)?;
+    match engine::tenant_units(&loaded, &fs) {
+        Ok(units) => layout.units = units,
+        Err(e) => eprintln!(
+            "warning: cannot find the systemd units that govern the tenants ({e:#}); their limits and usage are not shown"
+        ),
+    }
+    Ok((loaded, layout, fs))
+}
+
+fn policy_and_layout(config: &PolicyPath) -> Result<(policy::Loaded, cgroup::Layout, HostFs)> {
     let disk = match engine::layout_for(config) {
         Ok(x) => return Ok(x),
         Err(e) => e,

@@ -74,7 +74,28 @@ pub fn execute(plan: &Plan) -> Outcome {
             } => match systemd.get_or_insert_with(crate::systemd::Systemd::connect) {
                 Ok(sd) => match crate::systemd::govern::adopt(sd, tenant, pids, properties) {
                     Ok(_) => out.moved += pids.len(),
-                    Err(e) => out.errors.push(e.into()),
+                    // systemd refuses the whole call (UnixProcessIdUnknown), or starts the scope
+                    // and fails its job, when one process has exited since it was found: the
+                    // others are adopted without it, and it counts as vanished.
+                    Err(e) => {
+                        let alive: Vec<u32> = pids
+                            .iter()
+                            .copied()
+                            .filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+                            .collect();
+                        if alive.len() == pids.len() {
+                            out.errors.push(e.into());
+                            continue;
+                        }
+                        out.vanished += pids.len() - alive.len();
+                        if alive.is_empty() {
+                            continue;
+                        }
+                        match crate::systemd::govern::adopt(sd, tenant, &alive, properties) {
+                            Ok(_) => out.moved += alive.len(),
+                            Err(e) => out.errors.push(e.into()),
+                        }
+                    }
                 },
                 Err(e) => out.errors.push(connect_error(e)),
             },

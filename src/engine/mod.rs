@@ -131,6 +131,19 @@ pub fn layout_for(config: &PolicyPath) -> Result<(Loaded, Layout, HostFs)> {
     Ok((loaded, layout, fs))
 }
 
+/// For the readers (`status`, `top`): under systemd, the units that govern each tenant
+/// (`Layout::units`), found as the plan finds them (a process scan, each process's unit, the
+/// units' processes over D-Bus); empty under cgroupfs, where the tenants' own groups are read.
+pub fn tenant_units(loaded: &Loaded, fs: &HostFs) -> Result<BTreeMap<String, Vec<String>>> {
+    let manager =
+        crate::systemd::resolve(loaded.policy.agent.manager, fs).map_err(anyhow::Error::msg)?;
+    if manager != crate::systemd::Manager::Systemd {
+        return Ok(BTreeMap::new());
+    }
+    let p = read_host(loaded.clone(), Scan::Rules)?;
+    Ok(plan(&p, &Adjustments::default())?.units())
+}
+
 /// Reads what the kernel holds now for this policy and plans the steps to the policy with the
 /// adjustments.
 pub fn plan(p: &Prepared, adjust: &Adjustments) -> Result<Plan> {
@@ -165,9 +178,16 @@ pub fn plan(p: &Prepared, adjust: &Adjustments) -> Result<Plan> {
         // The systemd driver: the settings the plan computed go on the units; no group of
         // dbcage's own is made and no process is moved by dbcage.
         let view = systemd_view(p, &plan, &pids)?;
-        let (steps, warnings) = plan::systemd_steps(&plan, &placements, &policy.tenants, &view);
+        let (steps, warnings, mut units) =
+            plan::systemd_steps(&plan, &placements, &policy.tenants, &view);
         plan.steps = steps;
         plan.warnings.extend(warnings);
+        for t in &mut plan.tenants {
+            let governed = units.remove(&t.name).unwrap_or_default();
+            t.units = governed.units;
+            t.unit_properties = governed.properties;
+            t.shared_units = governed.shared;
+        }
     }
     Ok(plan)
 }
@@ -187,7 +207,8 @@ fn systemd_view(p: &Prepared, plan: &Plan, pids: &[u32]) -> Result<plan::Systemd
     };
     view.scanned = p.inventory.procs.iter().map(|x| x.pid).collect();
     for &pid in pids {
-        if let Ok(Some(unit)) = crate::systemd::unit_of_pid(&p.fs, pid) {
+        if let Ok(Some((unit, group))) = crate::systemd::unit_group_of_pid(&p.fs, pid) {
+            view.unit_group.entry(unit.clone()).or_insert(group);
             view.unit_of.insert(pid, unit);
         }
     }

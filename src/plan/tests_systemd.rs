@@ -65,6 +65,8 @@ fn view(unit_now: UnitResources) -> SystemdView {
     for pid in [1, 2] {
         v.unit_of.insert(pid, unit.clone());
     }
+    v.unit_group
+        .insert(unit.clone(), format!("/system.slice/{unit}"));
     v.unit_of.insert(3, "session-4.scope".into());
     v.unit_pids = HashMap::from([
         (unit.clone(), vec![1, 2]),
@@ -101,6 +103,9 @@ fn plan_of() -> Plan {
             name: "pg".into(),
             settings: settings(),
             processes: 3,
+            units: Vec::new(),
+            unit_properties: Vec::new(),
+            shared_units: Vec::new(),
         }],
         ..Plan::default()
     }
@@ -108,7 +113,7 @@ fn plan_of() -> Plan {
 
 #[test]
 fn limits_go_on_the_tenants_unit_and_the_rest_is_adopted() {
-    let (steps, warnings) = systemd_steps(
+    let (steps, warnings, units) = systemd_steps(
         &plan_of(),
         &placed(&[1, 2, 3]),
         &tenants(),
@@ -133,6 +138,14 @@ fn limits_go_on_the_tenants_unit_and_the_rest_is_adopted() {
         panic!("{steps:?}")
     };
     assert_eq!((tenant.as_str(), pids.as_slice()), ("pg", &[3][..]));
+    // status reads the unit holding most of the tenant's processes first, then the scope.
+    assert_eq!(
+        units["pg"].units,
+        [
+            "/system.slice/postgresql@15-main.service",
+            "/dbcage.slice/dbcage-pg.scope"
+        ]
+    );
 }
 
 #[test]
@@ -143,7 +156,7 @@ fn a_unit_that_holds_the_plan_needs_no_step_and_drift_is_repaired() {
         memory_low: Some(0),
         ..Default::default()
     };
-    let (steps, _) = systemd_steps(
+    let (steps, _, _) = systemd_steps(
         &plan_of(),
         &placed(&[1, 2]),
         &tenants(),
@@ -154,7 +167,7 @@ fn a_unit_that_holds_the_plan_needs_no_step_and_drift_is_repaired() {
         cpu_quota_per_sec_usec: Some(900_000),
         ..held
     };
-    let (steps, _) = systemd_steps(&plan_of(), &placed(&[1, 2]), &tenants(), &view(drifted));
+    let (steps, _, _) = systemd_steps(&plan_of(), &placed(&[1, 2]), &tenants(), &view(drifted));
     let Step::SetUnitProperties { set, was, .. } = &steps[0] else {
         panic!("{steps:?}")
     };

@@ -74,9 +74,17 @@ pub fn release(sd: &Systemd, unit: &str, managed: &[Property]) -> Result<(), Err
     sd.set_properties(unit, &defaults)
 }
 
+/// The scope cannot take processes: it does not exist, or it is loaded but not running (left
+/// failed by an earlier start whose job failed: systemd 252 answers AttachProcessesToUnit with
+/// InvalidArgs "Unit is not active, refusing"). Starting it afresh is the remedy; a scope that
+/// does run makes that start fail with UnitExists, which is reported.
 fn is_absent(e: &Error) -> bool {
     matches!(
         e.systemd_name(),
-        Some("org.freedesktop.systemd1.NoSuchUnit" | "org.freedesktop.systemd1.UnitInactive")
+        Some(
+            "org.freedesktop.systemd1.NoSuchUnit"
+                | "org.freedesktop.systemd1.UnitInactive"
+                | "org.freedesktop.DBus.Error.InvalidArgs"
+        )
     )
 }

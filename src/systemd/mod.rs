@@ -28,6 +28,12 @@ pub fn scope_name(tenant: &str) -> String {
     format!("dbcage-{tenant}.scope")
 }
 
+/// The cgroup of a tenant's transient scope, as /proc/PID/cgroup names it (the slice is a
+/// child of the root slice).
+pub fn scope_cgroup(tenant: &str) -> String {
+    format!("/{SLICE}/{}", scope_name(tenant))
+}
+
 /// Unit types whose units hold processes (and so can hold a tenant's processes).
 const PROCESS_UNIT_SUFFIXES: &[&str] = &[".service", ".scope"];
 
@@ -102,6 +108,21 @@ pub fn unit_of_cgroup_path(path: &str) -> Option<&str> {
     None
 }
 
+/// The unit a cgroup path belongs to (as `unit_of_cgroup_path`) and the unit's own cgroup: the
+/// path up to and including the unit's component (a delegated unit's subgroups lie below it).
+pub fn unit_and_group(path: &str) -> Option<(&str, &str)> {
+    let unit = unit_of_cgroup_path(path)?;
+    let mut end = 0;
+    for component in path.split('/') {
+        end += component.len();
+        if component == unit {
+            return Some((unit, &path[..end]));
+        }
+        end += 1; // the '/' after it
+    }
+    None
+}
+
 /// Whether a unit name is one whose processes a tenant may live in (a service or a scope).
 pub fn holds_processes(unit: &str) -> bool {
     PROCESS_UNIT_SUFFIXES.iter().any(|s| unit.ends_with(s))
@@ -127,6 +148,15 @@ pub fn systemd_cgroup_of(proc_cgroup: &str) -> Option<String> {
     named
         .or_else(|| lines.iter().find(|(ctrls, _)| ctrls.is_empty()))
         .map(|(_, path)| path.to_string())
+}
+
+/// The unit a process lives in and the unit's cgroup, read from /proc/PID/cgroup (no bus call).
+/// `Ok(None)` when the process is in no unit.
+pub fn unit_group_of_pid(fs: &HostFs, pid: u32) -> std::io::Result<Option<(String, String)>> {
+    let text = fs.read_to_string(format!("/proc/{pid}/cgroup"))?;
+    Ok(systemd_cgroup_of(&text).and_then(|p| {
+        unit_and_group(&p).map(|(unit, group)| (unit.to_string(), group.to_string()))
+    }))
 }
 
 /// The unit a process lives in, read from /proc/PID/cgroup (no bus call). `Ok(None)` when the

@@ -61,10 +61,44 @@ pub fn place(
     p
 }
 
+/// What the daemon's event path does with a tenant's process under systemd (`on_event`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnEvent {
+    /// In a unit the tenant is governed in (its own service, its scope), or in one it shares
+    /// (left to the full plan's warning): nothing.
+    Stays,
+    /// In a unit the last full plan did not see (a new service): plan again, now.
+    PlanAgain,
+    /// Started outside systemd (no unit, a login session, a user's manager): adopt it now.
+    Adopt,
+}
+
+/// Decides `OnEvent` for a process found in `found` (its unit and the unit's cgroup; `None`:
+/// in no unit), from what the last full plan knew of the tenant: the cgroups of its units and
+/// of the units it shares. The same sorting as `place`, for one process.
+pub fn on_event(
+    tenant_scope: &str,
+    found: Option<(&str, &str)>,
+    units: &[String],
+    shared: &[String],
+) -> OnEvent {
+    match found {
+        Some((unit, group))
+            if unit == tenant_scope || units.iter().chain(shared).any(|g| g.as_str() == group) =>
+        {
+            OnEvent::Stays
+        }
+        Some((unit, _)) if super::holds_processes(unit) && !outside_systemd(unit) => {
+            OnEvent::PlanAgain
+        }
+        _ => OnEvent::Adopt,
+    }
+}
+
 /// Units that by their nature hold whatever a person starts (a login session, a user's
 /// manager, a console getty without pam_systemd): a database found there was started outside
 /// systemd, even when only the database runs in them right now.
-fn outside_systemd(unit: &str) -> bool {
+pub fn outside_systemd(unit: &str) -> bool {
     (unit.starts_with("session-") && unit.ends_with(".scope"))
         || unit.starts_with("user@")
         || unit.starts_with("serial-getty@")
@@ -100,6 +134,39 @@ mod tests {
             device_node(&fs, DevNum { major: 8, minor: 0 }),
             "/dev/block/8:0"
         );
+    }
+
+    #[test]
+    fn the_event_path_adopts_only_what_systemd_did_not_start() {
+        let units = ["/system.slice/postgresql@15-main.service".to_string()];
+        let shared = ["/system.slice/cron.service".to_string()];
+        let on = |found| on_event("dbcage-pg.scope", found, &units, &shared);
+        let svc = Some(("postgresql@15-main.service", units[0].as_str()));
+        assert_eq!(on(svc), OnEvent::Stays);
+        let scope = Some(("dbcage-pg.scope", "/dbcage.slice/dbcage-pg.scope"));
+        assert_eq!(on(scope), OnEvent::Stays);
+        assert_eq!(
+            on(Some(("cron.service", shared[0].as_str()))),
+            OnEvent::Stays
+        );
+        let new_unit = Some((
+            "postgresql@15-b.service",
+            "/system.slice/postgresql@15-b.service",
+        ));
+        assert_eq!(on(new_unit), OnEvent::PlanAgain);
+        let session = Some((
+            "session-3.scope",
+            "/user.slice/user-0.slice/session-3.scope",
+        ));
+        assert_eq!(on(session), OnEvent::Adopt);
+        assert_eq!(
+            on(Some((
+                "user@0.service",
+                "/user.slice/user-0.slice/user@0.service"
+            ))),
+            OnEvent::Adopt
+        );
+        assert_eq!(on(None), OnEvent::Adopt);
     }
 
     #[test]

