@@ -344,11 +344,29 @@ fn pg_replication_guard_raises_limits() {
         "too few lag samples: {}",
         series_text(&series)
     );
+    // Or, where the standby caught up while the primary still wrote, the guard restored the
+    // configured limits and the lag grew again from zero (CI: 165 MiB at 12 s, 0 at 16-18 s,
+    // 60 MiB at 20 s): then the lag fell to at most half its peak after the peak.
     let (early, late) = (growth(&series[..5]), growth(&series[series.len() - 5..]));
-    println!("  lag growth: first 5 s {early:.1} MiB/s, last 5 s {late:.1} MiB/s");
+    let peak_at = (0..series.len())
+        .max_by_key(|&i| series[i].replay)
+        .unwrap_or(0);
+    let peak = series[peak_at].replay;
+    let low_after_peak = series[peak_at..]
+        .iter()
+        .map(|l| l.replay)
+        .min()
+        .unwrap_or(peak);
+    println!(
+        "  lag growth: first 5 s {early:.1} MiB/s, last 5 s {late:.1} MiB/s; peak {:.0} MiB, lowest after it {:.0} MiB",
+        mib(peak),
+        mib(low_after_peak)
+    );
     assert!(
-        early > 0.0 && late <= early / 2.0,
-        "the lag was not brought down: it grew {early:.1} MiB/s in the first 5 s and {late:.1} MiB/s in the last 5 s (allowed at most half): {}",
+        early > 0.0 && (late <= early / 2.0 || low_after_peak <= peak / 2),
+        "the lag was not brought down: it grew {early:.1} MiB/s in the first 5 s and {late:.1} MiB/s in the last 5 s (allowed at most half), and after its peak of {:.0} MiB it fell only to {:.0} MiB (at most half needed): {}",
+        mib(peak),
+        mib(low_after_peak),
         series_text(&series)
     );
     // Caught up and calm for `for`: the configured limits are back.
