@@ -35,6 +35,26 @@ pub struct TenantSettings {
     pub io_latency_us: BTreeMap<DevNum, u64>,
 }
 
+impl Default for TenantSettings {
+    /// A tenant with no limits: the kernel's defaults everywhere (cpu weight 100).
+    fn default() -> TenantSettings {
+        TenantSettings {
+            io: BTreeMap::new(),
+            cpu_cores: None,
+            cpu_weight: 100,
+            cpus: CpuSet::default(),
+            mems: CpuSet::default(),
+            memory_max: None,
+            memory_high: None,
+            memory_low: None,
+            memory_swap_max: None,
+            migrate_memory: false,
+            io_weight: None,
+            io_latency_us: BTreeMap::new(),
+        }
+    }
+}
+
 /// The period dbcage writes with a cpu quota (the kernel's default, 100 ms).
 pub const CPU_PERIOD_US: u64 = 100_000;
 

@@ -79,7 +79,6 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::kernel::CpuSet;
     use crate::policy::IoLimits;
 
     fn settings() -> TenantSettings {
@@ -111,14 +110,10 @@ mod tests {
             cpu_cores: Some(1.5),
             cpu_weight: 50,
             cpus: "1".parse().unwrap(),
-            mems: CpuSet::default(),
             memory_max: Some(1 << 30),
-            memory_high: None,
-            memory_low: None,
             memory_swap_max: Some(0),
-            migrate_memory: false,
             io_weight: Some(300),
-            io_latency_us: Default::default(),
+            ..TenantSettings::default()
         }
     }
 

@@ -32,16 +32,9 @@ fn settings() -> TenantSettings {
     TenantSettings {
         io,
         cpu_cores: Some(0.5),
-        cpu_weight: 100,
         cpus: "0-1".parse().unwrap(),
         mems: "0".parse().unwrap(),
-        memory_max: None,
-        memory_high: None,
-        memory_low: None,
-        memory_swap_max: None,
-        migrate_memory: false,
-        io_weight: None,
-        io_latency_us: Default::default(),
+        ..TenantSettings::default()
     }
 }
 
