@@ -92,11 +92,9 @@ DBCAGE_VM_NUMA_NODES=4 DBCAGE_VM_NODE_MEM_MB=768 \
 # members) and the protection guard (a PSI trigger lowers a donor's io.weight under a real flood,
 # restores it once quiet).
 DBCAGE_VM_MODULES=null_blk tests/vm/run.sh target/release/dbcage tests/vm/iocost.sh
-# The flood raises the protected tenant's stall share past the trigger within 2 s in most runs and
-# after about a minute in some (the guard's own reaction is 15-60 ms either way); one more run
-# before it counts as failed.
-DBCAGE_VM_MODULES=null_blk tests/vm/run.sh target/release/dbcage tests/vm/guard.sh \
-  || { echo "guard.sh failed once; running it again"; DBCAGE_VM_MODULES=null_blk tests/vm/run.sh target/release/dbcage tests/vm/guard.sh; }
+# The flood (32 synchronous readers) holds the protected tenant's stall share at about four times
+# the trigger's 10%; the guard lowers within 3-6 s of its start (~90 s per run).
+DBCAGE_VM_MODULES=null_blk tests/vm/run.sh target/release/dbcage tests/vm/guard.sh
 # Issue 8's storm on v2, quick: favordynmods on and off at 10 execs/s (~45 s); checks dbcage's
 # "mounted without favordynmods" notice and that the option removes the move's grace-period wait.
 bench/run-storm-vm.sh BASE_RATES=10 DBCAGE_RATES=10 DURATION=2 FORK_ROUNDS=1
