@@ -1,0 +1,125 @@
+#!/bin/sh
+# Guest side of bench/protect-table.sh (issue 24's measured table; busybox sh, cgroup v2):
+# protection against caps on a disk of fixed capacity. null_blk with a 2 ms timer and 8 tags
+# (4000 IOPS at most, the same in every run). Two tenants: B (the one to protect) reads 4 KiB at
+# random at queue depth 32; A is idle, reads the same way, or floods 4 KiB random writes at depth
+# 32. Three configurations, each applied with `dbcage apply`:
+#   none    no IO keys;
+#   caps    A's write_iops and read_iops capped at a tenth of B's solo IOPS (the cap that leaves B
+#           ~90% of the disk when A floods);
+#   weights `dbcage iocost --destructive --apply` on the disk, io.weight A 100, B 900 (B's
+#           share 90%);
+#   fixed   the same, with io.cost.qos's min and max at 100% (no latency feedback).
+# For each: B alone (IOPS, p99), A alone (IOPS), A flooding while B reads (both), A and B both
+# reading (split). Each phase runs fio for 8 s after 2 s of ramp. Prints a table, then the
+# issue's targets as PASS/FAIL lines, and "N passed, N failed".
+CG=/sys/fs/cgroup
+ROOT=$CG/dbcage-test
+P=0
+F=0
+pass() { echo "PASS $*"; P=$((P + 1)); }
+fail() { echo "FAIL $*"; F=$((F + 1)); }
+rmmod null_blk 2>/dev/null
+if ! insmod /lib/modules/null_blk.ko nr_devices=1 queue_mode=2 gb=1 bs=4096 irqmode=2 \
+    completion_nsec=2000000 hw_queue_depth=8 2>/dev/null; then
+    fail null_blk "no null_blk (run with DBCAGE_VM_MODULES=null_blk)"
+    echo "$P passed, $F failed"
+    exit 1
+fi
+i=0
+while [ ! -b /dev/nullb0 ] && [ $i -lt 50 ]; do /bin/sleep 0.1; i=$((i + 1)); done
+echo "=== protection vs caps: kernel $(uname -r), nullb0=$(cat /sys/class/block/nullb0/dev)"
+D="/bin/dbcage -c /tmp/table.toml"
+policy() { # policy A_IO_LINES B_IO_LINES
+    cat >/tmp/table.toml <<EOF2
+[agent]
+parent = "root"
+root = "dbcage-test"
+metrics = "off"
+
+[[tenant]]
+name = "a"
+match = [{ cmdline = "^dbcage-test-a" }]
+storage = ["/dev/nullb0"]
+[tenant.io]
+$1
+
+[[tenant]]
+name = "b"
+match = [{ cmdline = "^dbcage-test-b" }]
+storage = ["/dev/nullb0"]
+[tenant.io]
+$2
+EOF2
+    out=$($D apply 2>&1) || { echo "apply failed: $out"; exit 1; }
+}
+ln -sf "$(command -v fio)" /tmp/dbcage-test-a
+ln -sf "$(command -v fio)" /tmp/dbcage-test-b
+job() { # job TENANT RW OFFSET OUT
+    $D exec "$1" -- "/tmp/dbcage-test-$1" --name="dbcage-test-$1" --filename=/dev/nullb0 --rw="$2" \
+        --bs=4k --direct=1 --ioengine=libaio --iodepth=32 --offset="$3" --size=256M \
+        --time_based --ramp_time=2 --runtime=8 --output-format=terse --terse-version=3 >"$4" 2>&1
+}
+riops() { cut -d';' -f8 "$1" | cut -d. -f1; }
+wiops() { cut -d';' -f49 "$1" | cut -d. -f1; }
+rp99_ms() { cut -d';' -f30 "$1" | sed 's/.*=//' | awk '{ printf "%.1f", $1 / 1000 }'; }
+measure() { # measure CONFIG: sets <CONFIG>_* variables through eval
+    c=$1
+    job b randread 0 /tmp/b1
+    eval "${c}_b_solo=$(riops /tmp/b1) ${c}_b_solo_p99=$(rp99_ms /tmp/b1)"
+    job a randwrite 256M /tmp/a1
+    eval "${c}_a_solo=$(wiops /tmp/a1)"
+    job b randread 0 /tmp/b2 &
+    j=$!
+    job a randwrite 256M /tmp/a2
+    wait $j
+    eval "${c}_b_flood=$(riops /tmp/b2) ${c}_b_flood_p99=$(rp99_ms /tmp/b2) ${c}_a_flood=$(wiops /tmp/a2)"
+    job b randread 0 /tmp/b3 &
+    j=$!
+    job a randread 256M /tmp/a3
+    wait $j
+    eval "${c}_b_both=$(riops /tmp/b3) ${c}_a_both=$(riops /tmp/a3)"
+}
+row() { # row CONFIG
+    eval "echo \"$1 | \$${1}_b_solo | \$${1}_b_solo_p99 | \$${1}_b_flood | \$${1}_b_flood_p99 | \$${1}_a_solo | \$${1}_a_flood | \$${1}_a_both : \$${1}_b_both\""
+}
+
+policy "" ""
+measure none
+cap=$((none_b_solo / 10))
+policy "read_iops = $cap
+write_iops = $cap" ""
+measure caps
+/bin/dbcage iocost /dev/nullb0 --step-time 500ms --jobs-max 8 --destructive --apply 2>&1 | sed 's/^/INFO | /'
+policy "weight = 100" "weight = 900"
+measure weights
+# the same model with the virtual rate held at 100% (no latency feedback)
+NB=$(cat /sys/class/block/nullb0/dev)
+echo "$NB min=100.00 max=100.00" >$CG/io.cost.qos
+echo "INFO | io.cost.qos: $(grep "^$NB " $CG/io.cost.qos)"
+measure fixed
+/bin/dbcage iocost /dev/nullb0 --revert --force >/dev/null 2>&1
+$D release --all >/dev/null 2>&1
+
+echo
+echo "config | B solo IOPS | B solo p99 ms | B IOPS, A flooding | B p99 ms, A flooding | A solo IOPS | A IOPS flooding | A : B IOPS both reading"
+row none
+row caps
+row weights
+row fixed
+echo "(caps: A read_iops = write_iops = $cap; weights: A 100, B 900 under dbcage iocost's model and qos; fixed: the same with the qos's vrate held at 100%)"
+echo
+
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.0f", 100 * a / b; else print 0 }'; }
+r=$(pct "$weights_a_solo" "$none_a_solo")
+if [ "$r" -ge 95 ]; then pass a_alone "A alone under weights: $weights_a_solo IOPS, $r% of its solo IOPS without control (caps: $caps_a_solo)"; else fail a_alone "A alone under weights: $weights_a_solo IOPS, $r% of $none_a_solo (want >= 95%)"; fi
+split=$(awk -v a="$weights_a_both" -v b="$weights_b_both" 'BEGIN { if (a > 0) printf "%.2f", b / a; else print 0 }')
+if awk -v s="$split" 'BEGIN { exit !(s >= 8.1 && s <= 9.9) }'; then pass split "both reading under weights 100:900: A $weights_a_both, B $weights_b_both IOPS, 1:$split (want 1:9 +-10%)"; else fail split "both reading under weights 100:900: A $weights_a_both, B $weights_b_both IOPS, 1:$split (want 1:8.1-9.9)"; fi
+r=$(pct "$weights_b_flood" "$weights_b_solo")
+p=$(awk -v f="$weights_b_flood_p99" -v s="$weights_b_solo_p99" 'BEGIN { if (s > 0) printf "%.2f", f / s; else print 99 }')
+if [ "$r" -ge 90 ] && awk -v p="$p" 'BEGIN { exit !(p <= 2) }'; then pass b_protected "A flooding under weights: B keeps $r% of its solo IOPS, p99 ${p}x solo"; else fail b_protected "A flooding under weights: B keeps $r% of its solo IOPS (want >= 90%), p99 ${p}x solo (want <= 2x)"; fi
+r=$(pct "$weights_a_solo" "$caps_a_solo")
+if [ "$r" -ge 150 ]; then pass work_conserving "A alone: $weights_a_solo IOPS under weights, $caps_a_solo under the caps that protect B as much: $r%"; else fail work_conserving "A alone: $weights_a_solo IOPS under weights, $caps_a_solo under caps: $r% (want >= 150%)"; fi
+rmmod null_blk 2>/dev/null
+echo "$P passed, $F failed"
+[ "$F" -eq 0 ]
