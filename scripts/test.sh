@@ -93,7 +93,8 @@ DBCAGE_VM_NUMA_NODES=4 DBCAGE_VM_NODE_MEM_MB=768 \
 # restores it once quiet).
 DBCAGE_VM_MODULES=null_blk tests/vm/run.sh target/release/dbcage tests/vm/iocost.sh
 # The flood (32 synchronous readers) holds the protected tenant's stall share at about four times
-# the trigger's 10%; the guard lowers within 3-6 s of its start (~90 s per run).
+# the trigger's 10%; the guard lowers within 3-6 s of its start; then the same with
+# protect_lever = "caps" on the disk's io.max (~2.5 min per run).
 DBCAGE_VM_MODULES=null_blk tests/vm/run.sh target/release/dbcage tests/vm/guard.sh
 # Issue 8's storm on v2, quick: favordynmods on and off at 10 execs/s (~45 s); checks dbcage's
 # "mounted without favordynmods" notice and that the option removes the move's grace-period wait.

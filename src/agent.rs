@@ -1459,12 +1459,12 @@ pub fn run(opts: AgentOptions) -> Result<()> {
                 protection.publish(&a.ctx.loaded.policy);
             }
             if changed {
-                a.adjust.weights = protection.weights(&a.ctx.loaded.policy);
+                protection.adjust(&a.ctx.loaded.policy, &mut a.adjust);
                 match engine::plan(&a.ctx, &a.adjust) {
                     Ok(plan) => {
                         a.execute(&plan, None);
                     }
-                    Err(e) => warn!("protection guard: cannot plan the restored weights: {e:#}"),
+                    Err(e) => warn!("protection guard: cannot plan the donors' limits: {e:#}"),
                 }
             }
             let mut deadline = next_rescan;
@@ -1653,13 +1653,13 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         let restored = protection.active() && protection.tick(&agent.ctx.loaded.policy, now);
         if lowered || restored {
             protection.publish(&agent.ctx.loaded.policy);
-            agent.adjust.weights = protection.weights(&agent.ctx.loaded.policy);
+            protection.adjust(&agent.ctx.loaded.policy, &mut agent.adjust);
             match engine::plan(&agent.ctx, &agent.adjust) {
                 Ok(plan) => {
                     agent.execute(&plan, None);
                     if lowered {
                         info!(
-                            "protection guard: weights written {} ms after the pressure trigger",
+                            "protection guard: donors' limits written {} ms after the pressure trigger",
                             woke.elapsed().as_millis()
                         );
                     }

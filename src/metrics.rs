@@ -530,14 +530,14 @@ fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
     )?;
     fam(
         "dbcage_protect_step",
-        "Halvings of the donors' io.weight the protection guard of a tenant holds (0: none, at most 3)",
+        "Halvings of the donors' io.weight (or io caps, protect_lever = caps) the protection guard of a tenant holds (0: none, at most 3)",
         None,
         Gauge,
         &protect_step,
     )?;
     fam(
         "dbcage_protect_actions",
-        "Weight writes of a tenant's protection guard since the daemon started, by action (lower, restore)",
+        "Writes of a tenant's protection guard to its donors' io.weight or io caps since the daemon started, by action (lower, restore)",
         None,
         Counter,
         &protect_actions,

@@ -51,18 +51,24 @@ pub struct Adjustments {
     /// The protection guard's lowered donors: per tenant, the io.weight in force while it
     /// holds them.
     pub weights: BTreeMap<String, u32>,
+    /// The protection guard's capped donors (`protect_lever = "caps"`): per tenant, the IO
+    /// totals in force while it holds them (each no higher than the tenant's own or raised).
+    pub caps: BTreeMap<String, IoLimits>,
 }
 
 impl Adjustments {
     /// The policy as planned: the tenants' IO totals with the raises in force.
     pub fn policy<'a>(&self, policy: &'a Policy) -> Cow<'a, Policy> {
-        if self.raises.is_empty() && self.weights.is_empty() {
+        if self.raises.is_empty() && self.weights.is_empty() && self.caps.is_empty() {
             return Cow::Borrowed(policy);
         }
         let mut p = policy.clone();
         for t in &mut p.tenants {
             if let Some(r) = self.raises.get(&t.name) {
                 t.io = *r;
+            }
+            if let Some(c) = self.caps.get(&t.name) {
+                t.io = t.io.min_each(c);
             }
             if let Some(&w) = self.weights.get(&t.name) {
                 let origin = t

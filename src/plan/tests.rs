@@ -1153,6 +1153,7 @@ fn v1_says_io_weight_and_latency_target_have_no_effect_and_writes_nothing_for_th
         pressure: 0.4,
         window: std::time::Duration::from_secs(1),
         donors: Vec::new(),
+        lever: crate::policy::GuardLever::Weight,
         origin: t.origin.clone(),
     });
     use crate::cgroup::driver::Driver;

@@ -143,15 +143,29 @@ pub struct Tenant {
     pub schedules: Vec<Schedule>,
 }
 
-/// `[tenant.io] protect_pressure`, `protect_window`, `protect_donors`: when this tenant's io
-/// pressure passes `pressure` of `window`, the daemon lowers the donors' io.weight.
+/// `[tenant.io] protect_pressure`, `protect_window`, `protect_donors`, `protect_lever`: when
+/// this tenant's io pressure passes `pressure` of `window`, the daemon lowers the donors'
+/// io.weight or io caps.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IoGuard {
     /// The share of the window (0 < p <= 1) the tenant's tasks may stall on IO.
     pub pressure: f64,
     pub window: std::time::Duration,
     pub donors: Vec<Sourced<String>>,
+    pub lever: GuardLever,
     pub origin: Origin,
+}
+
+/// What the protection guard lowers on its donors (`io.protect_lever`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GuardLever {
+    /// Their io.weight: acts where the disk's controller shares by weight (iocost on v2).
+    #[default]
+    Weight,
+    /// Their IO caps (the instance totals `read_bps` .. `write_iops` they have): io.max acts on
+    /// every disk, with or without iocost.
+    Caps,
 }
 
 impl Tenant {
@@ -212,6 +226,19 @@ impl IoLimits {
             && self.write_bps.is_none()
             && self.read_iops.is_none()
             && self.write_iops.is_none()
+    }
+
+    /// Per key the lower of the two where both are set, the one that is set otherwise.
+    pub fn min_each(&self, other: &IoLimits) -> IoLimits {
+        let mut out = IoLimits::default();
+        for k in 0..4 {
+            let v = match (self.key(k), other.key(k)) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            out.set_key(k, v);
+        }
+        out
     }
 
     /// Keys set in `over` replace those here.

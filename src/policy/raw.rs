@@ -184,6 +184,8 @@ pub struct RawIo {
     /// The tenants whose io.weight the guard lowers while this one is under pressure.
     #[serde(default)]
     pub protect_donors: Vec<Loc<String>>,
+    /// `"weight"` (the default) or `"caps"`: what the guard lowers on the donors.
+    pub protect_lever: Option<Loc<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -325,6 +327,7 @@ impl RawTenant {
                 take(&mut io.latency_target, l.latency_target);
                 take(&mut io.protect_pressure, l.protect_pressure);
                 take(&mut io.protect_window, l.protect_window);
+                take(&mut io.protect_lever, l.protect_lever);
                 if !l.protect_donors.is_empty() {
                     io.protect_donors = l.protect_donors;
                 }

@@ -757,6 +757,9 @@ fn validate_guard(ctx: &mut Ctx, tenant: &str, io: &super::raw::RawIo) -> Option
         if let Some(d) = io.protect_donors.first() {
             ctx.error(d, format!("tenant `{tenant}`: io.protect_donors needs io.protect_pressure (the pressure that starts the guard), e.g. protect_pressure = \"20%\""));
         }
+        if let Some(l) = &io.protect_lever {
+            ctx.error(l, format!("tenant `{tenant}`: io.protect_lever needs io.protect_pressure (the pressure that starts the guard), e.g. protect_pressure = \"20%\""));
+        }
         return None;
     };
     let pressure = match p
@@ -788,6 +791,15 @@ fn validate_guard(ctx: &mut Ctx, tenant: &str, io: &super::raw::RawIo) -> Option
         ctx.error(p, format!("tenant `{tenant}`: io.protect_pressure needs io.protect_donors, the tenants whose io.weight the guard lowers, e.g. protect_donors = [\"batch\"]"));
         return None;
     }
+    let lever = match io.protect_lever.as_ref().map(|l| l.value.as_str()) {
+        None | Some("weight") => GuardLever::Weight,
+        Some("caps") => GuardLever::Caps,
+        Some(other) => {
+            let l = io.protect_lever.as_ref().expect("matched Some");
+            ctx.error(l, format!("tenant `{tenant}`: io.protect_lever `{other}` is not valid; use \"weight\" (the default: the donors' io.weight, which acts under iocost) or \"caps\" (the donors' own IO caps, halved: io.max acts on every disk)"));
+            return None;
+        }
+    };
     Some(IoGuard {
         pressure,
         window,
@@ -799,18 +811,24 @@ fn validate_guard(ctx: &mut Ctx, tenant: &str, io: &super::raw::RawIo) -> Option
                 origin: ctx.origin(d),
             })
             .collect(),
+        lever,
         origin: ctx.origin(p),
     })
 }
 
-/// Each donor of a protection guard is another tenant of the policy.
+/// Each donor of a protection guard is another tenant of the policy; with `protect_lever =
+/// "caps"` it has IO caps of its own to lower.
 fn check_donors(ctx: &mut Ctx, tenants: &[Tenant]) {
     for t in tenants {
-        for d in t.io_guard.iter().flat_map(|g| &g.donors) {
+        let Some(g) = &t.io_guard else { continue };
+        for d in &g.donors {
+            let donor = tenants.iter().find(|o| o.name == d.value);
             let msg = if d.value == t.name {
                 format!("tenant `{}`: io.protect_donors names the tenant itself; name the tenants that give way to it", t.name)
-            } else if !tenants.iter().any(|o| o.name == d.value) {
+            } else if donor.is_none() {
                 format!("tenant `{}`: io.protect_donors names `{}`, which is not a tenant of this policy", t.name, d.value)
+            } else if g.lever == GuardLever::Caps && donor.is_some_and(|o| o.io.is_empty()) {
+                format!("tenant `{}`: io.protect_lever = \"caps\" lowers the donors' own IO caps, and `{}` has none; give it the caps it may use when nobody is under pressure (e.g. [tenant.io] read_bps = \"400MiB\" in `{}`), or use protect_lever = \"weight\"", t.name, d.value, d.value)
             } else {
                 continue;
             };

@@ -1,7 +1,8 @@
-//! The protection guard (`[tenant.io] protect_pressure`, `protect_window`, `protect_donors`):
-//! when a protected tenant's tasks stall on IO for more than `protect_pressure` of
-//! `protect_window`, the daemon lowers the io.weight of the donor tenants, step by step, and
-//! puts it back once the pressure has stayed low (seed 001: protection instead of caps).
+//! The protection guard (`[tenant.io] protect_pressure`, `protect_window`, `protect_donors`,
+//! `protect_lever`): when a protected tenant's tasks stall on IO for more than
+//! `protect_pressure` of `protect_window`, the daemon lowers the io.weight (or, with
+//! `protect_lever = "caps"`, the IO caps) of the donor tenants, step by step, and puts it back
+//! once the pressure has stayed low (seed 001: protection instead of caps).
 //!
 //! It is event-driven: for each protected tenant it holds a PSI trigger on the tenant group's
 //! `io.pressure` (Documentation/accounting/psi.rst: write `some STALL_US WINDOW_US` to the open
@@ -11,7 +12,9 @@
 //! file's running `total` (µs stalled): once the stall share over each tick has stayed under half
 //! the threshold for `QUIET_WINDOWS` windows, all donors go back to their configured weight in
 //! one write each. The halving and the hysteresis keep the writes few: at most `MAX_STEPS` per
-//! episode and one restore.
+//! episode and one restore. Lowered caps take the pressure away while the flood goes on, so with
+//! that lever a quiet tick counts only when no donor uses 3/4 or more of a lowered cap (its
+//! io.stat over the tick): the caps come back when the flood ends, not when they worked.
 //!
 //! The weights are an adjustment the daemon lays over the policy when it plans
 //! (`engine::Adjustments::weights`), as the replication guard's raises are; the policy is never
@@ -31,8 +34,9 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 use crate::cgroup::stats::parse_pressure;
+use crate::cgroup::stats::IoCounters;
 use crate::cgroup::{Layout, Version};
-use crate::policy::{IoGuard, Policy};
+use crate::policy::{GuardLever, IoGuard, IoLimits, Policy};
 
 /// Halvings at most: a donor keeps at least an eighth of its weight.
 pub const MAX_STEPS: u32 = 3;
@@ -42,6 +46,8 @@ pub const QUIET_WINDOWS: u32 = 5;
 pub const TICK: Duration = Duration::from_millis(500);
 /// How long after a failed trigger the guard tries again (the group may not exist yet).
 const RETRY: Duration = Duration::from_secs(5);
+/// A donor using this share of a lowered cap still presses on it (the flood goes on).
+const BUSY_SHARE: f64 = 0.75;
 
 /// The pure state of one protected tenant's guard.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -73,9 +79,20 @@ impl Episode {
     /// A reading of the group's stall total (seconds) at `now`, while lowered. Returns whether
     /// the weights are restored (the stall share stayed under half the threshold for
     /// `QUIET_WINDOWS` windows).
-    pub fn observe(&mut self, now: Instant, total_seconds: f64, g: &IoGuard) -> bool {
+    /// `donors_busy`: a donor still uses most of a lowered cap (the tick is not quiet).
+    pub fn observe(
+        &mut self,
+        now: Instant,
+        total_seconds: f64,
+        g: &IoGuard,
+        donors_busy: bool,
+    ) -> bool {
         let prev = self.last_total.replace((now, total_seconds));
         if self.steps == 0 {
+            return false;
+        }
+        if donors_busy {
+            self.quiet_since = None;
             return false;
         }
         let Some((t0, s0)) = prev else {
@@ -104,6 +121,95 @@ pub fn lowered(base: u32, steps: u32) -> u32 {
     (base >> steps.min(31)).max(1)
 }
 
+/// A donor's IO caps after `steps` halvings of its configured ones (each at least 1).
+pub fn lowered_caps(base: &IoLimits, steps: u32) -> IoLimits {
+    let half = |v: Option<u64>| v.map(|v| (v >> steps.min(63)).max(1));
+    IoLimits {
+        read_bps: half(base.read_bps),
+        write_bps: half(base.write_bps),
+        read_iops: half(base.read_iops),
+        write_iops: half(base.write_iops),
+    }
+}
+
+/// The configured IO caps (instance totals) of a tenant.
+fn base_caps(policy: &Policy, tenant: &str) -> IoLimits {
+    policy
+        .tenants
+        .iter()
+        .find(|t| t.name == tenant)
+        .map(|t| t.io)
+        .unwrap_or_default()
+}
+
+/// `read_iops 500, write_bps 50MiB/s`: the caps that are set.
+pub fn caps_text(l: &IoLimits) -> String {
+    let mut out = Vec::new();
+    if let Some(v) = l.read_bps {
+        out.push(format!("read_bps {}/s", crate::units::HumanBytes(v)));
+    }
+    if let Some(v) = l.write_bps {
+        out.push(format!("write_bps {}/s", crate::units::HumanBytes(v)));
+    }
+    if let Some(v) = l.read_iops {
+        out.push(format!("read_iops {v}"));
+    }
+    if let Some(v) = l.write_iops {
+        out.push(format!("write_iops {v}"));
+    }
+    out.join(", ")
+}
+
+/// Whether a donor's use over `dt` (the counters' growth) reaches `BUSY_SHARE` of a lowered cap.
+fn presses_on(caps: &IoLimits, grown: &IoCounters, dt: f64) -> bool {
+    let near = |cap: Option<u64>, done: u64| {
+        cap.is_some_and(|c| done as f64 / dt >= BUSY_SHARE * c as f64)
+    };
+    near(caps.read_bps, grown.read_bytes)
+        || near(caps.write_bps, grown.write_bytes)
+        || near(caps.read_iops, grown.read_ios)
+        || near(caps.write_iops, grown.write_ios)
+}
+
+/// A group's io.stat summed over its devices.
+fn io_totals(stat: &Path) -> Option<IoCounters> {
+    let text = std::fs::read_to_string(stat).ok()?;
+    let mut sum = IoCounters::default();
+    for c in crate::cgroup::v2::parse_v2_io_stat(&text).values() {
+        sum.read_bytes += c.read_bytes;
+        sum.write_bytes += c.write_bytes;
+        sum.read_ios += c.read_ios;
+        sum.write_ios += c.write_ios;
+    }
+    Some(sum)
+}
+
+/// One donor's change at a step, for the log: `batch 100 -> 50` (weight) or `batch read_iops
+/// 2000 -> 1000` (caps).
+fn change_text(policy: &Policy, lever: GuardLever, donor: &str, from: u32, to: u32) -> String {
+    match lever {
+        GuardLever::Weight => {
+            let base = base_weight(policy, donor);
+            format!("{donor} {} -> {}", lowered(base, from), lowered(base, to))
+        }
+        GuardLever::Caps => {
+            let base = base_caps(policy, donor);
+            format!(
+                "{donor} {} -> {}",
+                caps_text(&lowered_caps(&base, from)),
+                caps_text(&lowered_caps(&base, to))
+            )
+        }
+    }
+}
+
+fn lever_name(lever: GuardLever) -> &'static str {
+    match lever {
+        GuardLever::Weight => "io.weight",
+        GuardLever::Caps => "io caps",
+    }
+}
+
 /// The configured io.weight of a tenant (the kernel's 100 when none).
 fn base_weight(policy: &Policy, tenant: &str) -> u32 {
     policy
@@ -122,9 +228,15 @@ pub struct GuardState {
     pub armed: bool,
     /// Halvings in force (0: the donors have their configured weight).
     pub step: u32,
-    /// Each donor's io.weight while lowered.
+    /// Each donor's io.weight while lowered (lever `weight`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub lowered: BTreeMap<String, u32>,
+    /// What the guard lowers.
+    #[serde(default)]
+    pub lever: GuardLever,
+    /// Each donor's IO caps while lowered (lever `caps`), as `caps_text` writes them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub capped: BTreeMap<String, String>,
     /// Lowering and restoring writes since the daemon started.
     pub lowerings: u64,
     pub restores: u64,
@@ -151,9 +263,46 @@ struct Watch {
     lowerings: u64,
     restores: u64,
     pressure_file: PathBuf,
+    /// The donors' io.stat files (lever `caps`: whether they still press on their caps).
+    donor_stats: Vec<(String, PathBuf)>,
+    /// The donors' io.stat sums at the last tick.
+    donor_last: Option<(Instant, Vec<Option<IoCounters>>)>,
     trigger: Option<File>,
     failed_at: Option<Instant>,
     episode: Episode,
+}
+
+impl Watch {
+    /// Whether some donor used `BUSY_SHARE` of a lowered cap since the last tick (the first
+    /// tick after a lowering only takes the counters, and counts as busy).
+    fn donors_press(&mut self, policy: &Policy, now: Instant) -> bool {
+        let sums: Vec<Option<IoCounters>> =
+            self.donor_stats.iter().map(|(_, p)| io_totals(p)).collect();
+        let prev = self.donor_last.replace((now, sums.clone()));
+        let Some((t0, before)) = prev else {
+            return true;
+        };
+        let dt = now.saturating_duration_since(t0).as_secs_f64();
+        if dt <= 0.0 {
+            return true;
+        }
+        self.donor_stats
+            .iter()
+            .zip(before.iter().zip(&sums))
+            .any(|((donor, _), (b, a))| {
+                let (Some(b), Some(a)) = (b, a) else {
+                    return false;
+                };
+                let grown = IoCounters {
+                    read_bytes: a.read_bytes.saturating_sub(b.read_bytes),
+                    write_bytes: a.write_bytes.saturating_sub(b.write_bytes),
+                    read_ios: a.read_ios.saturating_sub(b.read_ios),
+                    write_ios: a.write_ios.saturating_sub(b.write_ios),
+                };
+                let caps = lowered_caps(&base_caps(policy, donor), self.episode.steps);
+                presses_on(&caps, &grown, dt)
+            })
+    }
 }
 
 /// The guards of all protected tenants, kept in step with the policy by `sync`.
@@ -184,7 +333,7 @@ impl Guard {
             .hierarchies
             .iter()
             .position(|h| h.version == Version::V2);
-        let before = self.weights(policy);
+        let before = (self.weights(policy), self.caps(policy));
         let wanted: BTreeMap<&str, &IoGuard> = policy
             .tenants
             .iter()
@@ -205,6 +354,17 @@ impl Guard {
                                 .join(crate::cgroup::v2::IO_PRESSURE)
                         })
                         .unwrap_or_default(),
+                    donor_stats: g
+                        .donors
+                        .iter()
+                        .map(|d| {
+                            let stat = hv
+                                .map(|h| layout.tenant_dir(h, &d.value).join("io.stat"))
+                                .unwrap_or_default();
+                            (d.value.clone(), stat)
+                        })
+                        .collect(),
+                    donor_last: None,
                     trigger: None,
                     failed_at: None,
                     episode: Episode::default(),
@@ -228,9 +388,10 @@ impl Guard {
                 Ok(f) => {
                     info!(
                         tenant = name,
-                        "protection guard armed: io pressure above {:.0}% of {} lowers the io.weight of {}",
+                        "protection guard armed: io pressure above {:.0}% of {} lowers the {} of {}",
                         g.pressure * 100.0,
                         humantime::format_duration(g.window),
+                        lever_name(g.lever),
                         donors(g)
                     );
                     w.trigger = Some(f);
@@ -243,7 +404,7 @@ impl Guard {
                 }
             }
         }
-        self.weights(policy) != before
+        (self.weights(policy), self.caps(policy)) != before
     }
 
     /// The armed triggers, to poll for POLLPRI, with their tenant.
@@ -273,22 +434,15 @@ impl Guard {
             .config
             .donors
             .iter()
-            .map(|d| {
-                let base = base_weight(policy, &d.value);
-                format!(
-                    "{} {} -> {}",
-                    d.value,
-                    lowered(base, steps - 1),
-                    lowered(base, steps)
-                )
-            })
+            .map(|d| change_text(policy, w.config.lever, &d.value, steps - 1, steps))
             .collect();
         info!(
             tenant,
             step = steps,
-            "protection guard: io pressure of `{tenant}` passed {:.0}% of {}: io.weight {}",
+            "protection guard: io pressure of `{tenant}` passed {:.0}% of {}: {} {}",
             w.config.pressure * 100.0,
             humantime::format_duration(w.config.window),
+            lever_name(w.config.lever),
             changes.join(", ")
         );
         true
@@ -309,19 +463,29 @@ impl Guard {
             else {
                 continue;
             };
-            if w.episode.observe(now, total, &w.config) {
+            let busy = w.config.lever == GuardLever::Caps && w.donors_press(policy, now);
+            if w.episode.observe(now, total, &w.config, busy) {
                 w.restores += 1;
+                w.donor_last = None;
                 let back: Vec<String> = w
                     .config
                     .donors
                     .iter()
-                    .map(|d| format!("{} {}", d.value, base_weight(policy, &d.value)))
+                    .map(|d| match w.config.lever {
+                        GuardLever::Weight => {
+                            format!("{} {}", d.value, base_weight(policy, &d.value))
+                        }
+                        GuardLever::Caps => {
+                            format!("{} {}", d.value, caps_text(&base_caps(policy, &d.value)))
+                        }
+                    })
                     .collect();
                 info!(
                     tenant = name.as_str(),
-                    "protection guard: io pressure of `{name}` stayed under {:.0}% for {}: io.weight restored: {}",
+                    "protection guard: io pressure of `{name}` stayed under {:.0}% for {}: {} restored: {}",
                     w.config.pressure * 50.0,
                     humantime::format_duration(w.config.window * QUIET_WINDOWS),
+                    lever_name(w.config.lever),
                     back.join(", ")
                 );
                 changed = true;
@@ -334,7 +498,7 @@ impl Guard {
     pub fn weights(&self, policy: &Policy) -> BTreeMap<String, u32> {
         let mut out: BTreeMap<String, u32> = BTreeMap::new();
         for w in self.watches.values() {
-            if w.episode.steps == 0 {
+            if w.episode.steps == 0 || w.config.lever != GuardLever::Weight {
                 continue;
             }
             for d in &w.config.donors {
@@ -347,13 +511,50 @@ impl Guard {
         out
     }
 
+    /// The donors' IO caps in force (lever `caps`): per donor and cap the lowest any guard
+    /// asks for.
+    pub fn caps(&self, policy: &Policy) -> BTreeMap<String, IoLimits> {
+        let mut out: BTreeMap<String, IoLimits> = BTreeMap::new();
+        for w in self.watches.values() {
+            if w.episode.steps == 0 || w.config.lever != GuardLever::Caps {
+                continue;
+            }
+            for d in &w.config.donors {
+                let v = lowered_caps(&base_caps(policy, &d.value), w.episode.steps);
+                out.entry(d.value.clone())
+                    .and_modify(|x| *x = x.min_each(&v))
+                    .or_insert(v);
+            }
+        }
+        out
+    }
+
+    /// Lays the guards' lowered weights and caps over the plan's adjustments.
+    pub fn adjust(&self, policy: &Policy, adjust: &mut crate::engine::Adjustments) {
+        adjust.weights = self.weights(policy);
+        adjust.caps = self.caps(policy);
+    }
+
     /// Per protected tenant: its state, for status and the metrics.
     pub fn state(&self, policy: &Policy) -> BTreeMap<String, GuardState> {
         self.watches
             .iter()
             .map(|(n, w)| {
                 let steps = w.episode.steps;
-                let lowered = if steps == 0 {
+                let by_weight = w.config.lever == GuardLever::Weight;
+                let capped = if steps == 0 || by_weight {
+                    BTreeMap::new()
+                } else {
+                    w.config
+                        .donors
+                        .iter()
+                        .map(|d| {
+                            let c = lowered_caps(&base_caps(policy, &d.value), steps);
+                            (d.value.clone(), caps_text(&c))
+                        })
+                        .collect()
+                };
+                let lowered = if steps == 0 || !by_weight {
                     BTreeMap::new()
                 } else {
                     w.config
@@ -373,6 +574,8 @@ impl Guard {
                         armed: w.trigger.is_some(),
                         step: steps,
                         lowered,
+                        lever: w.config.lever,
+                        capped,
                         lowerings: w.lowerings,
                         restores: w.restores,
                     },

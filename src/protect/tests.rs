@@ -14,6 +14,7 @@ fn guard(pressure: f64) -> IoGuard {
             value: "batch".into(),
             origin: origin.clone(),
         }],
+        lever: GuardLever::Weight,
         origin,
     }
 }
@@ -50,14 +51,14 @@ fn restores_after_quiet_windows_only() {
     let mut e = Episode::default();
     assert!(e.fired(t0, g.window));
     // stalls 50% of the time: no restore
-    assert!(!e.observe(ms(0), 10.0, &g));
-    assert!(!e.observe(ms(500), 10.25, &g));
+    assert!(!e.observe(ms(0), 10.0, &g, false));
+    assert!(!e.observe(ms(500), 10.25, &g, false));
     // quiet (stall share 4%, under half the 20% threshold) from 1000 ms on
     let mut total = 10.25;
     let mut restored_at = None;
     for i in 2..20u64 {
         total += 0.02;
-        if e.observe(ms(i * 500), total, &g) {
+        if e.observe(ms(i * 500), total, &g, false) {
             restored_at = Some(i * 500);
             break;
         }
@@ -71,7 +72,7 @@ fn restores_after_quiet_windows_only() {
     let mut total = 0.0;
     for i in 0..30u64 {
         total += 0.06; // 12% over 500 ms
-        assert!(!e.observe(ms(i * 500), total, &g), "restored at {i}");
+        assert!(!e.observe(ms(i * 500), total, &g, false), "restored at {i}");
     }
 }
 
@@ -82,4 +83,56 @@ fn a_pressure_trigger_is_written_as_the_kernel_reads_it() {
     std::fs::write(&f, "").unwrap();
     arm_trigger(&f, &guard(0.15)).unwrap();
     assert_eq!(std::fs::read_to_string(&f).unwrap(), "some 150000 1000000");
+}
+
+#[test]
+fn a_busy_donor_holds_the_caps_down() {
+    let g = guard(0.2);
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    let mut e = Episode::default();
+    assert!(e.fired(t0, g.window));
+    // quiet pressure, but the donor still presses on its lowered cap: held for a minute
+    let mut total = 0.0;
+    for i in 0..120u64 {
+        total += 0.001;
+        assert!(!e.observe(ms(i * 500), total, &g, true), "restored at {i}");
+    }
+    assert_eq!(e.steps, 1);
+    // the flood ends: restored QUIET_WINDOWS windows after the first quiet reading
+    let mut restored_at = None;
+    for i in 120..200u64 {
+        total += 0.001;
+        if e.observe(ms(i * 500), total, &g, false) {
+            restored_at = Some(i * 500);
+            break;
+        }
+    }
+    assert_eq!(restored_at, Some(60_000 + 1000 * QUIET_WINDOWS as u64));
+}
+
+#[test]
+fn caps_halve_each_set_key_and_keep_at_least_one() {
+    let base = IoLimits {
+        read_bps: Some(400 << 20),
+        read_iops: Some(2000),
+        write_iops: Some(3),
+        write_bps: None,
+    };
+    let c = lowered_caps(&base, 2);
+    assert_eq!(
+        (c.read_bps, c.write_bps, c.read_iops, c.write_iops),
+        (Some(100 << 20), None, Some(500), Some(1))
+    );
+    assert_eq!(
+        caps_text(&c),
+        "read_bps 100MiB/s, read_iops 500, write_iops 1"
+    );
+    let grown = IoCounters {
+        read_ios: 400,
+        ..Default::default()
+    };
+    assert!(presses_on(&c, &grown, 1.0), "400 IO/s on a 500 cap");
+    assert!(!presses_on(&c, &grown, 2.0), "200 IO/s on a 500 cap");
+    assert!(!presses_on(&IoLimits::default(), &grown, 1.0), "no caps");
 }

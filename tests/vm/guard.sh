@@ -19,7 +19,10 @@
 #   how many ms; the script also times it from the flood's start);
 # - once the flood stops, batch's weight goes back to 100 after 5 quiet windows, in one write,
 #   and nothing oscillates: over the whole run at most 3 lowerings and exactly 1 restore;
-# - `dbcage status` shows the guard's state (donor's weight, step, counts) lowered and restored.
+# - `dbcage status` shows the guard's state (donor's weight, step, counts) lowered and restored;
+# - with protect_lever = "caps" (batch's own read_iops cap, on io.max: no iocost), the guard lowers
+#   the cap within 1 s of the trigger, the lowered cap relieves db under the flood, the cap stays
+#   lowered while batch still presses on it, and comes back in one write once the flood ends.
 # iocost stays off: what is checked is the guard (trigger, writes, restore), not what the
 # weights then do (protect.sh and iocost.sh check that). Needs DBCAGE_VM_MODULES=null_blk.
 # Prints PASS/FAIL lines and "N passed, N failed"; exits non-zero when a check failed.
@@ -89,7 +92,7 @@ weight() { sed -n 's/^default //p' $ROOT/batch/io.weight 2>/dev/null; }
 ln -sf "$(command -v fio)" /tmp/dbcage-test-db
 ln -sf "$(command -v fio)" /tmp/dbcage-test-batch
 $D exec db -- /tmp/dbcage-test-db --name=dbcage-test-db --filename=/dev/nullb0 --rw=randread --bs=4k \
-    --direct=1 --ioengine=psync --thinktime=100000 --size=256M --time_based --runtime=120 \
+    --direct=1 --ioengine=psync --thinktime=100000 --size=256M --time_based --runtime=300 \
     >/dev/null 2>&1 &
 DB=$!
 /bin/sleep 4
@@ -120,7 +123,7 @@ done
 /bin/sleep 6
 info "db under the flood: io.pressure [$(head -1 $ROOT/db/io.pressure)], batch io.weight $(weight)"
 grep "protection guard" /tmp/guard-daemon.log | sed 's/^/INFO | /'
-react=$(sed -n 's/.*weights written \([0-9]*\) ms after the pressure trigger.*/\1/p' /tmp/guard-daemon.log | head -1)
+react=$(sed -n "s/.*donors' limits written \([0-9]*\) ms after the pressure trigger.*/\1/p" /tmp/guard-daemon.log | head -1)
 if [ -n "$t_low" ] && [ -n "$react" ] && [ "$react" -le 1000 ]; then
     pass lowered "batch io.weight lowered $((t_low - t0)) ms after the flood started; trigger to write: $react ms"
 else
@@ -170,11 +173,111 @@ else
     fail no_oscillation "$lowerings lowerings, $restores restores"
 fi
 
+# (2) protect_lever = "caps": the same flood, against a stock disk's io.max (no iocost). batch
+# may read 800 IOPS (more than the disk does); the guard halves that cap (400, 200, 100). Checks:
+# it lowers within 1 s of the trigger; the lowered cap relieves db (its stall share falls under
+# the threshold while the flood goes on); the caps stay lowered while batch still presses on them
+# (no restore during the flood, although db is quiet); they come back, in one write, once the
+# flood ends; status names the caps.
+kill "$DAEMON" 2>/dev/null
+wait "$DAEMON" 2>/dev/null
+cat >/tmp/guard-caps.toml <<EOF2
+[agent]
+parent = "root"
+root = "dbcage-test"
+metrics = "off"
+
+[[tenant]]
+name = "db"
+match = [{ cmdline = "^dbcage-test-db" }]
+storage = ["/dev/nullb0"]
+[tenant.io]
+protect_pressure = "10%"
+protect_window = "1s"
+protect_donors = ["batch"]
+protect_lever = "caps"
+
+[[tenant]]
+name = "batch"
+match = [{ cmdline = "^dbcage-test-batch" }]
+storage = ["/dev/nullb0"]
+[tenant.io]
+read_iops = 800
+EOF2
+DC="/bin/dbcage -c /tmp/guard-caps.toml"
+$DC run >/tmp/guard-caps.log 2>&1 &
+DAEMON=$!
+i=0
+while [ $i -lt 100 ] && ! grep -q "protection guard armed" /tmp/guard-caps.log; do /bin/sleep 0.1; i=$((i + 1)); done
+riops() { sed -n 's/.*riops=\([0-9a-z]*\).*/\1/p' $ROOT/batch/limited/io.max 2>/dev/null; }
+stall_us() { sed -n 's/^some .*total=\([0-9]*\)/\1/p' $ROOT/db/io.pressure; }
+if grep -q "protection guard armed: .* lowers the io caps of \`batch\`" /tmp/guard-caps.log && [ "$(riops)" = 800 ]; then
+    pass caps_armed "armed on the io caps; batch's io.max riops=$(riops)"
+else
+    fail caps_armed "riops [$(riops)]; log: $(grep "protection guard" /tmp/guard-caps.log)"
+fi
+t0=$(now_ms)
+$DC exec batch -- /tmp/dbcage-test-batch --name=dbcage-test-batch --filename=/dev/nullb0 --rw=randread \
+    --bs=4k --direct=1 --ioengine=psync --numjobs=32 --offset=256M --size=256M --time_based \
+    --runtime=120 >/dev/null 2>&1 &
+BATCH=$!
+t_low=""
+i=0
+while [ $i -lt 900 ]; do
+    r=$(riops)
+    if [ -n "$r" ] && [ "$r" != max ] && [ "$r" -lt 800 ]; then t_low=$(now_ms); break; fi
+    /bin/sleep 0.1
+    i=$((i + 1))
+done
+/bin/sleep 6
+react=$(sed -n "s/.*donors' limits written \([0-9]*\) ms after the pressure trigger.*/\1/p" /tmp/guard-caps.log | head -1)
+grep "protection guard" /tmp/guard-caps.log | sed 's/^/INFO | /'
+if [ -n "$t_low" ] && [ -n "$react" ] && [ "$react" -le 1000 ]; then
+    pass caps_lowered "batch's read_iops cap lowered $((t_low - t0)) ms after the flood started (now riops=$(riops)); trigger to write: $react ms"
+else
+    fail caps_lowered "riops [$(riops)], trigger to write [$react] ms, seen after [$t_low - $t0]"
+fi
+s0=$(stall_us)
+/bin/sleep 5
+s1=$(stall_us)
+share=$(awk -v d="$((s1 - s0))" 'BEGIN { printf "%.1f", d / 50000 }')
+if awk -v s="$share" 'BEGIN { exit !(s < 10) }'; then
+    pass caps_relieve "under the flood with batch at riops=$(riops): db stalls $share% of the time (threshold 10%; 40-45% uncapped)"
+else
+    fail caps_relieve "under the flood with batch at riops=$(riops): db stalls $share% of the time (want < 10%)"
+fi
+held=$(grep -c "protection guard: io pressure of .* io caps restored" /tmp/guard-caps.log)
+st=$($DC status --interval 0 db 2>&1)
+if [ "$held" -eq 0 ] && [ "$(riops)" -lt 800 ] &&
+    echo "$st" | grep -q "protecting: batch io caps read_iops $(riops) (step [123] of 3)"; then
+    pass caps_held "11 s into the lowering, the flood still on: no restore; status: $(echo "$st" | grep -o 'protecting: [^|]*restores')"
+else
+    fail caps_held "$held restores, riops [$(riops)]; status: $st"
+fi
+kill "$BATCH" 2>/dev/null
+for p in $(cat $ROOT/batch/limited/cgroup.procs 2>/dev/null); do kill "$p" 2>/dev/null; done
+t1=$(now_ms)
+t_back=""
+i=0
+while [ $i -lt 300 ]; do
+    if [ "$(riops)" = 800 ]; then t_back=$(now_ms); break; fi
+    /bin/sleep 0.1
+    i=$((i + 1))
+done
+/bin/sleep 3
+lowerings=$(grep -c "protection guard: io pressure of .* passed" /tmp/guard-caps.log)
+restores=$(grep -c "protection guard: io pressure of .* io caps restored" /tmp/guard-caps.log)
+if [ -n "$t_back" ] && [ "$lowerings" -ge 1 ] && [ "$lowerings" -le 3 ] && [ "$restores" -eq 1 ]; then
+    pass caps_restored "riops back to 800 $((t_back - t1)) ms after the flood stopped; $lowerings lowering(s), $restores restore"
+else
+    fail caps_restored "riops [$(riops)] 30 s after the flood stopped; $lowerings lowerings, $restores restores"
+fi
+
 kill "$DB" 2>/dev/null
 for p in $(cat $ROOT/db/limited/cgroup.procs 2>/dev/null); do kill "$p" 2>/dev/null; done
 kill "$DAEMON" 2>/dev/null
 wait 2>/dev/null
-/bin/dbcage -c /tmp/guard.toml release --all >/dev/null 2>&1
+/bin/dbcage -c /tmp/guard-caps.toml release --all >/dev/null 2>&1
 rmmod null_blk 2>/dev/null
 echo "$P passed, $F failed"
 [ "$F" -eq 0 ]

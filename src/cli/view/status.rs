@@ -195,13 +195,18 @@ pub fn print_status_table(
 pub fn protection_note(g: &crate::protect::GuardState) -> String {
     let now = if !g.armed {
         "protection guard not armed (see the daemon's log)".to_string()
-    } else if g.lowered.is_empty() {
-        "protection armed, donors at their weight".to_string()
+    } else if g.lowered.is_empty() && g.capped.is_empty() {
+        match g.lever {
+            crate::policy::GuardLever::Weight => "protection armed, donors at their weight",
+            crate::policy::GuardLever::Caps => "protection armed, donors at their caps",
+        }
+        .to_string()
     } else {
         let donors: Vec<String> = g
             .lowered
             .iter()
             .map(|(d, w)| format!("{d} io.weight {w}"))
+            .chain(g.capped.iter().map(|(d, c)| format!("{d} io caps {c}")))
             .collect();
         format!(
             "protecting: {} (step {} of {})",
@@ -320,6 +325,7 @@ mod tests {
             lowered: [("batch".to_string(), 25)].into(),
             lowerings: 2,
             restores: 0,
+            ..Default::default()
         };
         assert_eq!(
             protection_note(&g),
@@ -331,6 +337,13 @@ mod tests {
         assert_eq!(
             protection_note(&g),
             "protection armed, donors at their weight, 2 lowerings 1 restores"
+        );
+        g.lever = crate::policy::GuardLever::Caps;
+        g.step = 1;
+        g.capped = [("batch".to_string(), "read_iops 1000".to_string())].into();
+        assert_eq!(
+            protection_note(&g),
+            "protecting: batch io caps read_iops 1000 (step 1 of 3), 2 lowerings 1 restores"
         );
         g.armed = false;
         assert!(protection_note(&g).starts_with("protection guard not armed"));

@@ -1569,4 +1569,39 @@ fn protection_guard_keys_parse_and_their_errors_are_located() {
             && e[1].contains("`nobody`, which is not a tenant of this policy"),
         "{e:?}"
     );
+    assert_eq!(g.lever, GuardLever::Weight);
+
+    // protect_lever = "caps": the donors need caps of their own
+    let caps =
+        "protect_pressure = \"20%\"\nprotect_donors = [\"batch\"]\nprotect_lever = \"caps\"\n";
+    let l = ok(&format!(
+        "{}{}",
+        t("db", caps),
+        t("batch", "read_iops = 2000\n")
+    ));
+    let g = l.policy.tenants[0].io_guard.as_ref().unwrap();
+    assert_eq!(g.lever, GuardLever::Caps);
+    let e = errors(&format!(
+        "{}{}",
+        t("db", caps),
+        t("batch", "weight = 200\n")
+    ));
+    assert!(
+        e[0].starts_with("dbcage.toml:7:") && e[0].contains("`batch` has none; give it the caps"),
+        "{e:?}"
+    );
+    let e = errors(&format!(
+        "{}{}",
+        t("db", &caps.replace("\"caps\"", "\"cap\"")),
+        t("batch", "read_iops = 2000\n")
+    ));
+    assert!(
+        e[0].starts_with("dbcage.toml:8:") && e[0].contains("io.protect_lever `cap` is not valid"),
+        "{e:?}"
+    );
+    let e = errors(&t("db", "protect_lever = \"caps\"\n"));
+    assert!(
+        e[0].contains("io.protect_lever needs io.protect_pressure"),
+        "{e:?}"
+    );
 }
