@@ -51,7 +51,8 @@ if [ ! -e /proc/pressure/io ]; then
     exit 1
 fi
 
-cat >/tmp/guard.toml <<EOF2
+policy() { # policy FILE LEVER BATCH_IO_LINE: db protected, batch its donor
+    cat >"$1" <<EOF2
 [agent]
 parent = "root"
 root = "dbcage-test"
@@ -65,14 +66,17 @@ storage = ["/dev/nullb0"]
 protect_pressure = "10%"
 protect_window = "1s"
 protect_donors = ["batch"]
+protect_lever = "$2"
 
 [[tenant]]
 name = "batch"
 match = [{ cmdline = "^dbcage-test-batch" }]
 storage = ["/dev/nullb0"]
 [tenant.io]
-weight = 100
+$3
 EOF2
+}
+policy /tmp/guard.toml weight "weight = 100"
 D="/bin/dbcage -c /tmp/guard.toml"
 out=$($D check 2>&1)
 rc=$?
@@ -181,29 +185,7 @@ fi
 # flood ends; status names the caps.
 kill "$DAEMON" 2>/dev/null
 wait "$DAEMON" 2>/dev/null
-cat >/tmp/guard-caps.toml <<EOF2
-[agent]
-parent = "root"
-root = "dbcage-test"
-metrics = "off"
-
-[[tenant]]
-name = "db"
-match = [{ cmdline = "^dbcage-test-db" }]
-storage = ["/dev/nullb0"]
-[tenant.io]
-protect_pressure = "10%"
-protect_window = "1s"
-protect_donors = ["batch"]
-protect_lever = "caps"
-
-[[tenant]]
-name = "batch"
-match = [{ cmdline = "^dbcage-test-batch" }]
-storage = ["/dev/nullb0"]
-[tenant.io]
-read_iops = 800
-EOF2
+policy /tmp/guard-caps.toml caps "read_iops = 800"
 DC="/bin/dbcage -c /tmp/guard-caps.toml"
 $DC run >/tmp/guard-caps.log 2>&1 &
 DAEMON=$!
