@@ -28,6 +28,7 @@ pub mod rundir;
 pub mod status;
 pub mod systemd;
 pub mod top;
+pub mod unitname;
 pub mod units;
 pub mod usage;
 pub mod web;

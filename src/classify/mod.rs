@@ -55,6 +55,10 @@ impl Rule {
             && self.uid.is_none_or(|u| u == p.uid)
             && self.gid.is_none_or(|g| g == p.gid)
             && self.pidfile.as_ref().is_none_or(|f| f.pid() == Some(p.pid))
+            && self
+                .unit
+                .as_ref()
+                .is_none_or(|u| p.unit.as_deref().is_some_and(|unit| u.matches(unit)))
     }
 }
 
@@ -99,6 +103,7 @@ fn subject(p: &ProcInfo) -> Subject<'_> {
         exe: p.exe.as_deref(),
         uid: p.uid,
         gid: p.gid,
+        unit: p.unit.as_deref(),
     }
 }
 

@@ -24,6 +24,7 @@ fn proc(pid: u32, comm: &str, cmdline: &str) -> ProcInfo {
         uid: 0,
         gid: 0,
         start_time: 1000 + pid as u64,
+        unit: None,
     }
 }
 
@@ -519,6 +520,7 @@ fn fields_needed_follow_the_rules() {
             exe: false,
             tree: false,
             comm: false,
+            unit: false,
         }
     );
     let with_comm = tenants("[[tenant]]\nname = \"a\"\nmatch = [{ comm = \"x\" }]\n");
@@ -595,4 +597,101 @@ fn pid_file_first_line_only_and_never_init() {
     assert_eq!(parse_pid_file("0\n"), None);
     assert_eq!(parse_pid_file("abc\n"), None);
     assert_eq!(parse_pid_file(""), None);
+}
+
+/// `unit =` rules, on processes read by the real reader from a /proc tree whose cgroup files
+/// are copied from hosts: Debian 12 on cgroup v2, and a v1 hybrid (RHEL 8 style) where the
+/// `name=systemd` line names the unit whatever the controllers' lines say.
+#[test]
+fn unit_rules_match_the_unit_from_proc_pid_cgroup_on_v1_hybrid_and_v2() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = crate::hostfs::HostFs::with_root(dir.path());
+    let mk = |pid: u32, argv: &str, cgroup: &str| {
+        let d = fs.proc().join(pid.to_string());
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("cmdline"), format!("{argv}\0")).unwrap();
+        std::fs::write(d.join("comm"), format!("{argv}\n")).unwrap();
+        std::fs::write(d.join("cgroup"), cgroup).unwrap();
+    };
+    let v2 = |unit: &str| format!("0::/system.slice/system-postgresql.slice/{unit}\n");
+    let hybrid = |unit: &str| {
+        format!(
+            "12:blkio:/dbcage/other/limited\n11:cpu,cpuacct:/system.slice/{unit}\n\
+             1:name=systemd:/system.slice/{unit}\n0::/system.slice/{unit}\n"
+        )
+    };
+    mk(10, "postgres", &v2("postgresql@15-main.service"));
+    mk(11, "postgres", &v2("postgresql@16-b.service"));
+    mk(
+        12,
+        "postgres",
+        "0::/user.slice/user-0.slice/session-3.scope\n",
+    );
+    mk(13, "fakedb", &hybrid("fakedb.service"));
+    // On a hybrid the named line decides even when the v2 line says otherwise.
+    mk(
+        14,
+        "fakedb",
+        "1:name=systemd:/system.slice/fakedb.service/limited\n0::/\n",
+    );
+    mk(15, "fakedb", &hybrid("fakedb2.service"));
+    mk(16, "sshd", "0::/system.slice/ssh.service\n");
+    let ts = tenants(
+        "[[tenant]]\nname = \"main\"\nmatch = [{ unit = \"postgresql@15-main.service\" }]\n\
+         [[tenant]]\nname = \"others\"\nmatch = [{ unit = \"postgresql@*.service\" }]\n\
+         [[tenant]]\nname = \"fake\"\nmatch = [{ unit = \"fakedb.service\", comm = \"^fakedb$\" }]\n",
+    );
+    let fields = fields_needed(&ts);
+    assert!(fields.unit, "a unit rule asks the reader for the unit");
+    let procs = crate::inventory::procs::scan_fields(&fs, fields).unwrap();
+    let unit_of = |pid: u32| procs.iter().find(|p| p.pid == pid).unwrap().unit.clone();
+    assert_eq!(unit_of(13).as_deref(), Some("fakedb.service"));
+    assert_eq!(unit_of(12).as_deref(), Some("session-3.scope"));
+    let got: Vec<(u32, usize, String)> = classify(&ts, &procs)
+        .into_iter()
+        .map(|p| (p.pid, p.tenant, p.reason))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                10,
+                0,
+                "match[0] unit=postgresql@15-main.service".to_string()
+            ),
+            (11, 1, "match[0] unit=postgresql@*.service".to_string()),
+            (
+                13,
+                2,
+                "match[0] comm=~^fakedb$ unit=fakedb.service".to_string()
+            ),
+            (
+                14,
+                2,
+                "match[0] comm=~^fakedb$ unit=fakedb.service".to_string()
+            ),
+        ]
+    );
+    // The daemon's fast path gives the same answer, and without the unit read nothing matches.
+    for p in &procs {
+        assert_eq!(
+            classify_direct(&ts, p).map(|c| c.tenant),
+            got.iter().find(|g| g.0 == p.pid).map(|g| g.1)
+        );
+        assert_eq!(
+            ts[0].rules[0].matches(p),
+            p.pid == 10,
+            "Rule::matches, pid {}",
+            p.pid
+        );
+    }
+    let blind = crate::inventory::procs::scan_fields(
+        &fs,
+        crate::inventory::procs::Fields {
+            unit: false,
+            ..fields
+        },
+    )
+    .unwrap();
+    assert!(classify(&ts, &blind).is_empty());
 }

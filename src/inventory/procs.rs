@@ -28,6 +28,8 @@ pub struct ProcInfo {
     pub gid: u32,
     /// Start time in clock ticks since boot: with the pid, it names one process for its life.
     pub start_time: u64,
+    /// The systemd unit its cgroup is in (`Fields::unit`; `None` when not read, or in no unit).
+    pub unit: Option<String>,
 }
 
 /// Parses /proc/PID/stat: `pid (comm) state ppid ...`; comm may contain spaces and parentheses,
@@ -75,6 +77,8 @@ pub struct Fields {
     /// argv[0]'s file name cut to 15 bytes, which is what exec sets it to for most programs:
     /// good for a log line, not for a rule (a rule on comm asks for this).
     pub comm: bool,
+    /// The systemd unit (`/proc/PID/cgroup`): a rule with `unit` asks for it.
+    pub unit: bool,
 }
 
 impl Fields {
@@ -83,6 +87,7 @@ impl Fields {
         exe: true,
         tree: true,
         comm: true,
+        unit: true,
     };
 
     /// The fields the tenants' rules look at.
@@ -93,6 +98,7 @@ impl Fields {
             exe: rules().any(|r| r.exe.is_some()),
             tree: rules().any(|r| r.descendants),
             comm: rules().any(|r| r.comm.is_some()),
+            unit: rules().any(|r| r.unit.is_some()),
         }
     }
 }
@@ -189,6 +195,13 @@ impl ProcReader {
         } else {
             None
         };
+        let unit = if fields.unit {
+            // A process gone since its cmdline was read is gone: no half-read entry.
+            let text = read_small_at(dir, &file("cgroup"), buf)?;
+            crate::unitname::unit_of_proc_cgroup(&String::from_utf8_lossy(text)).map(String::from)
+        } else {
+            None
+        };
         Some(ProcInfo {
             pid,
             ppid,
@@ -198,6 +211,7 @@ impl ProcReader {
             uid,
             gid,
             start_time,
+            unit,
         })
     }
 }
@@ -333,6 +347,7 @@ mod tests {
             exe: false,
             tree: false,
             comm: true,
+            unit: false,
         };
         let light_procs = scan_fields(&fs, light).unwrap();
         let got: Vec<(u32, &str, u32)> = light_procs

@@ -212,6 +212,7 @@ fn proc(pid: u32, comm: &str) -> ProcInfo {
         uid: 54321,
         gid: 54321,
         start_time: pid as u64,
+        unit: None,
     }
 }
 

@@ -116,6 +116,7 @@ fn inventory(p: &Policy, devices: &[DevNum]) -> Inventory {
             uid: 0,
             gid: 0,
             start_time: 1,
+            unit: None,
         }],
         mounts: Default::default(),
         mem_total: None,

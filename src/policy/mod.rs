@@ -395,6 +395,9 @@ pub struct Rule {
     pub gid: Option<u32>,
     /// The process named by a pid file (`postmaster.pid`, `mysqld.pid`).
     pub pidfile: Option<PidFile>,
+    /// Processes whose cgroup is in a systemd unit of this name (or glob), read from
+    /// /proc/PID/cgroup; under systemd the tenant is governed in place through that unit.
+    pub unit: Option<crate::unitname::UnitPattern>,
     /// Also take every existing descendant of a process this rule matches.
     pub descendants: bool,
     /// An exempt rule that only decides the leaf of the tenant's inherited processes and claims

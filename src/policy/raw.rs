@@ -118,6 +118,8 @@ pub struct RawRule {
     pub group: Option<Loc<Name>>,
     /// The process whose PID is the first line of this file (a server's pid file).
     pub pidfile: Option<Loc<String>>,
+    /// Processes in this systemd unit (`postgresql@15-main.service`, or a glob over names).
+    pub unit: Option<Loc<String>>,
     pub descendants: Option<bool>,
     /// Exempt rules only: decide the leaf of processes the tenant already holds as descendants,
     /// claim none by themselves (a preset's `postgres: walwriter` must not take another

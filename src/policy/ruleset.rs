@@ -3,7 +3,7 @@
 //! `RegexSet`, the `comm` regexes another, so a process costs one pass over each field however
 //! many tenants there are (a loop over a thousand regexes cost about 400 µs per process, and a
 //! search cache per regex 70 MiB). Only the rules one of the sets names (or that have no regex)
-//! are then checked for their other fields (user, group, exe, pid file).
+//! are then checked for their other fields (user, group, exe, pid file, systemd unit).
 //!
 //! The matcher holds copies of the rules (a pid file's PID is shared with the policy's copy), so
 //! it answers for the tenants it was built from and needs no access to them afterwards.
@@ -21,6 +21,8 @@ pub struct Subject<'a> {
     pub exe: Option<&'a std::path::Path>,
     pub uid: u32,
     pub gid: u32,
+    /// The systemd unit its cgroup is in (read only when a rule has `unit`).
+    pub unit: Option<&'a str>,
 }
 
 /// Which list of its tenant a rule is from.
@@ -58,6 +60,7 @@ struct CompiledRule {
     uid: Option<u32>,
     gid: Option<u32>,
     pidfile: Option<PidFile>,
+    unit: Option<crate::unitname::UnitPattern>,
     descendants: bool,
     within_tenant: bool,
     label: String,
@@ -176,6 +179,9 @@ impl RuleSet {
                 && r.gid.is_none_or(|g| g == p.gid)
                 && r.exe.as_ref().is_none_or(|e| p.exe == Some(e.as_path()))
                 && r.pidfile.as_ref().is_none_or(|f| f.pid() == Some(p.pid))
+                && r.unit
+                    .as_ref()
+                    .is_none_or(|u| p.unit.is_some_and(|unit| u.matches(unit)))
         });
         Hits(candidates)
     }
@@ -256,6 +262,7 @@ impl CompiledRule {
             uid: r.uid,
             gid: r.gid,
             pidfile: r.pidfile.clone(),
+            unit: r.unit.clone(),
             descendants: r.descendants,
             within_tenant: r.within_tenant,
             label: r.label.clone(),

@@ -972,10 +972,21 @@ fn validate_rules(ctx: &mut Ctx, tenant: &str, list: &str, raw: &[Loc<RawRule>])
             }
             PidFile::new(PathBuf::from(&f.value))
         });
+        let unit = rv.unit.as_ref().and_then(|u| {
+            parts.push(format!("unit={}", u.value));
+            crate::unitname::UnitPattern::parse(&u.value)
+                .map_err(|why| {
+                    ctx.error(
+                        u,
+                        format!("tenant `{tenant}`: {list}[{i}].unit `{}` {why}", u.value),
+                    )
+                })
+                .ok()
+        });
         let descendants = rv.descendants.unwrap_or(false);
         if parts.is_empty() {
             ctx.error(r, format!(
-                "tenant `{tenant}`: {list}[{i}] matches nothing: give at least one of cmdline, comm, exe, user, group, pidfile"
+                "tenant `{tenant}`: {list}[{i}] matches nothing: give at least one of cmdline, comm, exe, user, group, pidfile, unit"
             ));
             continue;
         }
@@ -998,6 +1009,7 @@ fn validate_rules(ctx: &mut Ctx, tenant: &str, list: &str, raw: &[Loc<RawRule>])
             uid,
             gid,
             pidfile,
+            unit,
             descendants,
             within_tenant,
             label: match rv.preset_name {

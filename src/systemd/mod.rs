@@ -18,6 +18,7 @@ pub use props::{DeviceLimit, Property, UnitResources};
 
 use crate::hostfs::HostFs;
 use crate::policy::ManagerChoice;
+pub use crate::unitname::{systemd_cgroup_of, unit_of_cgroup_path};
 
 /// The slice dbcage's transient scopes live in.
 pub const SLICE: &str = "dbcage.slice";
@@ -36,10 +37,6 @@ pub fn scope_cgroup(tenant: &str) -> String {
 
 /// Unit types whose units hold processes (and so can hold a tenant's processes).
 const PROCESS_UNIT_SUFFIXES: &[&str] = &[".service", ".scope"];
-
-/// Unit types that have cgroups at all, as systemd names them in the tree.
-const CGROUP_UNIT_SUFFIXES: &[&str] =
-    &[".service", ".scope", ".slice", ".socket", ".mount", ".swap"];
 
 /// systemd is the cgroup manager when it is PID 1 and booted the system (`sd_booted()`: the
 /// directory /run/systemd/system exists). A systemd running in a container as PID 1 counts:
@@ -91,23 +88,6 @@ pub fn resolve(choice: ManagerChoice, fs: &HostFs) -> Result<Manager, String> {
     }
 }
 
-/// The unit a cgroup path belongs to, as systemd decides it (`cg_path_get_unit`): slices are
-/// skipped from the top, and the first component that is not a slice is the unit, whatever lies
-/// below it (a delegated unit's own subgroups belong to it). `None` for a path that ends in a
-/// slice or holds no unit name (`/`, dbcage's own `/dbcage/...` groups).
-pub fn unit_of_cgroup_path(path: &str) -> Option<&str> {
-    for component in path.split('/').filter(|c| !c.is_empty()) {
-        if component.ends_with(".slice") {
-            continue;
-        }
-        return CGROUP_UNIT_SUFFIXES
-            .iter()
-            .any(|s| component.len() > s.len() && component.ends_with(s))
-            .then_some(component);
-    }
-    None
-}
-
 /// The unit a cgroup path belongs to (as `unit_of_cgroup_path`) and the unit's own cgroup: the
 /// path up to and including the unit's component (a delegated unit's subgroups lie below it).
 pub fn unit_and_group(path: &str) -> Option<(&str, &str)> {
@@ -128,42 +108,20 @@ pub fn holds_processes(unit: &str) -> bool {
     PROCESS_UNIT_SUFFIXES.iter().any(|s| unit.ends_with(s))
 }
 
-/// The path of a process in systemd's own hierarchy, from /proc/PID/cgroup: the v2 line
-/// (`0::/system.slice/x.service`) on unified hosts, the `name=systemd` line on v1 and hybrid
-/// hosts (where the v2 line, if any, may be empty or belong to another manager).
-pub fn systemd_cgroup_of(proc_cgroup: &str) -> Option<String> {
-    // `ID:controllers:path`; parsed here rather than with the cgroup module's reader, which
-    // sits above this module.
-    let lines: Vec<(&str, &str)> = proc_cgroup
-        .lines()
-        .filter_map(|l| {
-            let mut parts = l.splitn(3, ':');
-            let _id = parts.next()?;
-            Some((parts.next()?, parts.next()?))
-        })
-        .collect();
-    let named = lines
-        .iter()
-        .find(|(ctrls, _)| ctrls.split(',').any(|c| c == "name=systemd"));
-    named
-        .or_else(|| lines.iter().find(|(ctrls, _)| ctrls.is_empty()))
-        .map(|(_, path)| path.to_string())
-}
-
 /// The unit a process lives in and the unit's cgroup, read from /proc/PID/cgroup (no bus call).
 /// `Ok(None)` when the process is in no unit.
 pub fn unit_group_of_pid(fs: &HostFs, pid: u32) -> std::io::Result<Option<(String, String)>> {
     let text = fs.read_to_string(format!("/proc/{pid}/cgroup"))?;
-    Ok(systemd_cgroup_of(&text).and_then(|p| {
-        unit_and_group(&p).map(|(unit, group)| (unit.to_string(), group.to_string()))
-    }))
+    Ok(systemd_cgroup_of(&text)
+        .and_then(unit_and_group)
+        .map(|(unit, group)| (unit.to_string(), group.to_string())))
 }
 
 /// The unit a process lives in, read from /proc/PID/cgroup (no bus call). `Ok(None)` when the
 /// process is in no unit (the root, or a group systemd does not know).
 pub fn unit_of_pid(fs: &HostFs, pid: u32) -> std::io::Result<Option<String>> {
     let text = fs.read_to_string(format!("/proc/{pid}/cgroup"))?;
-    Ok(systemd_cgroup_of(&text).and_then(|p| unit_of_cgroup_path(&p).map(str::to_string)))
+    Ok(crate::unitname::unit_of_proc_cgroup(&text).map(str::to_string))
 }
 
 #[cfg(test)]

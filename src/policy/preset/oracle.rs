@@ -160,6 +160,7 @@ mod tests {
             uid: 54321,
             gid: 54321,
             start_time: 0,
+            unit: None,
         }
     }
 

@@ -295,6 +295,7 @@ mod tests {
             uid: 0,
             gid: 0,
             start_time: pid as u64,
+            unit: None,
         }
     }
 

@@ -324,6 +324,35 @@ fn pidfile_must_be_absolute_without_dotdot() {
 }
 
 #[test]
+fn unit_must_be_a_valid_service_or_scope_name() {
+    for (bad, why) in [
+        ("postgresql", "no unit type"),
+        ("system.slice", "names a slice"),
+        ("pg/../x.service", "`/`"),
+        ("pg main.service", "` `"),
+        ("db[.service", "not a valid glob"),
+    ] {
+        let text = format!("[[tenant]]\nname = \"db\"\nmatch = [{{ unit = \"{bad}\" }}]\n");
+        let msg = error(&text);
+        assert_located(
+            &msg,
+            &text,
+            &format!("\"{bad}\""),
+            &["tenant `db`: match[0].unit", &format!("`{bad}`"), why],
+        );
+    }
+    let ok = parse("[[tenant]]\nname = \"db\"\nmatch = [{ unit = \"postgresql@*.service\" }]\n")
+        .unwrap();
+    let rule = &ok.policy.tenants[0].rules[0];
+    assert_eq!(rule.label, "match[0] unit=postgresql@*.service");
+    assert!(rule
+        .unit
+        .as_ref()
+        .unwrap()
+        .matches("postgresql@15-main.service"));
+}
+
+#[test]
 fn rule_with_no_fields() {
     let text = "[[tenant]]\nname = \"bx1\"\n[[tenant.match]]\ncomm = \"x\"\n\
                 [[tenant.match]]\ndescendants = true\n";
