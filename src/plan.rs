@@ -920,7 +920,7 @@ pub fn systemd_steps(
                         .all(|p| mine.contains(p) || !view.scanned.contains(p))
                 })
             },
-            None,
+            |unit| t.names_unit(unit),
         );
         // The units systemd started first (the one with most of its processes first), then
         // its scope.

@@ -167,3 +167,43 @@ fn a_unit_that_holds_the_plan_needs_no_step_and_drift_is_repaired() {
     assert_eq!(set, &[Property::CpuQuotaPerSecUSec(Some(500_000))]);
     assert_eq!(was, &[Property::CpuQuotaPerSecUSec(Some(900_000))]);
 }
+
+/// A unit the policy names (`unit =`) is governed in place even when it also runs processes
+/// the tenant's rules leave out (here a helper of another comm); without the key the same unit
+/// is shared: not governed, and warned about.
+#[test]
+fn a_unit_named_in_the_policy_is_governed_in_place() {
+    let mut v = view(defaults());
+    v.unit_pids
+        .get_mut("postgresql@15-main.service")
+        .unwrap()
+        .push(98);
+    v.unit_of.insert(98, "postgresql@15-main.service".into());
+    v.scanned.insert(98);
+    let (steps, warnings, units) = systemd_steps(&plan_of(), &placed(&[1, 2]), &tenants(), &v);
+    assert!(
+        steps.is_empty() && warnings.len() == 1 && warnings[0].contains("also runs processes"),
+        "without unit =: {steps:?} {warnings:?}"
+    );
+    assert!(units["pg"].units.is_empty());
+
+    let named = crate::policy::from_str(
+        "t.toml",
+        "[[tenant]]\nname = \"pg\"\n\
+         match = [{ unit = \"postgresql@*.service\", comm = \"postgres\" }]\n",
+        &crate::policy::FakeAccounts,
+    )
+    .unwrap()
+    .policy
+    .tenants;
+    let (steps, warnings, units) = systemd_steps(&plan_of(), &placed(&[1, 2]), &named, &v);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let [Step::SetUnitProperties { unit, .. }] = steps.as_slice() else {
+        panic!("{steps:?}")
+    };
+    assert_eq!(unit, "postgresql@15-main.service");
+    assert_eq!(
+        units["pg"].units,
+        ["/system.slice/postgresql@15-main.service"]
+    );
+}

@@ -169,6 +169,15 @@ pub enum GuardLever {
 }
 
 impl Tenant {
+    /// Whether one of its rules names this systemd unit (`unit =`, a name or a glob): under
+    /// systemd such a unit is governed in place, as the tenant's own.
+    pub fn names_unit(&self, unit: &str) -> bool {
+        self.rules
+            .iter()
+            .chain(&self.exempt)
+            .any(|r| r.unit.as_ref().is_some_and(|u| u.matches(unit)))
+    }
+
     pub fn has_io_limits(&self) -> bool {
         !self.io.is_empty() || self.io_devices.iter().any(|d| !d.limits.is_empty())
     }

@@ -38,20 +38,21 @@ pub struct Placement {
 }
 
 /// Sorts a tenant's processes. `unit_of` gives each process's unit (None: not in a unit);
-/// `unit_is_tenants` says whether every process of a unit belongs to the tenant; `named` is
-/// the policy's `unit =` for the tenant, governed in place whatever else runs in it.
+/// `unit_is_tenants` says whether every process of a unit belongs to the tenant; `named` says
+/// whether the policy names a unit in the tenant's rules (`unit =`): such a unit is governed in
+/// place whatever else runs in it.
 pub fn place(
     tenant_scope: &str,
     pids: &[u32],
     unit_of: impl Fn(u32) -> Option<String>,
     unit_is_tenants: impl Fn(&str) -> bool,
-    named: Option<&str>,
+    named: impl Fn(&str) -> bool,
 ) -> Placement {
     let mut p = Placement::default();
     for &pid in pids {
         match unit_of(pid) {
             Some(u) if u == tenant_scope => p.in_scope.push(pid),
-            Some(u) if named == Some(u.as_str()) => p.units.entry(u).or_default().push(pid),
+            Some(u) if named(&u) => p.units.entry(u).or_default().push(pid),
             None => p.adopt.push(pid),
             Some(u) if outside_systemd(&u) || !super::holds_processes(&u) => p.adopt.push(pid),
             Some(u) if unit_is_tenants(&u) => p.units.entry(u).or_default().push(pid),
@@ -191,7 +192,7 @@ mod tests {
             &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
             units,
             only_tenant,
-            None,
+            |_| false,
         );
         assert_eq!(
             p.units.keys().collect::<Vec<_>>(),
@@ -203,13 +204,9 @@ mod tests {
         // Never moved out of a service, never governed with others' processes in it.
         assert_eq!(p.shared["cron.service"], [7]);
         // A unit named in the policy is governed in place even when it is shared.
-        let p = place(
-            "dbcage-pg.scope",
-            &[7],
-            units,
-            only_tenant,
-            Some("cron.service"),
-        );
+        let p = place("dbcage-pg.scope", &[7], units, only_tenant, |u| {
+            u == "cron.service"
+        });
         assert_eq!(p.units["cron.service"], [7]);
         assert!(p.adopt.is_empty() && p.shared.is_empty());
     }
