@@ -5,7 +5,7 @@
 //! (in one process group it ends by PID when done, also on panic), so the host holds about N
 //! more processes; then it scans /proc `--runs` times (default 20) for each set of fields the
 //! rules may need (see `procs::Fields`: cmdline and comm only; plus ppid for `descendants`;
-//! everything) and prints wall time min/p50/max, processes read, and CPU time per scan
+//! plus the systemd unit for `unit =`; everything) and prints wall time min/p50/max, processes read, and CPU time per scan
 //! (CLOCK_PROCESS_CPUTIME_ID: both reader threads included).
 
 use std::process::{Child, Command, Stdio};
@@ -75,6 +75,7 @@ fn main() {
                 exe: false,
                 tree: false,
                 comm: false,
+                unit: false,
             },
         ),
         (
@@ -84,6 +85,7 @@ fn main() {
                 exe: false,
                 tree: false,
                 comm: true,
+                unit: false,
             },
         ),
         (
@@ -93,6 +95,17 @@ fn main() {
                 exe: false,
                 tree: true,
                 comm: true,
+                unit: false,
+            },
+        ),
+        (
+            "cmdline+comm+unit",
+            Fields {
+                ids: false,
+                exe: false,
+                tree: false,
+                comm: true,
+                unit: true,
             },
         ),
         ("all (uid/gid, exe)", Fields::ALL),

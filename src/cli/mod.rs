@@ -499,6 +499,9 @@ fn check(config: &PolicyPath, out: &mut impl std::io::Write) -> Result<ExitCode>
                     .join(", ")
             }
         )?;
+        if let Some(line) = view::plan::units_line(policy, t) {
+            writeln!(out, "  {line}")?;
+        }
     }
     let mut warnings: Vec<String> = ctx.loaded.warnings.iter().map(|w| w.to_string()).collect();
     warnings.extend(plan.warnings.iter().cloned());

@@ -180,6 +180,27 @@ pub fn plan(p: &Prepared, adjust: &Adjustments) -> Result<Plan> {
         snap.proc_nodes = inventory::numa::read_process_nodes(&p.fs, &unread);
         plan = build(&snap)?;
     }
+    if p.manager != crate::systemd::Manager::Systemd {
+        for t in policy.tenants.iter() {
+            let named: Vec<&str> = t
+                .rules
+                .iter()
+                .chain(&t.exempt)
+                .filter_map(|r| Some(r.unit.as_ref()?.as_str()))
+                .collect();
+            if !named.is_empty() {
+                plan.warnings.push(format!(
+                    "tenant {}: unit = {} under agent.manager = \"{}\": dbcage moves the \
+                     processes into its own groups, out of their unit (systemctl stop and restart \
+                     then miss them; on cgroup v2 the rule no longer sees a moved process); set \
+                     agent.manager = \"systemd\" (\"auto\" picks it on a host systemd runs)",
+                    t.name,
+                    named.join(", "),
+                    p.manager.as_str()
+                ));
+            }
+        }
+    }
     if p.manager == crate::systemd::Manager::Systemd {
         // The systemd driver: the settings the plan computed go on the units; no group of
         // dbcage's own is made and no process is moved by dbcage.
@@ -266,6 +287,7 @@ pub fn systemd_release(p: &Prepared, only: &[String]) -> Result<Vec<(String, Str
             .filter_map(|pid| view.unit_of.get(pid))
             .filter(|u| {
                 **u == scope
+                    || ti.is_some_and(|ti| policy.tenants[ti].names_unit(u))
                     || view
                         .unit_pids
                         .get(*u)

@@ -70,16 +70,13 @@ fn a_units_own_group_ends_at_its_component() {
 fn systemd_cgroup_of_reads_the_right_line() {
     let v2 = "0::/system.slice/postgresql@15-main.service\n";
     assert_eq!(
-        systemd_cgroup_of(v2).as_deref(),
+        systemd_cgroup_of(v2),
         Some("/system.slice/postgresql@15-main.service")
     );
     // v1 / hybrid: the name=systemd hierarchy decides, not the (possibly empty) v2 line.
     let v1 =
         "12:cpu,cpuacct:/dbcage/bx1/limited\n1:name=systemd:/system.slice/oracle.service\n0::/\n";
-    assert_eq!(
-        systemd_cgroup_of(v1).as_deref(),
-        Some("/system.slice/oracle.service")
-    );
+    assert_eq!(systemd_cgroup_of(v1), Some("/system.slice/oracle.service"));
     assert_eq!(systemd_cgroup_of("garbage"), None);
 }
 

@@ -45,6 +45,9 @@ pub fn print_plan(
             }
             writeln!(out, "  io {}: {}", device_name(dev), parts.join(", "))?;
         }
+        if let Some(line) = units_line(&ctx.loaded.policy, t) {
+            writeln!(out, "  {line}")?;
+        }
         if let Some(c) = t.settings.cpu_cores {
             writeln!(
                 out,
@@ -221,6 +224,43 @@ pub fn print_apply(
         )?;
     }
     Ok(())
+}
+
+/// The systemd units a tenant is governed in (under systemd) and the units its rules name
+/// (`unit =`), for `plan` and `check`: `systemd units: postgresql@15-main.service (policy:
+/// unit = postgresql@*.service)`. `None` when there are neither.
+pub fn units_line(
+    policy: &crate::policy::Policy,
+    t: &crate::plan::TenantSummary,
+) -> Option<String> {
+    let named: Vec<&str> = policy
+        .tenants
+        .iter()
+        .find(|p| p.name == t.name)
+        .into_iter()
+        .flat_map(|p| p.rules.iter().chain(&p.exempt))
+        .filter_map(|r| Some(r.unit.as_ref()?.as_str()))
+        .collect();
+    let governed: Vec<&str> = t
+        .units
+        .iter()
+        .map(|g| crate::systemd::unit_of_cgroup_path(g).unwrap_or(g))
+        .collect();
+    if named.is_empty() && governed.is_empty() {
+        return None;
+    }
+    let mut line = format!(
+        "systemd units: {}",
+        if governed.is_empty() {
+            "none governed now".to_string()
+        } else {
+            governed.join(", ")
+        }
+    );
+    if !named.is_empty() {
+        line.push_str(&format!(" (policy: unit = {})", named.join(", ")));
+    }
+    Some(line)
 }
 
 #[cfg(test)]
