@@ -9,7 +9,8 @@
 #      in force;
 #   3. 100 daemon-reloads (the number in $SDGUEST_FILES/reloads), restarts of an unrelated unit with its own IO limits, and
 #      set-property on the database's unit by hand: within 2 s the kernel and the unit's
-#      properties are back to the plan, the repairs metric counts exactly the repairs.
+#      properties are back to the plan, the repairs metric counts exactly the repairs;
+#   and a tenant matched by `unit = "postgresql@15-main.service"` alone is governed in place.
 # Figures go to $SDGUEST_OUT/figures.txt. Run: tests/sdguest/systemd.sh
 set -u
 fails=0
@@ -265,6 +266,50 @@ eq "the unrelated unit keeps its own IO limit" "$(show dbcage-test-other IOReadB
 eq "dbcage scopes after the reloads" "$(systemctl list-units --all --no-legend --plain 'dbcage-*.scope' | awk '$3 != "inactive" {print $1}' | tr '\n' ' ')" "dbcage-pg.scope "
 systemctl stop dbcage-test-daemon3 dbcage-test-other
 su postgres -c "/usr/lib/postgresql/15/bin/pg_ctl -D $ADHOC stop -m fast" >/dev/null
+
+# ---------------------------------------------------------------- unit = (issue 19's policy key)
+# A tenant matched by its unit alone (no exe, cmdline or comm rule): the daemon governs the
+# unit in place (its properties hold this policy's limits, the kernel's too), status counts
+# every process in the unit, nothing is adopted, and after a restart the new processes are
+# the tenant's and limited.
+t0=$(ms)
+cat >/etc/dbcage/dbcage.toml <<EOF
+[agent]
+metrics = "127.0.0.1:9477"
+[[tenant]]
+name = "pgunit"
+match = [{ unit = "$U" }]
+[tenant.cpu]
+cores = 0.3
+[tenant.memory]
+max = "256MiB"
+EOF
+out=$(dbcage check 2>&1)
+echo "$out" | sed 's/^/  check: /'
+has "check" "$out" "systemd units: $U (policy: unit = $U)"
+daemon dbcage-test-daemon4 60s
+eq "unit = : unit quota" "$(show $U CPUQuotaPerSecUSec)" "300ms"
+eq "unit = : unit memory max" "$(show $U MemoryMax)" "268435456"
+eq "unit = : kernel cpu.max of the unit" "$(cat /sys/fs/cgroup$CG/cpu.max)" "30000 100000"
+unit_count() { # status's units and process count of tenant pgunit
+	dbcage status --json | tr -d ' \n' | sed -n 's/.*"name":"pgunit","units":\(\[[^]]*\]\),"processes":\([0-9]*\).*/\1 \2/p'
+}
+n=$(unit_count)
+echo "  status: $n"
+eq "unit = : status lists the unit and counts its processes" "$n" "[\"$CG\"] $(wc -l </sys/fs/cgroup$CG/cgroup.procs)"
+systemctl restart $U || fail "systemctl restart (unit =)"
+eq "unit = : kernel cpu.max after a restart" "$(cat /sys/fs/cgroup$CG/cpu.max)" "30000 100000"
+# The new postmaster's children may still be starting: status and the unit must agree within 5 s.
+for _ in $(seq 10); do
+	want="[\"$CG\"] $(wc -l </sys/fs/cgroup$CG/cgroup.procs)"
+	n=$(unit_count)
+	[ "$n" = "$want" ] && break
+	sleep 0.5
+done
+eq "unit = : status after a restart" "$n" "$want"
+eq "unit = : nothing adopted" "$(systemctl list-units --all --no-legend --plain 'dbcage-pgunit.scope' | awk '$3 != "inactive"' | wc -l)" "0"
+systemctl stop dbcage-test-daemon4
+figure "unit = section (check, a daemon, a restart of $U): $(( $(ms) - t0 )) ms"
 cat "$SDGUEST_OUT/figures.txt"
 echo "RESULT: $fails failure(s)"
 [ $fails = 0 ]
