@@ -195,10 +195,12 @@ impl ProcReader {
         } else {
             None
         };
+        // No cgroup file (a kernel without cgroups, or a process gone since): in no unit.
         let unit = if fields.unit {
-            // A process gone since its cmdline was read is gone: no half-read entry.
-            let text = read_small_at(dir, &file("cgroup"), buf)?;
-            crate::unitname::unit_of_proc_cgroup(&String::from_utf8_lossy(text)).map(String::from)
+            read_small_at(dir, &file("cgroup"), buf).and_then(|text| {
+                crate::unitname::unit_of_proc_cgroup(&String::from_utf8_lossy(text))
+                    .map(String::from)
+            })
         } else {
             None
         };
