@@ -8,8 +8,9 @@
 const CGROUP_UNIT_SUFFIXES: &[&str] =
     &[".service", ".scope", ".slice", ".socket", ".mount", ".swap"];
 
-/// Unit types whose units hold a database's processes for its life (a `unit =` may name them).
-const PROCESS_UNIT_SUFFIXES: &[&str] = &[".service", ".scope"];
+/// Unit types whose units hold a database's processes for its life (a `unit =` may name them,
+/// and a tenant's processes may be governed in them).
+pub const PROCESS_UNIT_SUFFIXES: &[&str] = &[".service", ".scope"];
 
 /// systemd's UNIT_NAME_MAX (256, with the terminating NUL).
 const UNIT_NAME_MAX: usize = 255;

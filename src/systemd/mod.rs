@@ -35,9 +35,6 @@ pub fn scope_cgroup(tenant: &str) -> String {
     format!("/{SLICE}/{}", scope_name(tenant))
 }
 
-/// Unit types whose units hold processes (and so can hold a tenant's processes).
-const PROCESS_UNIT_SUFFIXES: &[&str] = &[".service", ".scope"];
-
 /// systemd is the cgroup manager when it is PID 1 and booted the system (`sd_booted()`: the
 /// directory /run/systemd/system exists). A systemd running in a container as PID 1 counts:
 /// it owns that container's tree the same way.
@@ -105,7 +102,9 @@ pub fn unit_and_group(path: &str) -> Option<(&str, &str)> {
 
 /// Whether a unit name is one whose processes a tenant may live in (a service or a scope).
 pub fn holds_processes(unit: &str) -> bool {
-    PROCESS_UNIT_SUFFIXES.iter().any(|s| unit.ends_with(s))
+    crate::unitname::PROCESS_UNIT_SUFFIXES
+        .iter()
+        .any(|s| unit.ends_with(s))
 }
 
 /// The unit a process lives in and the unit's cgroup, read from /proc/PID/cgroup (no bus call).
