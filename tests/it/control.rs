@@ -878,3 +878,43 @@ fn user_and_group_rules_match_real_accounts() {
         "a process of neither account was taken"
     );
 }
+
+/// `unit =` in `check`: the tenant's units are listed with the policy's pattern, and under
+/// agent.manager = "cgroupfs" a warning says that dbcage would move the processes out of their
+/// unit. (Governing the unit in place is tested under systemd: tests/sdguest/systemd.sh.)
+#[test]
+fn check_lists_a_unit_rule_and_warns_under_cgroupfs() {
+    if skip() {
+        return;
+    }
+    let t = Tenancy::new(
+        "unitrule",
+        "[[tenant]]\nname = \"unitrule\"\nmatch = [{ unit = \"dbcage-test-nothing@*.service\" }]\n",
+    );
+    let o = t.run(&["check"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(
+        out.contains(
+            "systemd units: none governed now (policy: unit = dbcage-test-nothing@*.service)"
+        ),
+        "{out}"
+    );
+    let warned =
+        err.contains("unit = dbcage-test-nothing@*.service under agent.manager = \"cgroupfs\"");
+    assert_eq!(
+        warned,
+        out.contains("cgroup manager: cgroupfs"),
+        "the warning goes with the cgroupfs manager:\n{out}\n{err}"
+    );
+    // A slice is refused, with the file, line and value.
+    t.set_policy("[[tenant]]\nname = \"unitrule\"\nmatch = [{ unit = \"system.slice\" }]\n");
+    let o = t.run(&["check"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("dbcage.toml:") && err.contains("match[0].unit `system.slice` names a slice"),
+        "{err}"
+    );
+}
