@@ -947,8 +947,16 @@ impl crate::control::Governor for Daemon {
     }
     fn stage(&mut self, loaded: crate::policy::Loaded) -> Result<Self::Staged> {
         let ctx = engine::read_host(loaded, Scan::Rules)?;
-        let plan = engine::plan(&ctx, &self.adjust)?;
+        // a request is one-off: `set` says how much memory a NUMA move would take
+        let adjust = engine::Adjustments {
+            skip_move_sizes: false,
+            ..self.adjust.clone()
+        };
+        let plan = engine::plan(&ctx, &adjust)?;
         Ok((ctx, plan))
+    }
+    fn numa_changes((_, plan): &Self::Staged) -> Vec<String> {
+        plan.numa_changes()
     }
     fn commit(&mut self, live: crate::control::Live, (ctx, plan): Self::Staged) -> Vec<String> {
         self.live = live;

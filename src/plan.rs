@@ -109,9 +109,44 @@ pub struct MemoryMove {
     pub migrate: bool,
 }
 
+impl Plan {
+    /// One line per `numa = "auto"` tenant this plan puts on other nodes than it is on: from
+    /// which to which, and what becomes of its memory (moved now, held until its restart, or
+    /// nothing to move).
+    pub fn numa_changes(&self) -> Vec<String> {
+        self.numa
+            .iter()
+            .filter_map(|c| {
+                let was = c.was.as_ref().filter(|w| **w != c.nodes)?;
+                let memory = match self.memory_moves.iter().find(|m| m.tenant == c.tenant) {
+                    Some(m) => {
+                        let bytes = m.bytes.map_or("an unknown amount".into(), |b| {
+                            HumanBytes(b).to_string()
+                        });
+                        if m.migrate {
+                            format!("cpus now; {bytes} of memory moves to nodes {} now", m.to)
+                        } else {
+                            format!(
+                                "cpus now; its memory ({bytes} outside nodes {}) stays on nodes {} until the instance restarts (--migrate-memory or cpu.migrate_memory moves it now)",
+                                m.to, m.from
+                            )
+                        }
+                    }
+                    None if was.is_subset(&c.nodes) => "cpus and nodes now; no memory moves".into(),
+                    None => "cpus and nodes now; no process runs in it, no memory moves".into(),
+                };
+                Some(format!(
+                    "tenant `{}`: NUMA nodes {was} -> {}: {memory}",
+                    c.tenant, c.nodes
+                ))
+            })
+            .collect()
+    }
+}
+
 impl MemoryMove {
     /// Why the tenant stays on its nodes, for `check`, `plan` and `apply`.
-    pub fn deferred_text(&self, cpus: &CpuSet) -> String {
+    pub fn deferred_text(&self, cpus_before: &CpuSet, cpus: &CpuSet) -> String {
         let bytes = match self.bytes {
             Some(b) => format!(
                 "{} of their memory is on nodes outside {}",
@@ -121,11 +156,16 @@ impl MemoryMove {
             None => "how much of their memory would move is unknown (numa_maps unreadable)".into(),
         };
         format!(
-            "tenant `{}`: its memory nodes change from {} to {} with {} in its groups ({bytes}): it keeps nodes {} and cpus {cpus} until the instance restarts; `dbcage apply --migrate-memory` (or cpu.migrate_memory = true) moves its memory now",
+            "tenant `{}`: its memory nodes change from {} to {} with {} in its groups ({bytes}): its cpus change now ({}), its memory stays on nodes {} until the instance restarts; `dbcage apply --migrate-memory` (or cpu.migrate_memory = true) moves it now",
             self.tenant,
             self.from,
             self.to,
             crate::units::count(self.pids.len(), "process", "processes"),
+            if cpus_before == cpus {
+                format!("cpus {cpus}")
+            } else {
+                format!("cpus {cpus_before} -> {cpus}")
+            },
             self.from,
         )
     }
@@ -377,7 +417,8 @@ fn memory_move(
     want: &CpuSet,
 ) -> Option<(MemoryMove, CpuSet)> {
     let (h, cpus, from) = snap.tenant_cpuset(layout, &t.name)?;
-    if from == *want {
+    // more nodes than now (a tenant that grows) moves no page: written at once
+    if from.is_subset(want) {
         return None;
     }
     let dir = layout.tenant_dir(h, &t.name);
@@ -419,11 +460,38 @@ fn memory_move(
     ))
 }
 
+/// The nodes a tenant is on now, for sticky placement: those of its cpuset.mems that hold its
+/// cpus (a tenant whose memory move waits for its restart already runs on its new nodes' cpus),
+/// or its mems when none do. `None` without a group, or when it may use every node (it was not
+/// placed: nothing to keep).
+fn current_nodes(
+    t: &Tenant,
+    inv: &Inventory,
+    layout: &Layout,
+    snap: &Snapshot,
+    allowed_mems: &CpuSet,
+) -> Option<CpuSet> {
+    let (_, cpus, mems) = snap.tenant_cpuset(layout, &t.name)?;
+    let running: CpuSet = mems
+        .iter()
+        .filter(|n| {
+            inv.numa
+                .nodes
+                .get(n)
+                .is_some_and(|c| c.difference(&cpus).len() < c.len())
+        })
+        .collect();
+    let current = if running.is_empty() { mems } else { running };
+    (current.is_subset(allowed_mems) && current != *allowed_mems).then_some(current)
+}
+
 /// Places the `numa = "auto"` tenants on the nodes the parent cgroup allows (see `numa::place`);
 /// a set that does not fit is a problem at the refused tenant's `numa` key.
 fn place_numa(
     policy: &Policy,
     inv: &Inventory,
+    layout: &Layout,
+    snap: &Snapshot,
     allowed_cpus: &CpuSet,
     allowed_mems: &CpuSet,
     problems: &mut Vec<Problem>,
@@ -458,6 +526,11 @@ fn place_numa(
             memory: t.memory.max.as_ref().map_or(0, |m| m.value),
             huge_pages: t.memory.huge_pages.unwrap_or(0),
             pinned: t.cpu.numa_nodes.as_ref().map(|n| n.value.clone()),
+            current: t
+                .cpu
+                .numa_auto
+                .as_ref()
+                .and_then(|_| current_nodes(t, inv, layout, snap, allowed_mems)),
         })
         .collect();
     match numa::place(&needs, &nodes) {
@@ -509,7 +582,15 @@ pub fn build_with(
         .parent_mems
         .clone()
         .unwrap_or_else(|| inv.numa.node_set());
-    plan.numa = place_numa(policy, inv, &allowed_cpus, &allowed_mems, &mut problems);
+    plan.numa = place_numa(
+        policy,
+        inv,
+        layout,
+        snap,
+        &allowed_cpus,
+        &allowed_mems,
+        &mut problems,
+    );
     let all_pinned = policy
         .tenants
         .iter()
@@ -554,9 +635,11 @@ pub fn build_with(
         let (cpus, mems) = match memory_move(t, &members, layout, snap, &mems) {
             Some((mut m, now_cpus)) => {
                 m.migrate = migrate_memory || t.cpu.migrate_memory;
+                // the cpus change at once even so: the tenant's cores are promised on its new
+                // nodes, and the ones it leaves may already be another tenant's (a live swap)
                 let held = (!m.migrate).then(|| {
-                    plan.warnings.push(m.deferred_text(&now_cpus));
-                    (now_cpus, m.from.clone())
+                    plan.warnings.push(m.deferred_text(&now_cpus, &cpus));
+                    (cpus.clone(), m.from.clone())
                 });
                 plan.memory_moves.push(m);
                 held.unwrap_or((cpus, mems))

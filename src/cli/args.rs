@@ -113,20 +113,28 @@ pub enum Command {
         #[arg(long)]
         metrics_insecure: bool,
     },
-    /// Change a tenant's limits live: the running daemon validates the values as it validates
-    /// the policy and applies them at once. They last until `reload` or a restart, or, with
-    /// `--persist`, are written to conf.d/90-set-TENANT.toml.
+    /// Change tenants' limits live: the running daemon validates the values as it validates
+    /// the policy and applies them at once, for all the tenants named or for none. They last
+    /// until `reload` or a restart, or, with `--persist`, are written to
+    /// conf.d/90-set-TENANT.toml. `numa = "auto"` tenants are placed again: those whose nodes
+    /// still hold them stay, the others move (cpus at once, memory as `apply --migrate-memory`
+    /// or cpu.migrate_memory says), and the answer says who moved where.
     #[command(
-        after_help = "Keys: io.read_bps io.write_bps io.read_iops io.write_iops cpu.cores cpu.weight cpu.cpus cpu.numa_nodes memory.max memory.high memory.low memory.swap_max\n\nExamples:\n  dbcage set DEMO io.read_bps=200MiB cpu.cores=8\n  dbcage set DEMO cpu.cpus=0-31 --persist\n  dbcage set DEMO --reset io.read_bps\n  dbcage set DEMO --reset"
+        after_help = "Keys: io.read_bps io.write_bps io.read_iops io.write_iops cpu.cores cpu.weight cpu.cpus cpu.numa_nodes memory.max memory.high memory.low memory.swap_max\n\nExamples:\n  dbcage set DEMO io.read_bps=200MiB cpu.cores=8\n  dbcage set ORA1 cpu.cores=4 ORA2 cpu.cores=32 --dry-run   # a live swap: see who moves\n  dbcage set ORA1 cpu.cores=4 ORA2 cpu.cores=32             # both or neither\n  dbcage set DEMO cpu.cpus=0-31 --persist\n  dbcage set DEMO --reset io.read_bps\n  dbcage set DEMO --reset"
     )]
     Set {
         /// The tenant whose limits change (its `name` in the policy).
         #[arg(add = ArgValueCandidates::new(tenant_candidates))]
         tenant: String,
-        /// KEY=VALUE pairs, e.g. io.read_bps=200MiB cpu.cpus=0-31 memory.high=30GiB (with
-        /// --reset: the keys to drop).
+        /// KEY=VALUE pairs, e.g. io.read_bps=200MiB cpu.cpus=0-31 memory.high=30GiB; a word
+        /// without `=` names the next tenant, whose pairs follow (`A cpu.cores=4 B
+        /// cpu.cores=32`). With --reset: the keys to drop.
         #[arg(required_unless_present = "reset", add = ArgValueCandidates::new(key_candidates))]
         values: Vec<String>,
+        /// Validate and plan the change and say what it would do (which tenants move to which
+        /// NUMA nodes, how much memory would move); change nothing.
+        #[arg(long, conflicts_with = "reset")]
+        dry_run: bool,
         /// Until the next reload or restart (the default).
         #[arg(long, conflicts_with = "persist")]
         runtime: bool,

@@ -275,6 +275,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             reset,
             direct,
             json,
+            dry_run,
         } => {
             let op = if reset {
                 if let Some(w) = values.iter().find(|w| w.contains('=')) {
@@ -289,10 +290,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     keys: values,
                 }
             } else {
+                let mut groups = crate::control::parse_tenant_assignments(&tenant, &values)
+                    .map_err(Invalid)?
+                    .into_iter();
+                let (tenant, values) = groups.next().expect("the first tenant");
                 crate::control::Op::Set {
                     tenant,
-                    values: crate::control::parse_assignments(&values).map_err(Invalid)?,
+                    values,
+                    also: groups.collect(),
                     persist,
+                    dry_run,
                 }
             };
             control_request(&config, cli.socket.as_deref(), op, direct, json, &mut out)

@@ -40,7 +40,8 @@ pub fn socket_path(root: &str) -> PathBuf {
 struct Change {
     live: Live,
     loaded: Loaded,
-    file: Option<(PathBuf, Option<String>)>,
+    /// Drop-ins to write (`Some`) or remove (`None`), before the change is applied.
+    files: Vec<(PathBuf, Option<String>)>,
     message: String,
 }
 
@@ -128,7 +129,7 @@ fn reset_keys(live: &Live, tenant: &str, persist: bool, keys: &[String]) -> Resu
         .filter(|k| persisted.contains_key(*k))
         .map(|k| k.as_str())
         .collect();
-    let mut file = None;
+    let mut files = Vec::new();
     if persist && !in_file.is_empty() {
         let mut kept = persisted.clone();
         kept.retain(|k, _| !keys.contains(k));
@@ -138,14 +139,14 @@ fn reset_keys(live: &Live, tenant: &str, persist: bool, keys: &[String]) -> Resu
             Some(persisted_text(tenant, &kept)?)
         };
         next.sources = with_source(&live.sources, &path, text.as_deref());
-        file = Some((path.clone(), text));
+        files.push((path.clone(), text));
     }
     let loaded = next.effective().map_err(errors_text)?;
     let mut parts = Vec::new();
     if !dropped.is_empty() {
         parts.push(format!("runtime override of {} dropped", dropped.join(" ")));
     }
-    if file.is_some() {
+    if !files.is_empty() {
         parts.push(format!(
             "{} removed from {}",
             in_file.join(" "),
@@ -170,7 +171,7 @@ fn reset_keys(live: &Live, tenant: &str, persist: bool, keys: &[String]) -> Resu
     Ok(Change {
         live: next,
         loaded,
-        file,
+        files,
         message,
     })
 }
@@ -181,44 +182,43 @@ fn plan_change(live: &Live, current: &Policy, op: &Op) -> Result<Option<Change>,
         Op::Set {
             tenant,
             values,
+            also,
             persist,
+            dry_run: _,
         } => {
-            known_tenant(live, current, tenant)?;
             let mut next = live.clone();
-            let mut file = None;
-            if *persist {
-                let path = persist_path(&live.config, tenant);
-                let mut kept = live
-                    .sources
-                    .iter()
-                    .find(|(p, _)| *p == path)
-                    .map(|(_, t)| fragment_values(t))
-                    .unwrap_or_default();
-                kept.extend(values.clone());
-                let text = persisted_text(tenant, &kept)?;
-                next.sources = with_source(&live.sources, &path, Some(&text));
-                // Persisted values replace runtime ones of the same keys.
-                if let Some(r) = next.runtime.get_mut(tenant) {
-                    r.retain(|k, _| !values.contains_key(k));
-                    if r.is_empty() {
-                        next.runtime.remove(tenant);
+            let mut files = Vec::new();
+            let mut said = Vec::new();
+            for (tenant, values) in std::iter::once((tenant, values)).chain(also) {
+                known_tenant(live, current, tenant)?;
+                if *persist {
+                    let path = persist_path(&live.config, tenant);
+                    let mut kept = live
+                        .sources
+                        .iter()
+                        .find(|(p, _)| *p == path)
+                        .map(|(_, t)| fragment_values(t))
+                        .unwrap_or_default();
+                    kept.extend(values.clone());
+                    let text = persisted_text(tenant, &kept)?;
+                    next.sources = with_source(&next.sources, &path, Some(&text));
+                    // Persisted values replace runtime ones of the same keys.
+                    if let Some(r) = next.runtime.get_mut(tenant) {
+                        r.retain(|k, _| !values.contains_key(k));
+                        if r.is_empty() {
+                            next.runtime.remove(tenant);
+                        }
                     }
+                    files.push((path, Some(text)));
+                } else {
+                    fragment(tenant, values)?; // the keys and values, before merging
+                    next.runtime
+                        .entry(tenant.clone())
+                        .or_default()
+                        .extend(values.clone());
                 }
-                file = Some((path, Some(text)));
-            } else {
-                fragment(tenant, values)?; // the keys and values, before merging
-                next.runtime
-                    .entry(tenant.clone())
-                    .or_default()
-                    .extend(values.clone());
-            }
-            let loaded = next.effective().map_err(errors_text)?;
-            let list: Vec<String> = values.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            Ok(Some(Change {
-                live: next,
-                loaded,
-                file,
-                message: format!(
+                let list: Vec<String> = values.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                said.push(format!(
                     "tenant `{tenant}`: {} ({})",
                     list.join(" "),
                     if *persist {
@@ -229,7 +229,15 @@ fn plan_change(live: &Live, current: &Policy, op: &Op) -> Result<Option<Change>,
                     } else {
                         "until reload or restart".to_string()
                     }
-                ),
+                ));
+            }
+            // all tenants' values at once: one validation, one plan, one apply
+            let loaded = next.effective().map_err(errors_text)?;
+            Ok(Some(Change {
+                live: next,
+                loaded,
+                files,
+                message: said.join("\n"),
             }))
         }
         Op::Reset {
@@ -246,15 +254,15 @@ fn plan_change(live: &Live, current: &Policy, op: &Op) -> Result<Option<Change>,
             known_tenant(live, current, tenant)?;
             let mut next = live.clone();
             let had = next.runtime.remove(tenant).is_some();
-            let mut file = None;
+            let mut files = Vec::new();
             let path = persist_path(&live.config, tenant);
             let persisted = live.sources.iter().any(|(p, _)| *p == path) || path.exists();
             if *persist && persisted {
                 next.sources = with_source(&live.sources, &path, None);
-                file = Some((path.clone(), None));
+                files.push((path.clone(), None));
             }
             let loaded = next.effective().map_err(errors_text)?;
-            let mut message = match (had, file.is_some()) {
+            let mut message = match (had, !files.is_empty()) {
                 (false, false) => format!("tenant `{tenant}` has no runtime overrides"),
                 (true, false) => format!("tenant `{tenant}`: runtime overrides dropped"),
                 (_, true) => format!(
@@ -271,7 +279,7 @@ fn plan_change(live: &Live, current: &Policy, op: &Op) -> Result<Option<Change>,
             Ok(Some(Change {
                 live: next,
                 loaded,
-                file,
+                files,
                 message,
             }))
         }
@@ -309,11 +317,30 @@ fn plan_change(live: &Live, current: &Policy, op: &Op) -> Result<Option<Change>,
                 ),
                 live: next,
                 loaded,
-                file: None,
+                files: Vec::new(),
             }))
         }
         Op::Overrides {} | Op::Health {} => Ok(None),
     }
+}
+
+/// Writes or removes the drop-ins of one change; when one fails, those written before it get
+/// their old text back, so a `set` of several tenants persists all or none.
+fn write_dropins(files: &[(PathBuf, Option<String>)]) -> Result<()> {
+    let mut done: Vec<(&PathBuf, Option<String>)> = Vec::new();
+    for (path, text) in files {
+        let before = std::fs::read_to_string(path).ok();
+        if let Err(e) = write_dropin(path, text.as_deref()) {
+            for (p, old) in done.iter().rev() {
+                if let Err(undo) = write_dropin(p, old.as_deref()) {
+                    tracing::warn!("restoring {} after a failed set: {undo:#}", p.display());
+                }
+            }
+            return Err(e);
+        }
+        done.push((path, before));
+    }
+    Ok(())
 }
 
 /// Writes (atomically: a temporary file in the same directory, then rename) or removes a
@@ -365,6 +392,11 @@ pub trait Governor {
     fn stage(&mut self, loaded: Loaded) -> Result<Self::Staged>;
     /// Applies and adopts; returns the writes that failed.
     fn commit(&mut self, live: Live, staged: Self::Staged) -> Vec<String>;
+    /// The `numa = "auto"` tenants a staged change moves to other nodes, one line each (said by
+    /// `set` and `set --dry-run`).
+    fn numa_changes(_staged: &Self::Staged) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Serves one request: check the change in full, write the drop-in if any, apply.
@@ -389,18 +421,23 @@ pub fn handle<G: Governor>(g: &mut G, op: &Op, received: Instant) -> Response {
         Ok(s) => s,
         Err(e) => return Response::refuse(format!("{e:#}\nnothing was changed")),
     };
-    if let Some((path, text)) = &change.file {
-        if let Err(e) = write_dropin(path, text.as_deref()) {
-            return Response::refuse(format!("{e:#}\nnothing was changed"));
-        }
+    let mut message = change.message;
+    for line in G::numa_changes(&staged) {
+        message.push('\n');
+        message.push_str(&line);
+    }
+    if matches!(op, Op::Set { dry_run: true, .. }) {
+        return Response::ok(format!("{message}\ndry run: nothing was changed"));
+    }
+    if let Err(e) = write_dropins(&change.files) {
+        return Response::refuse(format!("{e:#}\nnothing was changed"));
     }
     let errors = g.commit(change.live, staged);
     let mut r = if errors.is_empty() {
-        Response::ok(change.message)
+        Response::ok(message)
     } else {
         Response::refuse(format!(
-            "{}; but {} failed",
-            change.message,
+            "{message}; but {} failed",
             crate::units::count(errors.len(), "write", "writes")
         ))
     };
@@ -491,6 +528,9 @@ impl Governor for Direct {
         // One process, no daemon: no balancer shares, no raises.
         let plan = engine::plan(&prepared, &engine::Adjustments::default())?;
         Ok((prepared, plan))
+    }
+    fn numa_changes((_, plan): &Self::Staged) -> Vec<String> {
+        plan.numa_changes()
     }
     fn commit(&mut self, live: Live, (prepared, plan): Self::Staged) -> Vec<String> {
         let outcome = crate::engine::execute(&plan);

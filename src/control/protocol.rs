@@ -31,12 +31,18 @@ pub const MAX_VALUES: usize = 64;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Op {
-    /// Override limits of one tenant (`persist`: also write them to a drop-in).
+    /// Override limits of one tenant, and of the tenants in `also` in the same change (all or
+    /// nothing: seed 002's live swap of CPU counts between instances); `persist`: also write
+    /// them to drop-ins; `dry_run`: validate and plan, say what would change, change nothing.
     Set {
         tenant: String,
         values: BTreeMap<String, String>,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        also: BTreeMap<String, BTreeMap<String, String>>,
         #[serde(default)]
         persist: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        dry_run: bool,
     },
     /// Drop the tenant's runtime overrides (`persist`: and its `90-set-<tenant>.toml`); with
     /// `keys`, only those (`persist`: and only those in the file).
@@ -64,13 +70,19 @@ impl std::fmt::Display for Op {
             Op::Set {
                 tenant,
                 values,
+                also,
                 persist: p,
+                dry_run,
             } => {
-                write!(f, "set {tenant}")?;
-                for (k, v) in values {
-                    write!(f, " {k}={v}")?;
+                f.write_str("set")?;
+                for (t, values) in std::iter::once((tenant, values)).chain(also) {
+                    write!(f, " {t}")?;
+                    for (k, v) in values {
+                        write!(f, " {k}={v}")?;
+                    }
                 }
-                f.write_str(persist(p))
+                f.write_str(persist(p))?;
+                f.write_str(if *dry_run { " (dry run)" } else { "" })
             }
             Op::Reset {
                 tenant,
@@ -227,11 +239,11 @@ pub fn parse_request(line: &[u8]) -> Result<Request, String> {
     }
     let op: Op = serde_json::from_value(value).map_err(|e| format!("malformed request: {e}"))?;
     let req = Request { v: VERSION, op };
-    if let Op::Set { values, .. } = &req.op {
-        if values.is_empty() {
-            return Err("`set` needs at least one KEY=VALUE".into());
+    if let Op::Set { values, also, .. } = &req.op {
+        if values.is_empty() || also.values().any(|v| v.is_empty()) {
+            return Err("`set` needs at least one KEY=VALUE for each tenant".into());
         }
-        if values.len() > MAX_VALUES {
+        if values.len() + also.values().map(|v| v.len()).sum::<usize>() > MAX_VALUES {
             return Err(format!("`set` takes at most {MAX_VALUES} values"));
         }
     }
@@ -251,6 +263,22 @@ mod tests {
                     tenant: "DEMO".into(),
                     values: [("io.read_bps".to_string(), "200MiB".to_string())].into(),
                     persist: true,
+                    also: BTreeMap::new(),
+                    dry_run: false,
+                },
+            },
+            Request {
+                v: 1,
+                op: Op::Set {
+                    tenant: "ORA1".into(),
+                    values: [("cpu.cores".to_string(), "1".to_string())].into(),
+                    persist: false,
+                    also: [(
+                        "ORA2".to_string(),
+                        [("cpu.cores".to_string(), "2".to_string())].into(),
+                    )]
+                    .into(),
+                    dry_run: true,
                 },
             },
             Request {

@@ -112,6 +112,8 @@ fn tenant_names_that_would_be_paths_are_refused() {
             tenant: bad.into(),
             values: values(&[("cpu.cores", "1")]),
             persist: true,
+            also: BTreeMap::new(),
+            dry_run: false,
         };
         let e = plan_change(&l, &policy, &op).err().unwrap();
         assert!(
@@ -130,6 +132,8 @@ fn set_is_validated_as_the_policy_is_and_wins_over_files_and_windows() {
         tenant: "DEMO".into(),
         values: values(pairs),
         persist: false,
+        also: BTreeMap::new(),
+        dry_run: false,
     };
     let c = plan_change(
         &l,
@@ -142,7 +146,7 @@ fn set_is_validated_as_the_policy_is_and_wins_over_files_and_windows() {
     assert_eq!(t.io.read_bps, Some(200 << 20));
     assert_eq!(t.cpu.cores, Some(2.0), "keys not given stay");
     assert_eq!(t.cpu.cpus.as_ref().unwrap().value.to_string(), "0-1");
-    assert!(c.file.is_none());
+    assert!(c.files.is_empty());
     // The same messages as for the file, with the key's place.
     for (k, v, want) in [
         ("cpu.cores", "0", "out of range"),
@@ -214,9 +218,11 @@ fn persist_builds_a_dropin_that_validates_and_merges_in_name_order() {
         tenant: "DEMO".into(),
         values: values(&[("memory.high", "2GiB")]),
         persist: true,
+        also: BTreeMap::new(),
+        dry_run: false,
     };
     let c = plan_change(&l, &policy, &op).unwrap().unwrap();
-    let (path, text) = c.file.clone().unwrap();
+    let (path, text) = c.files[0].clone();
     assert_eq!(path, persist_path(&config, "DEMO"));
     assert!(path.ends_with("conf.d/90-set-DEMO.toml"));
     assert_eq!(c.live.sources[1].0, path, "90-set-* sorts before 95-late");
@@ -248,7 +254,7 @@ fn persist_builds_a_dropin_that_validates_and_merges_in_name_order() {
     )
     .unwrap()
     .unwrap();
-    assert_eq!(r.file, Some((path.clone(), None)));
+    assert_eq!(r.files, vec![(path.clone(), None)]);
     write_dropin(&path, None).unwrap();
     assert!(!path.exists());
 }
@@ -342,6 +348,8 @@ fn windows_open_and_close_through_the_override_path_with_an_injected_clock() {
             tenant: "DEMO".into(),
             values: values(&[("cpu.cores", "8")]),
             persist: false,
+            also: BTreeMap::new(),
+            dry_run: false,
         },
         Instant::now(),
     );
@@ -380,6 +388,8 @@ fn reset_of_some_keys_keeps_the_others() {
                 tenant: "DEMO".into(),
                 values: values(pairs),
                 persist,
+                also: BTreeMap::new(),
+                dry_run: false,
             },
         )
         .unwrap()
@@ -418,7 +428,7 @@ fn reset_of_some_keys_keeps_the_others() {
     let r = reset(&l2, &p2, &["io.read_bps"], false).unwrap().unwrap();
     assert_eq!(r.loaded.policy.tenants[0].io.read_bps, Some(50 << 20));
     assert_eq!(r.loaded.policy.tenants[0].cpu.cores, Some(6.0));
-    assert_eq!(r.file, None);
+    assert!(r.files.is_empty());
     assert_eq!(
         r.message,
         "tenant `DEMO`: runtime override of io.read_bps dropped"
@@ -451,7 +461,7 @@ fn reset_of_some_keys_keeps_the_others() {
         Some(8 << 30)
     );
     assert_eq!(r.loaded.policy.tenants[0].io.read_bps, Some(200 << 20));
-    let (path, text) = r.file.clone().unwrap();
+    let (path, text) = r.files[0].clone();
     assert_eq!(path, persist_path(&config, "DEMO"));
     assert_eq!(
         fragment_values(text.as_deref().unwrap()),
@@ -461,7 +471,7 @@ fn reset_of_some_keys_keeps_the_others() {
     let r2 = reset(&r.live, &r.loaded.policy, &["memory.max"], true)
         .unwrap()
         .unwrap();
-    assert_eq!(r2.file, Some((path, None)));
+    assert_eq!(r2.files, vec![(path, None)]);
     assert_eq!(
         r2.loaded.policy.tenants[0]
             .memory
@@ -497,6 +507,8 @@ fn ops_read_as_commands_in_the_log() {
             .into_iter()
             .collect(),
         persist: true,
+        also: BTreeMap::new(),
+        dry_run: false,
     };
     assert_eq!(set.to_string(), "set pg15 io.read_bps=200MiB (persist)");
     let reset = Op::Reset {
@@ -508,4 +520,98 @@ fn ops_read_as_commands_in_the_log() {
     assert_eq!(Op::Reload {}.to_string(), "reload");
     assert!(Op::Health {}.is_query() && Op::Overrides {}.is_query());
     assert!(!set.is_query() && !Op::Reload {}.is_query());
+}
+
+/// Seed 002's live swap: `set A cpu.cores=1 B cpu.cores=2` is one change (validated and applied
+/// together, or refused whole); `--dry-run` applies nothing; `cpu.numa_nodes` pins a tenant the
+/// files place with `numa = "auto"`.
+#[test]
+fn set_of_several_tenants_is_all_or_nothing_and_a_dry_run_changes_nothing() {
+    let text = |name: &str, cores: u32| {
+        format!("[[tenant]]\nname = \"{name}\"\nmatch = [{{ comm = \"^{name}$\" }}]\n[tenant.cpu]\ncores = {cores}\nnuma = \"auto\"\n")
+    };
+    let mut l = live();
+    l.sources = vec![(
+        PathBuf::from("/nonexistent/dbcage.toml"),
+        format!("{}{}", text("A", 2), text("B", 1)),
+    )];
+    let loaded = l.effective().unwrap();
+    let mut g = Recorder {
+        live: l,
+        policy: loaded.policy,
+        applied: Vec::new(),
+    };
+    let swap = |a: &str, b: &str, dry_run: bool| Op::Set {
+        tenant: "A".into(),
+        values: values(&[("cpu.cores", a)]),
+        also: [("B".to_string(), values(&[("cpu.cores", b)]))].into(),
+        persist: false,
+        dry_run,
+    };
+    let cores = |p: &Policy| {
+        p.tenants
+            .iter()
+            .map(|t| t.cpu.cores.unwrap())
+            .collect::<Vec<_>>()
+    };
+    // one bad value refuses the whole change: A keeps its 2 cores too
+    let r = handle(&mut g, &swap("1", "0", false), Instant::now());
+    assert!(!r.ok && r.message.contains("nothing was changed"), "{r:?}");
+    assert!(r.message.contains("tenant `B`"), "{}", r.message);
+    assert!(g.applied.is_empty() && g.live.runtime.is_empty());
+    let r = handle(&mut g, &swap("1", "2", true), Instant::now());
+    assert!(
+        r.ok && r.message.contains("dry run: nothing was changed"),
+        "{r:?}"
+    );
+    assert!(g.applied.is_empty() && g.live.runtime.is_empty());
+    let r = handle(&mut g, &swap("1", "2", false), Instant::now());
+    assert!(r.ok, "{r:?}");
+    assert!(
+        r.message.contains("tenant `A`: cpu.cores=1")
+            && r.message.contains("tenant `B`: cpu.cores=2"),
+        "{}",
+        r.message
+    );
+    assert_eq!(g.applied.len(), 1, "one apply for both");
+    assert_eq!(cores(&g.policy), [1.0, 2.0]);
+    // naming the nodes of an auto tenant pins it (no "both set" refusal)
+    let pin = Op::Set {
+        tenant: "A".into(),
+        values: values(&[("cpu.numa_nodes", "1")]),
+        also: BTreeMap::new(),
+        persist: false,
+        dry_run: false,
+    };
+    let r = handle(&mut g, &pin, Instant::now());
+    assert!(r.ok, "{r:?}");
+    let a = &g.policy.tenants[0];
+    assert_eq!(a.cpu.numa_nodes.as_ref().unwrap().value.to_string(), "1");
+    assert!(a.cpu.numa_auto.is_none());
+    assert!(g.policy.tenants[1].cpu.numa_auto.is_some());
+}
+
+#[test]
+fn set_words_name_tenants_and_their_pairs() {
+    let words = |w: &str| w.split(' ').map(String::from).collect::<Vec<_>>();
+    let g = parse_tenant_assignments("A", &words("cpu.cores=1 B cpu.cores=2 io.read_bps=1MiB"))
+        .unwrap();
+    assert_eq!(g.len(), 2);
+    assert_eq!((g[0].0.as_str(), g[0].1.len()), ("A", 1));
+    assert_eq!((g[1].0.as_str(), g[1].1.len()), ("B", 2));
+    for (w, want) in [
+        ("cpu.cores=1 B", "tenant `B` has no KEY=VALUE"),
+        ("B cpu.cores=1", "tenant `A` has no KEY=VALUE"),
+        (
+            "cpu.cores=1 B cpu.cores=2 A cpu.cores=3",
+            "`A` is named twice",
+        ),
+        (
+            "cpu.cores=1 cpu.cores=2",
+            "tenant `A`: `cpu.cores` is given twice",
+        ),
+    ] {
+        let e = parse_tenant_assignments("A", &words(w)).unwrap_err();
+        assert!(e.contains(want), "{w}: {e}");
+    }
 }

@@ -87,6 +87,41 @@ pub fn parse_assignments(words: &[String]) -> Result<BTreeMap<String, String>, S
     Ok(out)
 }
 
+/// One tenant's `KEY=VALUE` pairs.
+pub type TenantValues = (String, BTreeMap<String, String>);
+
+/// `set`'s words after the first tenant: `KEY=VALUE` pairs, and a word without `=` naming the
+/// next tenant (`A cpu.cores=4 B cpu.cores=32`). Each tenant once, each with a pair at least.
+pub fn parse_tenant_assignments(
+    first: &str,
+    words: &[String],
+) -> Result<Vec<TenantValues>, String> {
+    let mut groups: Vec<(String, Vec<String>)> = vec![(first.to_string(), Vec::new())];
+    for w in words {
+        if w.contains('=') {
+            groups.last_mut().expect("one at least").1.push(w.clone());
+        } else if groups.iter().any(|(t, _)| t == w) {
+            return Err(format!(
+                "tenant `{w}` is named twice; give all its values after it once"
+            ));
+        } else {
+            groups.push((w.clone(), Vec::new()));
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(t, words)| {
+            if words.is_empty() {
+                return Err(format!(
+                    "tenant `{t}` has no KEY=VALUE after it (e.g. `dbcage set {t} cpu.cores=4`)"
+                ));
+            }
+            let values = parse_assignments(&words).map_err(|e| format!("tenant `{t}`: {e}"))?;
+            Ok((t, values))
+        })
+        .collect()
+}
+
 /// The drop-in shaped fragment for a tenant's values. Keys outside `KEYS` are refused; the
 /// values are encoded by the TOML serializer (no text is pasted into TOML), and are validated
 /// later with the policy.

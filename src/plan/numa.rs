@@ -12,6 +12,13 @@
 //! other allocations cannot use: a node's memory is its MemTotal less its pools. The pools, not
 //! their free pages, are the capacity: a running tenant's own pages are not free, and a plan
 //! must not move it for holding them.
+//!
+//! Placement is sticky: a tenant already on nodes (`Need::current`, what its cpuset says now)
+//! keeps the fewest of them that still hold it, before anyone is placed afresh, so a change of
+//! one tenant's needs (seed 002's live swap of CPU counts) moves only the tenants that no longer
+//! fit where they are; those grow from their own nodes first. Keeping never refuses a set that
+//! fits: what a tenant takes is what it needs, so what is left over all nodes is the same, and
+//! spreading uses whatever is left. The price: tenants that share a node keep sharing it.
 
 use std::collections::BTreeMap;
 
@@ -30,6 +37,8 @@ pub struct Need {
     pub huge_pages: u64,
     /// `numa_nodes` set by the policy: the tenant is on these nodes, not placed.
     pub pinned: Option<CpuSet>,
+    /// The nodes the tenant is on now (a part of the host's), kept while they hold it.
+    pub current: Option<CpuSet>,
 }
 
 /// What one node offers (within what the parent cgroup allows).
@@ -49,6 +58,9 @@ pub struct Choice {
     pub tenant: String,
     pub nodes: CpuSet,
     pub reason: String,
+    /// The nodes it is on now (`Need::current`), when it was placed before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub was: Option<CpuSet>,
 }
 
 /// A tenant that does not fit: the message names it, what it needs and what each node has left.
@@ -141,6 +153,7 @@ fn take(free: &mut BTreeMap<u32, Free>, on: &[u32], need: &Need) {
 }
 
 /// Places the tenants without `pinned`; returns one choice per such tenant, in input order.
+/// Tenants with `current` nodes keep what of them still holds them (see the module doc).
 pub fn place(needs: &[Need], nodes: &[Node]) -> Result<Vec<Choice>, Refusal> {
     let mut free: BTreeMap<u32, Free> = nodes
         .iter()
@@ -170,7 +183,45 @@ pub fn place(needs: &[Need], nodes: &[Node]) -> Result<Vec<Choice>, Refusal> {
             .then(a.tenant.cmp(&b.tenant))
     });
     let mut chosen: BTreeMap<&str, Choice> = BTreeMap::new();
+    for need in &order {
+        let Some(current) = need.current.clone() else {
+            continue;
+        };
+        if let Some(on) = keep_within(&free, &current, need) {
+            take(&mut free, &on, need);
+            let set = CpuSet::from_iter(on);
+            let reason = if set == current {
+                format!(
+                    "needs {}; stays on nodes {set}, which still hold it",
+                    needs_text(need)
+                )
+            } else {
+                format!(
+                    "needs {}; keeps nodes {set} of its nodes {current}, which hold it",
+                    needs_text(need)
+                )
+            };
+            chosen.insert(
+                &need.tenant,
+                Choice {
+                    tenant: need.tenant.clone(),
+                    nodes: set,
+                    reason,
+                    was: Some(current),
+                },
+            );
+        }
+    }
     for need in order {
+        if chosen.contains_key(need.tenant.as_str()) {
+            continue;
+        }
+        let current = need.current.clone();
+        // said when a tenant must leave (or grow beyond) the nodes it is on
+        let moved = current
+            .as_ref()
+            .map(|c| format!("; its nodes {c} no longer hold it"))
+            .unwrap_or_default();
         let fits_one = free
             .iter()
             .filter(|(_, f)| f.holds(need))
@@ -185,10 +236,13 @@ pub fn place(needs: &[Need], nodes: &[Node]) -> Result<Vec<Choice>, Refusal> {
             .map(|(id, f)| (*id, f.users.clone()));
         let choice = if let Some((id, users)) = fits_one {
             let reason = if users.is_empty() {
-                format!("needs {}; node {id} holds it alone", needs_text(need))
+                format!(
+                    "needs {}; node {id} holds it alone{moved}",
+                    needs_text(need)
+                )
             } else {
                 format!(
-                    "needs {}; no node is free of other tenants that holds it, node {id} has room beside {}",
+                    "needs {}; no node is free of other tenants that holds it, node {id} has room beside {}{moved}",
                     needs_text(need),
                     users.join(", ")
                 )
@@ -198,6 +252,7 @@ pub fn place(needs: &[Need], nodes: &[Node]) -> Result<Vec<Choice>, Refusal> {
                 tenant: need.tenant.clone(),
                 nodes: CpuSet::from_iter([id]),
                 reason,
+                was: current,
             }
         } else {
             // the fewest nodes: largest free memory first, then most free cpus
@@ -205,8 +260,14 @@ pub fn place(needs: &[Need], nodes: &[Node]) -> Result<Vec<Choice>, Refusal> {
             by_size.sort_by(|(ia, a), (ib, b)| {
                 // a tenant that needs huge pages goes where the pools are first
                 let huge = |f: &Free| if need.huge_pages > 0 { f.huge_pages } else { 0 };
-                huge(b)
-                    .cmp(&huge(a))
+                // a tenant growing beyond its nodes keeps them and adds the fewest others
+                let mine = |id: &u32, f: &Free| {
+                    current.as_ref().is_some_and(|c| c.contains(*id))
+                        && (f.cpus > 1e-9 || f.memory_left() > 0)
+                };
+                mine(ib, b)
+                    .cmp(&mine(ia, a))
+                    .then(huge(b).cmp(&huge(a)))
                     .then(b.memory_left().cmp(&a.memory_left()))
                     .then(b.cpus.total_cmp(&a.cpus))
                     .then(ia.cmp(ib))
@@ -241,10 +302,17 @@ pub fn place(needs: &[Need], nodes: &[Node]) -> Result<Vec<Choice>, Refusal> {
             Choice {
                 tenant: need.tenant.clone(),
                 reason: format!(
-                    "needs {}; no single node holds it, nodes {set} are the fewest that do",
-                    needs_text(need)
+                    "needs {}; no single node holds it, nodes {set} are the fewest that do{}",
+                    needs_text(need),
+                    match &current {
+                        Some(c) => format!(
+                            "; its nodes {c} no longer hold it alone, so it keeps those with room and adds the fewest others"
+                        ),
+                        None => String::new(),
+                    }
                 ),
                 nodes: set,
+                was: current,
             }
         };
         chosen.insert(&need.tenant, choice);
@@ -253,6 +321,52 @@ pub fn place(needs: &[Need], nodes: &[Node]) -> Result<Vec<Choice>, Refusal> {
         .iter()
         .filter_map(|n| chosen.remove(n.tenant.as_str()))
         .collect())
+}
+
+/// The nodes of `current` (the fewest) that hold `need` with what they have free, if any.
+fn keep_within(free: &BTreeMap<u32, Free>, current: &CpuSet, need: &Need) -> Option<Vec<u32>> {
+    let mine: Vec<(u32, &Free)> = free
+        .iter()
+        .filter(|(id, _)| current.contains(**id))
+        .map(|(id, f)| (*id, f))
+        .collect();
+    if let Some((id, _)) = mine
+        .iter()
+        .filter(|(_, f)| f.holds(need))
+        .min_by(|(ia, a), (ib, b)| {
+            a.users
+                .len()
+                .cmp(&b.users.len())
+                .then(b.memory_left().cmp(&a.memory_left()))
+                .then(b.cpus.total_cmp(&a.cpus))
+                .then(ia.cmp(ib))
+        })
+    {
+        return Some(vec![*id]);
+    }
+    let mut by_size = mine;
+    by_size.sort_by(|(ia, a), (ib, b)| {
+        b.huge_pages
+            .cmp(&a.huge_pages)
+            .then(b.memory_left().cmp(&a.memory_left()))
+            .then(b.cpus.total_cmp(&a.cpus))
+            .then(ia.cmp(ib))
+    });
+    let (mut cores, mut memory, mut huge, mut on) = (0.0, 0u64, 0u64, Vec::new());
+    for (id, f) in by_size {
+        if cores + 1e-9 >= need.cores && memory >= need.memory && huge >= need.huge_pages {
+            break;
+        }
+        cores += f.cpus;
+        memory = memory.saturating_add(f.memory_left());
+        huge = huge.saturating_add(f.huge_pages);
+        on.push(id);
+    }
+    let enough = cores + 1e-9 >= need.cores && memory >= need.memory && huge >= need.huge_pages;
+    (enough && !on.is_empty()).then(|| {
+        on.sort();
+        on
+    })
 }
 
 #[cfg(test)]
@@ -269,6 +383,7 @@ mod tests {
             memory: gib * GIB,
             huge_pages: 0,
             pinned: None,
+            current: None,
         }
     }
 
@@ -400,16 +515,76 @@ mod tests {
         }
     }
 
+    /// Seed 002's live swap: `a` goes from 2 cores to 1 and `b` from 1 to 2. Kept where they
+    /// are, `a` keeps one of its two nodes, `b` keeps its own and adds the one `a` left, and `c`
+    /// does not move; placed afresh, `a` and `b` would both leave all their nodes.
+    #[test]
+    fn a_live_swap_moves_only_the_tenants_that_must() {
+        let on = |n: &str| Some(n.parse::<CpuSet>().unwrap());
+        let mut a = need("a", 1.0, 1);
+        a.current = on("0-1");
+        let mut b = need("b", 2.0, 1);
+        b.current = on("2");
+        let mut c = need("c", 1.0, 1);
+        c.current = on("3");
+        let needs = vec![a, b, c];
+        let kept = place(&needs, &four_nodes()).unwrap();
+        assert_eq!(nodes_of(&kept), ["0", "1-2", "3"]);
+        assert!(
+            kept[0].reason.contains("keeps nodes 0 of its nodes 0-1"),
+            "{}",
+            kept[0].reason
+        );
+        assert!(
+            kept[1]
+                .reason
+                .contains("its nodes 2 no longer hold it alone"),
+            "{}",
+            kept[1].reason
+        );
+        assert!(
+            kept[2].reason.contains("stays on nodes 3"),
+            "{}",
+            kept[2].reason
+        );
+        let fresh: Vec<Need> = needs
+            .iter()
+            .map(|n| Need {
+                current: None,
+                ..n.clone()
+            })
+            .collect();
+        assert_eq!(
+            nodes_of(&place(&fresh, &four_nodes()).unwrap()),
+            ["2", "0-1", "3"]
+        );
+        // and back: the same again from where the swap left them
+        let mut back = needs.clone();
+        back[0].cores = 2.0;
+        back[0].current = on("0");
+        back[1].cores = 1.0;
+        back[1].current = on("1-2");
+        // a grows from its node 0 into one b leaves (b keeps one of its two), c stays
+        let again = place(&back, &four_nodes()).unwrap();
+        assert_eq!(nodes_of(&again), ["0,2", "1", "3"]);
+    }
+
     proptest! {
-        /// Whatever the needs: deterministic, in input order, each tenant within its nodes'
-        /// capacity, and refused exactly when the set is larger than the host.
+        /// Whatever the needs and wherever the tenants are now: deterministic, in input order,
+        /// each tenant within its nodes' capacity, and refused exactly when the set is larger
+        /// than the host (keeping tenants where they are never refuses a set that fits).
         #[test]
         fn placements_respect_capacity(
-            needs in proptest::collection::vec((0u32..4, 0u64..9), 1..7),
+            needs in proptest::collection::vec((0u32..4, 0u64..9, 0u32..16), 1..7),
             node_gib in proptest::collection::vec(1u64..9, 1..5),
         ) {
+            // the bit mask of the nodes each tenant is on now (none: not placed yet)
             let needs: Vec<Need> = needs.iter().enumerate()
-                .map(|(i, (c, g))| need(&format!("t{i}"), *c as f64, *g)).collect();
+                .map(|(i, (c, g, on))| Need {
+                    current: Some((0..node_gib.len() as u32).filter(|n| on & (1 << n) != 0).collect::<CpuSet>())
+                        .filter(|s| !s.is_empty()),
+                    ..need(&format!("t{i}"), *c as f64, *g)
+                }).collect();
             let nodes: Vec<Node> = node_gib.iter().enumerate()
                 .map(|(i, g)| Node { id: i as u32, cpus: 4, memory: Some(g * GIB), huge_pages: 0 }).collect();
             let first = place(&needs, &nodes);

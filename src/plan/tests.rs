@@ -1259,11 +1259,24 @@ fn a_running_tenants_memory_moves_only_when_asked_or_at_restart() {
     let mems = host.tenant_file(Controller::Cpuset, "pg", v1::MEMS);
     let limited_mems = host.leaf_file(Controller::Cpuset, "pg", Leaf::Limited, v1::MEMS);
     let migrate = host.leaf_file(Controller::Cpuset, "pg", Leaf::Limited, v1::MEMORY_MIGRATE);
-    // not asked: nothing changes, and the plan says why and how much
+    // not asked: the memory nodes stay, the cpus change now (those it leaves may be another
+    // tenant's already), and the plan says why and how much
     snap.proc_nodes
         .insert(200, [(0, 4096), (1, 100 * MIB)].into_iter().collect());
     let held = build(&on_0, &inv, &host.layout, &snap).unwrap();
-    assert!(held.is_empty(), "{:#?}", held.steps);
+    assert!(
+        writes_to(&held.steps, &mems).is_empty(),
+        "{:#?}",
+        held.steps
+    );
+    assert!(writes_to(&held.steps, &limited_mems).is_empty());
+    assert_eq!(
+        writes_to(
+            &held.steps,
+            &host.tenant_file(Controller::Cpuset, "pg", v1::CPUS)
+        ),
+        vec!["0-3", "0-1"] // widened first: its leaves hold 2-3 until they are written
+    );
     let m = &held.memory_moves[0];
     assert_eq!(
         (m.from.to_string(), m.to.to_string()),
@@ -1278,7 +1291,7 @@ fn a_running_tenants_memory_moves_only_when_asked_or_at_restart() {
             "tenant `pg`: its memory nodes change from 1 to 0 with 1 process in its groups"
         ) && w
             .contains("100MiB of their memory is on nodes outside 0")
-            && w.contains("keeps nodes 1 and cpus 2-3")),
+            && w.contains("its cpus change now (cpus 2-3 -> 0-1), its memory stays on nodes 1")),
         "{:?}",
         held.warnings
     );

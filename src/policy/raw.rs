@@ -342,6 +342,14 @@ impl RawTenant {
         match (&mut self.cpu, cpu) {
             (Some(c), Some(l)) => {
                 take(&mut c.cpus, l.cpus);
+                // a later layer that names the nodes replaces `numa = "auto"`, and the reverse
+                // (`dbcage set T cpu.numa_nodes=1` on an auto tenant pins it)
+                if l.numa_nodes.is_some() {
+                    c.numa = None;
+                }
+                if l.numa.is_some() {
+                    c.numa_nodes = None;
+                }
                 take(&mut c.numa_nodes, l.numa_nodes);
                 take(&mut c.numa, l.numa);
                 take(&mut c.migrate_memory, l.migrate_memory);
