@@ -127,8 +127,8 @@ impl Plan {
                             format!("cpus now; {bytes} of memory moves to nodes {} now", m.to)
                         } else {
                             format!(
-                                "cpus now; its memory ({bytes} outside nodes {}) stays on nodes {} until the instance restarts (--migrate-memory or cpu.migrate_memory moves it now)",
-                                m.to, m.from
+                                "cpus now; its memory ({bytes} outside nodes {}) stays on nodes {} until the instance restarts (`dbcage set {} cpu.migrate_memory=true` moves it now)",
+                                m.to, m.from, c.tenant
                             )
                         }
                     }
@@ -156,7 +156,7 @@ impl MemoryMove {
             None => "how much of their memory would move is unknown (numa_maps unreadable)".into(),
         };
         format!(
-            "tenant `{}`: its memory nodes change from {} to {} with {} in its groups ({bytes}): its cpus change now ({}), its memory stays on nodes {} until the instance restarts; `dbcage apply --migrate-memory` (or cpu.migrate_memory = true) moves it now",
+            "tenant `{}`: its memory nodes change from {} to {} with {} in its groups ({bytes}): its cpus change now ({}), its memory stays on nodes {} until the instance restarts; `dbcage apply --migrate-memory` (with the daemon running: `dbcage set TENANT cpu.migrate_memory=true`, or cpu.migrate_memory = true in the policy) moves it now",
             self.tenant,
             self.from,
             self.to,

@@ -120,7 +120,7 @@ pub enum Command {
     /// still hold them stay, the others move (cpus at once, memory as `apply --migrate-memory`
     /// or cpu.migrate_memory says), and the answer says who moved where.
     #[command(
-        after_help = "Keys: io.read_bps io.write_bps io.read_iops io.write_iops cpu.cores cpu.weight cpu.cpus cpu.numa_nodes memory.max memory.high memory.low memory.swap_max\n\nExamples:\n  dbcage set DEMO io.read_bps=200MiB cpu.cores=8\n  dbcage set ORA1 cpu.cores=4 ORA2 cpu.cores=32 --dry-run   # a live swap: see who moves\n  dbcage set ORA1 cpu.cores=4 ORA2 cpu.cores=32             # both or neither\n  dbcage set DEMO cpu.cpus=0-31 --persist\n  dbcage set DEMO --reset io.read_bps\n  dbcage set DEMO --reset"
+        after_help = "Keys: io.read_bps io.write_bps io.read_iops io.write_iops cpu.cores cpu.weight cpu.cpus cpu.numa_nodes cpu.migrate_memory memory.max memory.high memory.low memory.swap_max\n\nExamples:\n  dbcage set DEMO io.read_bps=200MiB cpu.cores=8\n  dbcage set ORA1 cpu.cores=4 ORA2 cpu.cores=32 --dry-run   # a live swap: see who moves\n  dbcage set ORA1 cpu.cores=4 ORA2 cpu.cores=32             # both or neither\n  dbcage set DEMO cpu.cpus=0-31 --persist\n  dbcage set DEMO --reset io.read_bps\n  dbcage set DEMO --reset"
     )]
     Set {
         /// The tenant whose limits change (its `name` in the policy).

@@ -589,6 +589,18 @@ fn set_of_several_tenants_is_all_or_nothing_and_a_dry_run_changes_nothing() {
     assert_eq!(a.cpu.numa_nodes.as_ref().unwrap().value.to_string(), "1");
     assert!(a.cpu.numa_auto.is_none());
     assert!(g.policy.tenants[1].cpu.numa_auto.is_some());
+    // under the daemon, `apply --migrate-memory` is this key
+    let migrate = |v: &str| Op::Set {
+        tenant: "B".into(),
+        values: values(&[("cpu.migrate_memory", v)]),
+        also: BTreeMap::new(),
+        persist: false,
+        dry_run: false,
+    };
+    let r = handle(&mut g, &migrate("maybe"), Instant::now());
+    assert!(r.message.contains("`maybe` is not true or false"), "{r:?}");
+    assert!(handle(&mut g, &migrate("true"), Instant::now()).ok);
+    assert!(g.policy.tenants[1].cpu.migrate_memory);
 }
 
 #[test]

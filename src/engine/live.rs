@@ -47,6 +47,8 @@ pub enum Kind {
     Text,
     /// `cpu.numa_nodes`: node numbers separated by commas.
     List,
+    /// `cpu.migrate_memory`: true or false.
+    Bool,
 }
 
 /// The keys `set` and schedules may change: the limits, nothing that selects processes or
@@ -60,6 +62,9 @@ pub const KEYS: &[(&str, Kind)] = &[
     ("cpu.weight", Kind::Quantity),
     ("cpu.cpus", Kind::Text),
     ("cpu.numa_nodes", Kind::List),
+    // true: a running tenant whose NUMA nodes change moves its memory now (under the daemon,
+    // what `apply --migrate-memory` is without it)
+    ("cpu.migrate_memory", Kind::Bool),
     ("memory.max", Kind::Quantity),
     ("memory.high", Kind::Quantity),
     ("memory.low", Kind::Quantity),
@@ -153,6 +158,10 @@ pub fn fragment(tenant: &str, values: &BTreeMap<String, String>) -> Result<Strin
                 .or_else(|_| text.parse::<f64>().map(Value::Float))
                 .unwrap_or_else(|_| Value::String(text.clone())),
             Kind::Text => Value::String(text.clone()),
+            Kind::Bool => Value::Boolean(
+                text.parse::<bool>()
+                    .map_err(|_| format!("{key}: `{text}` is not true or false"))?,
+            ),
             Kind::List => Value::Array(
                 text.split(',')
                     .map(|n| n.trim().parse::<i64>().map(Value::Integer))
@@ -217,6 +226,7 @@ pub fn value_in_force(t: &Tenant, key: &str) -> String {
         "cpu.weight" => t.cpu.weight.map(|w| w.to_string()),
         "cpu.cpus" => t.cpu.cpus.as_ref().map(|c| c.value.to_string()),
         "cpu.numa_nodes" => t.cpu.numa_nodes.as_ref().map(|c| c.value.to_string()),
+        "cpu.migrate_memory" => Some(t.cpu.migrate_memory.to_string()),
         "memory.max" => bytes(t.memory.max.as_ref().map(|m| m.value)),
         "memory.high" => bytes(t.memory.high),
         "memory.low" => bytes(t.memory.low),

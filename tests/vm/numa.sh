@@ -14,7 +14,7 @@
 # while they run stay put until restarted, and the new instances start on the new nodes (also
 # under the daemon, for an instance restarted outside any group). Then: a
 # tenant too big for one node gets two and the others still fit; a set larger than the host is
-# refused by check with the numbers.
+# refused by check with the numbers. Then seed 002's live CPU swap through the daemon (section 8).
 # Emulation has no remote-memory cost, so no performance is measured: locality is the figure.
 # Prints PASS/FAIL lines and "N passed, N failed"; exits non-zero when a check failed.
 
@@ -300,7 +300,9 @@ fi
 for t in $TENANTS; do stop $t; done
 wait 2>/dev/null
 
-# (6) a tenant too big for one node gets two, and the others still fit
+# (6) a tenant too big for one node gets two, and the others still fit (placed afresh: the
+# groups left by the moves above would keep ORA1 and ORA2 on their nodes, see section 8)
+$D release --all >/dev/null 2>&1
 TENANTS="ORA1 ORA2"
 policy 384MiB '
 [[tenant]]
@@ -332,6 +334,156 @@ if [ $rc -ne 0 ] && echo "$out" | grep -q 'cannot place it: it needs' &&
     pass refused "check exit $rc, names the tenant's needs and every node"
 else
     fail refused "check exit $rc: $out"
+fi
+
+# (8) seed 002's live CPU swap under numa = "auto", through the daemon: ORA1 (2 cores, two nodes)
+# and ORA2 (1 core, one node) exchange CPU counts with instances running in all four tenants.
+# One `set` for both (a refused one changes neither; --dry-run changes nothing and says who
+# moves); placement is sticky: ORA1 keeps one of its nodes, ORA2 keeps its node and adds the one
+# ORA1 left, ORA3 and ORA4 (half a core each, sharing the fourth node) do not move. The cpus
+# change at once; ORA2's memory nodes grow at once (nothing to move); ORA1's memory stays on its
+# two nodes until its instance restarts, or until `set ORA1 cpu.migrate_memory=true`.
+SWAP_MIB=64
+swap_policy() {
+    {
+        echo '[agent]'
+        echo 'parent = "root"'
+        echo 'root = "dbcage-test"'
+        echo 'metrics = "off"'
+        for tc in ORA1:2 ORA2:1 ORA3:0.5 ORA4:0.5; do
+            echo
+            echo '[[tenant]]'
+            echo "name = \"${tc%%:*}\""
+            echo "match = [{ comm = '^ora_[a-z0-9]{4}_${tc%%:*}\$' }]"
+            echo '[tenant.cpu]'
+            echo "cores = ${tc#*:}"
+            echo 'numa = "auto"'
+            echo '[tenant.memory]'
+            echo 'max = "256MiB"'
+        done
+    } >/tmp/numa.toml
+}
+expand() { # expand LIST: "0-2,5" -> "0 1 2 5"
+    echo "$1" | tr ',' '\n' | awk -F- 'NF == 2 { for (i = $1; i <= $2; i++) printf "%d ", i; next } NF { printf "%d ", $1 }'
+}
+node_cpus() { # node_cpus NODES: the cpus of these nodes, expanded
+    for n in $(expand "$1"); do expand "$(cat /sys/devices/system/node/node$n/cpulist)"; done |
+        tr ' ' '\n' | sort -n | tr '\n' ' ' | sed 's/^ *//'
+}
+in_list() { case " $2 " in *" $1 "*) return 0 ;; esac; return 1; }
+swap() {
+    swap_policy
+    $D release --all >/dev/null 2>&1
+    out=$($D apply 2>&1) || { fail swap_setup "apply: $out"; return; }
+    for t in ORA1 ORA2 ORA3 ORA4; do
+        eval "M0_$t=\$(cat $ROOT/$t/cpuset.mems)"
+        eval "C0_$t=\$(cat $ROOT/$t/cpuset.cpus)"
+        eval "info \"$t before: mems \$M0_$t cpus \$C0_$t\""
+        : >"/tmp/touch.$t"
+        $D exec "$t" -- "/tmp/x/ora_pmon_$t" $SWAP_MIB >"/tmp/touch.$t" 2>&1 &
+    done
+    for i in $(seq 1 600); do
+        ready=0
+        for t in ORA1 ORA2 ORA3 ORA4; do grep -q touched "/tmp/touch.$t" 2>/dev/null && ready=$((ready + 1)); done
+        [ $ready -eq 4 ] && break
+        /bin/sleep 0.2
+    done
+    for t in ORA1 ORA2 ORA3 ORA4; do eval "PID_$t=\$(cat $ROOT/$t/limited/cgroup.procs | head -n 1)"; done
+    if [ "$(expand "$M0_ORA1" | wc -w)" -ne 2 ] || [ "$(expand "$M0_ORA2" | wc -w)" -ne 1 ] || [ $ready -ne 4 ]; then
+        fail swap_setup "ORA1 on [$M0_ORA1] (want 2 nodes), ORA2 on [$M0_ORA2] (want 1), $ready of 4 instances ready"
+        return
+    fi
+    $D run --rescan-interval 1h 2>/tmp/run.log &
+    dpid=$!
+    for i in $(seq 1 300); do grep -q 'dbcage running' /tmp/run.log && break; /bin/sleep 0.1; done
+
+    # more cores than the host has: refused whole, with the numbers, and nothing changes
+    out=$($D set ORA1 cpu.cores=3 ORA2 cpu.cores=2 2>&1)
+    rc=$?
+    echo "$out" | sed 's/^/INFO set (too big) | /'
+    if [ $rc -ne 0 ] && echo "$out" | grep -q 'cannot place it: it needs' && echo "$out" | grep -q 'nothing was changed' &&
+        [ "$(cat $ROOT/ORA1/cpuset.cpus)" = "$C0_ORA1" ] && [ "$(cat $ROOT/ORA1/cpu.max)" = "200000 100000" ]; then
+        pass swap_refused "set exit $rc, the needs and each node named, ORA1 unchanged"
+    else
+        fail swap_refused "set exit $rc, ORA1 cpus [$(cat $ROOT/ORA1/cpuset.cpus)] cpu.max [$(cat $ROOT/ORA1/cpu.max)]: $out"
+    fi
+    out=$($D set ORA1 cpu.cores=1 ORA2 cpu.cores=2 --dry-run 2>&1)
+    rc=$?
+    echo "$out" | sed 's/^/INFO set --dry-run | /'
+    # how much would move depends on where memtouch's first touch put its pages (any amount)
+    would=$(echo "$out" | sed -n "s/.*tenant \`ORA1\`: NUMA nodes $M0_ORA1 -> [0-9]*: cpus now; its memory (\(.*\) outside nodes [0-9]*) stays on nodes $M0_ORA1 until the instance restarts.*/\1/p")
+    if [ $rc -eq 0 ] && echo "$out" | grep -q "tenant \`ORA2\`: NUMA nodes $M0_ORA2 -> .*no memory moves" &&
+        [ -n "$would" ] && echo "$out" | grep -q 'dry run: nothing was changed' &&
+        [ "$(cat $ROOT/ORA1/cpuset.cpus)" = "$C0_ORA1" ] && [ "$(cat $ROOT/ORA2/cpuset.cpus)" = "$C0_ORA2" ]; then
+        pass swap_dry_run "says ORA1 moves ($would would move) and ORA2 grows; nothing changed"
+    else
+        fail swap_dry_run "exit $rc, would [$would], ORA1 cpus [$(cat $ROOT/ORA1/cpuset.cpus)] ORA2 cpus [$(cat $ROOT/ORA2/cpuset.cpus)]: $out"
+    fi
+    T0=$(now_ns)
+    out=$($D set ORA1 cpu.cores=1 ORA2 cpu.cores=2 2>&1)
+    rc=$?
+    T1=$(now_ns)
+    echo "$out" | sed 's/^/INFO set | /'
+    for t in ORA1 ORA2 ORA3 ORA4; do
+        eval "M1_$t=\$(cat $ROOT/$t/cpuset.mems)"
+        eval "C1_$t=\$(cat $ROOT/$t/cpuset.cpus)"
+        eval "info \"$t after: mems \$M1_$t cpus \$C1_$t cpu.max \$(cat $ROOT/$t/cpu.max)\""
+    done
+    # ORA1: one of its two nodes' cpus, its memory nodes as they were (held until restart)
+    kept=""
+    for n in $(expand "$M0_ORA1"); do [ "$(expand "$C1_ORA1")" = "$(node_cpus "$n")" ] && kept=$n; done
+    # ORA2: two nodes, its old one among them, the cpus of those nodes, and ORA1's other node
+    ok2=0
+    if [ "$(expand "$M1_ORA2" | wc -w)" -eq 2 ] && in_list "$M0_ORA2" "$(expand "$M1_ORA2")" &&
+        [ "$(expand "$C1_ORA2")" = "$(node_cpus "$M1_ORA2")" ] && [ -n "$kept" ] && ! in_list "$kept" "$(expand "$M1_ORA2")"; then
+        ok2=1
+    fi
+    if [ $rc -eq 0 ] && [ -n "$kept" ] && [ "$M1_ORA1" = "$M0_ORA1" ] && [ $ok2 = 1 ] &&
+        [ "$(cat $ROOT/ORA1/cpu.max)" = "100000 100000" ] && [ "$(cat $ROOT/ORA2/cpu.max)" = "200000 100000" ]; then
+        pass swap_placed "in $(((T1 - T0) / 1000000)) ms: ORA1 cpus $C0_ORA1 -> $C1_ORA1 (kept node $kept; memory nodes stay $M1_ORA1 until restart), ORA2 nodes $M0_ORA2 -> $M1_ORA2 cpus $C1_ORA2; cpu.max 1 and 2 cores"
+    else
+        fail swap_placed "set exit $rc: ORA1 mems [$M1_ORA1] cpus [$C1_ORA1] (kept [$kept]), ORA2 mems [$M1_ORA2] cpus [$C1_ORA2], cpu.max [$(cat $ROOT/ORA1/cpu.max)] [$(cat $ROOT/ORA2/cpu.max)]: $out"
+        tail -n 20 /tmp/run.log
+    fi
+    if [ "$M1_ORA3" = "$M0_ORA3" ] && [ "$C1_ORA3" = "$C0_ORA3" ] && [ "$M1_ORA4" = "$M0_ORA4" ] && [ "$C1_ORA4" = "$C0_ORA4" ] &&
+        ! echo "$out" | grep -q 'tenant `ORA[34]`: NUMA nodes'; then
+        pass swap_untouched "ORA3 and ORA4 kept nodes $M1_ORA3 and $M1_ORA4, cpus $C1_ORA3 and $C1_ORA4"
+    else
+        fail swap_untouched "ORA3 [$M0_ORA3 -> $M1_ORA3, $C0_ORA3 -> $C1_ORA3], ORA4 [$M0_ORA4 -> $M1_ORA4, $C0_ORA4 -> $C1_ORA4]"
+    fi
+    stayed=""
+    for t in ORA1 ORA2 ORA3 ORA4; do
+        eval "pid=\$PID_$t"
+        if kill -0 "$pid" 2>/dev/null && grep -qx "$pid" $ROOT/$t/limited/cgroup.procs &&
+            grep -q "^0::/dbcage-test/$t/limited\$" "/proc/$pid/cgroup"; then
+            stayed="$stayed $t:$pid"
+        fi
+    done
+    if [ "$(echo $stayed | wc -w)" -eq 4 ]; then
+        pass swap_processes "each instance still runs in its tenant's group:$stayed"
+    else
+        fail swap_processes "still in their groups:$stayed (want ORA1-ORA4)"
+    fi
+    # and ORA1's memory follows its cpus when asked, under the daemon
+    out=$($D set ORA1 cpu.migrate_memory=true 2>&1)
+    rc=$?
+    m1=$(cat $ROOT/ORA1/cpuset.mems)
+    share=$(maps_pct ORA1 "$kept")
+    if [ $rc -eq 0 ] && [ -n "$kept" ] && [ "$m1" = "$kept" ] && ge "$share" 95; then
+        pass swap_migrated "set ORA1 cpu.migrate_memory=true: memory nodes $M1_ORA1 -> $m1, $share% of its memory on node $kept"
+    else
+        fail swap_migrated "set exit $rc, ORA1 mems [$m1] (want [$kept]), $share% on node $kept: $out"
+    fi
+    kill "$dpid" 2>/dev/null
+    wait "$dpid" 2>/dev/null
+    for t in ORA1 ORA2 ORA3 ORA4; do stop $t; done
+}
+if [ $PLACED = 1 ]; then
+    T_SWAP=$(now_ns)
+    swap
+    info "live swap section: $((($(now_ns) - T_SWAP) / 1000000)) ms"
+else
+    fail swap "not run: the placement above failed"
 fi
 
 $D release --all >/dev/null 2>&1
