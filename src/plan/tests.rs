@@ -1235,6 +1235,94 @@ fn numa_auto_that_cannot_fit_is_refused_at_the_tenants_key() {
     }
 }
 
+/// Seed 002's live swap with `numa = "auto"`: `a` (2 cores) and `b` (1 core) exchange CPU
+/// counts while an instance runs in each. Where they are now (the snapshot's cpusets) is kept
+/// where it still holds them: `a` keeps one of its nodes and gets its cpus at once, its memory
+/// nodes held (it runs); `b` grows onto the node `a` left (no page moves, written at once); `c`
+/// is not touched.
+#[test]
+fn numa_auto_live_swap_moves_only_the_tenants_that_must() {
+    let tenant = |name: &str, cores: u32| {
+        format!("[[tenant]]\nname = \"{name}\"\n[[tenant.match]]\ncomm = \"^{name}$\"\n[tenant.cpu]\nnuma = \"auto\"\ncores = {cores}\n[tenant.memory]\nmax = \"1GiB\"\n")
+    };
+    let text = |a: u32, b: u32| format!("{}{}{}", tenant("a", a), tenant("b", b), tenant("c", 1));
+    let before = policy(&text(2, 1));
+    let host = Host::new(&before);
+    let mut inv = inventory(
+        &before,
+        &[vec![], vec![], vec![]],
+        vec![proc(200, "a"), proc(300, "b"), proc(400, "c")],
+    );
+    inv.numa = NumaTopology {
+        nodes: (0..4).map(|n| (n, CpuSet::from_iter([n]))).collect(),
+        memory: (0..4).map(|n| (n, 4 << 30)).collect(),
+        online_cpus: "0-3".parse().unwrap(),
+        balancing: None,
+        huge_pages: Default::default(),
+    };
+    let mut snap = Snapshot::default();
+    host.at_root(&mut snap, &[200, 300, 400]);
+    for pid in [200, 300, 400] {
+        snap.proc_rss.insert(pid, 100 * MIB);
+    }
+    let first = build(&before, &inv, &host.layout, &snap).unwrap();
+    assert_eq!(
+        first
+            .numa
+            .iter()
+            .map(|c| c.nodes.to_string())
+            .collect::<Vec<_>>(),
+        ["0-1", "2", "3"]
+    );
+    host.apply(&mut snap, &first.steps);
+    snap.proc_nodes
+        .insert(200, [(0, 60 * MIB), (1, 40 * MIB)].into_iter().collect());
+
+    let swapped = build(&policy(&text(1, 2)), &inv, &host.layout, &snap).unwrap();
+    let nodes: Vec<(String, Option<String>)> = swapped
+        .numa
+        .iter()
+        .map(|c| (c.nodes.to_string(), c.was.as_ref().map(|w| w.to_string())))
+        .collect();
+    let was = |s: &str| Some(s.to_string());
+    assert_eq!(
+        nodes,
+        [
+            ("0".into(), was("0-1")),
+            ("1-2".into(), was("2")),
+            ("3".into(), was("3"))
+        ]
+    );
+    let file =
+        |t: &str, f: &str| writes_to(&swapped.steps, &host.tenant_file(Controller::Cpuset, t, f));
+    assert_eq!(file("a", v1::CPUS), vec!["0"], "a's cpus change at once");
+    assert!(
+        file("a", v1::MEMS).is_empty(),
+        "a runs: its memory nodes stay"
+    );
+    assert_eq!(file("b", v1::MEMS), vec!["1-2"], "b only grows: at once");
+    assert_eq!(file("b", v1::CPUS), vec!["1-2"]);
+    assert!(file("c", v1::CPUS).is_empty() && file("c", v1::MEMS).is_empty());
+    assert_eq!(swapped.memory_moves.len(), 1, "{:?}", swapped.memory_moves);
+    assert_eq!(swapped.memory_moves[0].bytes, Some(40 * MIB));
+    assert_eq!(
+        swapped.numa_changes(),
+        [
+            "tenant `a`: NUMA nodes 0-1 -> 0: cpus now; its memory (40MiB outside nodes 0) stays on nodes 0-1 until the instance restarts (`dbcage set a cpu.migrate_memory=true` moves it now)",
+            "tenant `b`: NUMA nodes 2 -> 1-2: cpus and nodes now; no memory moves",
+        ]
+    );
+    // the next plan from there changes nothing: `a` is on node 0 by its cpus
+    host.apply(&mut snap, &swapped.steps);
+    let again = build(&policy(&text(1, 2)), &inv, &host.layout, &snap).unwrap();
+    assert!(again.numa_changes().is_empty(), "{:?}", again.numa);
+    assert!(
+        again.steps.iter().all(|s| !matches!(s, Step::Write { .. })),
+        "{:#?}",
+        again.steps
+    );
+}
+
 // ---------------------------------------------------------------- moving a running tenant's memory
 
 /// Issue 26: a running tenant whose nodes change keeps them until asked (`--migrate-memory`,
