@@ -377,7 +377,7 @@ fn set_swaps_cpus_between_busy_tenants() {
     );
     // Over the next second, where each ran and how much cpu time it got.
     let hz = clock_ticks() as f64;
-    let (ca, cb) = (cpu_ticks(a.pid), cpu_ticks(b.pid));
+    let (ca, cb, cd) = (cpu_ticks(a.pid), cpu_ticks(b.pid), cpu_ticks(d.pid));
     let (mut a_on_1, mut b_on_0, mut n) = (0, 0, 0);
     let s0 = Instant::now();
     while s0.elapsed() < Duration::from_secs(1) {
@@ -387,12 +387,13 @@ fn set_swaps_cpus_between_busy_tenants() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let secs = s0.elapsed().as_secs_f64();
-    let (ua, ub) = (
+    let (ua, ub, ud) = (
         (cpu_ticks(a.pid) - ca) as f64 / hz / secs,
         (cpu_ticks(b.pid) - cb) as f64 / hz / secs,
+        (cpu_ticks(d.pid) - cd) as f64 / hz / secs,
     );
     println!(
-        "cpu swap with one set: answered in {:.0} ms, placement swapped after {:.0} ms; next 1 s: A on cpu 1 in {a_on_1}/{n} samples ({ua:.2} cores), B on cpu 0 in {b_on_0}/{n} ({ub:.2} cores)",
+        "cpu swap with one set: answered in {:.0} ms, placement swapped after {:.0} ms; next 1 s: A on cpu 1 in {a_on_1}/{n} samples ({ua:.2} cores), B on cpu 0 in {b_on_0}/{n} ({ub:.2} cores), the daemon {ud:.2} cores",
         ms(sent),
         ms(settled)
     );
@@ -405,8 +406,10 @@ fn set_swaps_cpus_between_busy_tenants() {
         status_field(b.pid, "Cpus_allowed_list").as_deref(),
         Some("0")
     );
-    // Each busy loop alone on its cpu gets most of it (the host is shared: a loose bound).
+    // Each busy loop alone on its cpu gets most of it (the host is shared: a loose bound), and
+    // the daemon is idle once the change is made (it does not spin on their cpus)
     assert!(ua > 0.5 && ub > 0.5, "A {ua:.2}, B {ub:.2} cores");
+    assert!(ud < 0.1, "the daemon used {ud:.2} cores after the swap");
     drop(d);
 }
 
