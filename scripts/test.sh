@@ -81,7 +81,8 @@ DBCAGE_VM_MODULES=null_blk tests/vm/run.sh target/release/dbcage tests/vm/iolat.
 # check's reasons where iocost or blk-iolatency is missing.
 tests/vm/run.sh target/release/dbcage tests/vm/protect.sh
 # Issue 26: seed 002's consolidation on four NUMA nodes (numa = "auto", each tenant on its own
-# node, >= 95% of each one's memory there by numa_maps and memory.numa_stat).
+# node, >= 95% of each one's memory there by numa_maps and memory.numa_stat), and its live CPU
+# swap between two auto tenants with one `dbcage set` through the daemon (section 8, 6-14 s).
 # memtouch needs only std: rustc builds it in a second, where `cargo build --release --example`
 # would first build every dev-dependency in release.
 mkdir -p target/release/examples
