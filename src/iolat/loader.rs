@@ -270,12 +270,16 @@ impl IoLatency {
     /// Everything counted since the program was loaded.
     pub fn read(&self) -> Snapshot {
         let mut snap = Snapshot::default();
-        if let Some(map) = self.map("hists") {
-            for key in map.keys() {
+        // `slots` names each (cgroup, disk, op) seen and its index in the `hists` array.
+        if let (Some(slots), Some(hists)) = (self.map("slots"), self.map("hists")) {
+            for key in slots.keys() {
                 let Some(key_parsed) = parse_key(&key) else {
                     continue;
                 };
-                let Ok(Some(value)) = map.lookup(&key, MapFlags::ANY) else {
+                let Ok(Some(slot)) = slots.lookup(&key, MapFlags::ANY) else {
+                    continue;
+                };
+                let Ok(Some(value)) = hists.lookup(&slot, MapFlags::ANY) else {
                     continue;
                 };
                 let Some(mut stages) = parse_stages(&value) else {
