@@ -125,8 +125,9 @@ struct Daemon {
     /// first process is moved in (the event path only moves processes).
     deferred_moves: std::collections::BTreeSet<usize>,
     /// When each process this daemon moved was last moved: CLOCK_MONOTONIC ns read after its
-    /// cgroup.procs writes returned (see `forked_during_move`).
-    moved_at: HashMap<u32, u64>,
+    /// cgroup.procs writes returned (see `forked_during_move`), and whether that move took it
+    /// out of dbcage's groups in hierarchies its new tenant has none in (`Step::Move::leave`).
+    moved_at: HashMap<u32, (u64, bool)>,
     rechecks: BTreeMap<(Instant, u32), ()>,
     stats: AgentStats,
     event_hist: Histogram<u64>,
@@ -602,8 +603,8 @@ impl Daemon {
         let done = monotonic_ns();
         let mut any = false;
         for s in &plan.steps {
-            if let Step::Move { pid, .. } = s {
-                self.moved_at.insert(*pid, done);
+            if let Step::Move { pid, leave, .. } = s {
+                self.moved_at.insert(*pid, (done, !leave.is_empty()));
                 any = true;
             }
         }
@@ -611,7 +612,7 @@ impl Daemon {
         // rescan takes over): older entries can go once there are many.
         if any && self.moved_at.len() > MOVED_AT_KEEP {
             let horizon = done.saturating_sub(MOVED_AT_HORIZON.as_nanos() as u64);
-            self.moved_at.retain(|_, &mut at| at > horizon);
+            self.moved_at.retain(|_, &mut (at, _)| at > horizon);
         }
     }
 
@@ -627,7 +628,7 @@ impl Daemon {
     fn forked_during_move(&self, parent: u32, fork_ns: u64) -> bool {
         self.moved_at
             .get(&parent)
-            .is_some_and(|&done| fork_ns <= done)
+            .is_some_and(|&(done, _)| fork_ns <= done)
     }
 
     /// Moves a child forked while its parent was being moved into the parent's place.
@@ -638,9 +639,16 @@ impl Daemon {
             leaf: place.1,
             reason: format!("forked by {parent} while it was being moved"),
         };
+        // Written without reading where it is (its groups may not be final when the fork event
+        // comes). Where the parent's move took it out of dbcage's groups, the child may still
+        // be in them: taken out the same way (a no-op for the kernel if it is not).
+        let layout = &self.ctx.layout;
+        let parent_left = self.moved_at.get(&parent).is_some_and(|&(_, left)| left);
+        let dirs = (0..layout.setup.hierarchies.len())
+            .map(|h| parent_left.then(|| layout.root_dir(h)))
+            .collect();
         let mut snap = Snapshot::default();
-        snap.proc_dirs
-            .insert(child, vec![None; self.ctx.layout.setup.hierarchies.len()]);
+        snap.proc_dirs.insert(child, dirs);
         let steps = plan::moves(
             &self.ctx.loaded.policy,
             &[],
@@ -730,7 +738,8 @@ impl Daemon {
             return;
         }
         let place = (placed.tenant, placed.leaf);
-        if self.members.insert(pid, place) == Some(place) {
+        let before = self.members.insert(pid, place);
+        if before == Some(place) {
             // Placed there already (by us, or inherited from its parent): nothing to read or write.
             self.stats.already_placed += 1;
             return;
@@ -740,10 +749,21 @@ impl Daemon {
         // what this daemon placed and what inherited it); when it is already there (started by
         // `dbcage exec`), the write is a no-op for the kernel. The read cost more than a third
         // of the daemon's time per new process (p50 30 µs, as much as reading its cmdline).
+        // A process of another tenant (rare) is read: it leaves that tenant's groups in the
+        // hierarchies its new tenant has none in (a pinned tenant's cpuset, say).
+        let layout = &self.ctx.layout;
+        let dirs = match before {
+            Some((other, _)) if other != placed.tenant => {
+                crate::cgroup::proc_group_dirs(&self.ctx.fs, layout, pid)
+            }
+            _ => None,
+        };
         let mut snap = Snapshot::default();
-        snap.proc_dirs
-            .insert(pid, vec![None; self.ctx.layout.setup.hierarchies.len()]);
-        let steps = plan::moves(policy, &procs, &self.ctx.layout, &snap, &placements);
+        snap.proc_dirs.insert(
+            pid,
+            dirs.unwrap_or_else(|| vec![None; layout.setup.hierarchies.len()]),
+        );
+        let steps = plan::moves(policy, &procs, layout, &snap, &placements);
         if !steps.is_empty() {
             let plan = Plan {
                 steps,

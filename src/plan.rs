@@ -8,6 +8,10 @@
 //! sum over a tenant's devices never exceeds its total; cpusets are widened top-down and narrowed
 //! bottom-up (v1 requires a child's set within its parent's); v1 memsw is moved on the side that
 //! keeps memsw >= limit; processes move last, into groups that already have their limits.
+//! A tenant has groups only in the hierarchies its settings use (`Layout::grouped`: io, cpu and
+//! cpuacct always, cpuset when it pins, memory with a memory setting); its processes leave
+//! dbcage's groups in the others (back to dbcage's parent there), and its groups in a hierarchy
+//! its settings no longer use are emptied and removed after the moves.
 //! On cgroup v2, controllers are enabled in `cgroup.subtree_control` (parent, root, tenants, in
 //! that order) right after the groups are created and before any limit, and an `io.max` line
 //! that lowers one key and raises another is split into a lowering and a raising write. Each
@@ -64,6 +68,18 @@ pub enum Step {
         tenant: String,
         leaf: Leaf,
         targets: Vec<PathBuf>,
+        /// The `cgroup.procs` of dbcage's parent in the hierarchies the tenant has no group in
+        /// where the process is in a group of dbcage's now (it leaves a pinned tenant's cpuset,
+        /// say): written after `targets`.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        leave: Vec<PathBuf>,
+        reason: String,
+    },
+    /// Remove a tenant's group (its leaves first) from a hierarchy its settings no longer use,
+    /// after moving whatever runs in it to `to` (dbcage's parent there), as `release` does.
+    Remove {
+        path: PathBuf,
+        to: PathBuf,
         reason: String,
     },
 }
@@ -417,8 +433,9 @@ fn memory_move(
     want: &CpuSet,
 ) -> Option<(MemoryMove, CpuSet)> {
     let (h, cpus, from) = snap.tenant_cpuset(layout, &t.name)?;
-    // more nodes than now (a tenant that grows) moves no page: written at once
-    if from.is_subset(want) {
+    // more nodes than now (a tenant that grows) moves no page: written at once; an unpinned
+    // tenant's group goes, and its processes widen to the parent's set
+    if from.is_subset(want) || !layout.grouped(t)[h] {
         return None;
     }
     let dir = layout.tenant_dir(h, &t.name);
@@ -724,14 +741,24 @@ pub fn build_with(
             .map(|t| (t.name.as_str(), &t.settings))
             .collect(),
     };
+    // Only in the hierarchies where the tenant has groups (`Layout::grouped`).
+    let grouped: std::collections::HashMap<&str, Vec<bool>> = policy
+        .tenants
+        .iter()
+        .map(|t| (t.name.as_str(), layout.grouped(t)))
+        .collect();
     let specs: Vec<FileSpec> = drivers
         .iter()
         .flat_map(|d| {
             d.specs(&input).into_iter().filter(|s| {
-                layout
-                    .setup
-                    .driver_of(s.controller)
-                    .is_some_and(|(_, x)| x.name() == d.name())
+                let Some((h, x)) = layout.setup.driver_of(s.controller) else {
+                    return false;
+                };
+                let tenant = match &s.group {
+                    GroupRef::Tenant(t) | GroupRef::Leaf(t, _) => Some(t.as_str()),
+                    GroupRef::Parent | GroupRef::Root => None,
+                };
+                x.name() == d.name() && tenant.is_none_or(|t| grouped.get(t).is_none_or(|g| g[h]))
             })
         })
         .collect();
@@ -763,6 +790,7 @@ pub fn build_with(
     plan.steps.extend(writes(&specs, layout, snap));
     plan.steps
         .extend(moves(policy, &inv.procs, layout, snap, &placements));
+    plan.steps.extend(removals(policy, layout, snap));
     Ok(plan)
 }
 
@@ -791,15 +819,17 @@ fn host_warnings(warnings: &mut Vec<String>, t: &Tenant, inv: &Inventory) {
     }
 }
 
-/// Groups to create, parents before children, in every hierarchy.
+/// Groups to create, parents before children: dbcage's root in every hierarchy, a tenant's
+/// groups in the hierarchies its settings use (`Layout::grouped`).
 fn mkdirs(policy: &Policy, layout: &Layout, snap: &Snapshot) -> Vec<Step> {
     let mut out = Vec::new();
+    let grouped: Vec<Vec<bool>> = policy.tenants.iter().map(|t| layout.grouped(t)).collect();
     for h in 0..layout.setup.hierarchies.len() {
         let mut groups = vec![(
             GroupRef::Root,
             format!("dbcage root `{}`", layout.root_name),
         )];
-        for t in &policy.tenants {
+        for (t, _) in policy.tenants.iter().zip(&grouped).filter(|(_, g)| g[h]) {
             groups.push((
                 GroupRef::Tenant(t.name.clone()),
                 format!("tenant `{}`", t.name),
@@ -860,8 +890,39 @@ fn writes(specs: &[FileSpec], layout: &Layout, snap: &Snapshot) -> Vec<Step> {
     staged.into_iter().map(|(_, _, s)| s).collect()
 }
 
-/// Moves for placed processes that are not yet in their leaf in every hierarchy. Shared by
-/// `build` (all processes) and the daemon (the one process an event names).
+/// The groups of tenants in hierarchies their settings no longer use (a tenant unpinned, its
+/// memory limit dropped): each emptied into dbcage's parent there and removed, after the moves.
+fn removals(policy: &Policy, layout: &Layout, snap: &Snapshot) -> Vec<Step> {
+    let mut out = Vec::new();
+    for t in &policy.tenants {
+        for (h, grouped) in layout.grouped(t).into_iter().enumerate() {
+            let path = layout.tenant_dir(h, &t.name);
+            if grouped || !snap.dirs.contains(&path) {
+                continue;
+            }
+            let controllers: Vec<&str> = layout.setup.hierarchies[h]
+                .controllers
+                .iter()
+                .map(|c| c.v1_name())
+                .collect();
+            out.push(Step::Remove {
+                to: layout.parents[h].clone(),
+                reason: format!(
+                    "tenant `{}` sets nothing the {} hierarchy controls",
+                    t.name,
+                    controllers.join(",")
+                ),
+                path,
+            });
+        }
+    }
+    out
+}
+
+/// Moves for placed processes that are not yet in their leaf in every hierarchy their tenant
+/// has groups in, and out of dbcage's groups in the others. Shared by `build` (all processes)
+/// and the daemon (the one process an event names; `None` where it is not known to be in a
+/// group of dbcage's).
 pub fn moves(
     policy: &Policy,
     procs: &[crate::inventory::ProcInfo],
@@ -877,14 +938,20 @@ pub fn moves(
             continue;
         }; // gone since the scan
         let t = &policy.tenants[p.tenant];
-        let targets: Vec<PathBuf> = (0..layout.setup.hierarchies.len())
-            .filter_map(|h| {
+        let mut targets = Vec::new();
+        let mut leave = Vec::new();
+        for (h, grouped) in layout.grouped(t).into_iter().enumerate() {
+            let here = now.get(h).and_then(|d| d.as_ref());
+            if grouped {
                 let want = layout.leaf_dir(h, &t.name, p.leaf);
-                (now.get(h).and_then(|d| d.as_ref()) != Some(&want))
-                    .then(|| crate::cgroup::procs_file(&want))
-            })
-            .collect();
-        if targets.is_empty() {
+                if here != Some(&want) {
+                    targets.push(crate::cgroup::procs_file(&want));
+                }
+            } else if here.is_some_and(|d| d.starts_with(layout.root_dir(h))) {
+                leave.push(crate::cgroup::procs_file(&layout.parents[h]));
+            }
+        }
+        if targets.is_empty() && leave.is_empty() {
             continue;
         }
         out.push(Step::Move {
@@ -893,6 +960,7 @@ pub fn moves(
             tenant: t.name.clone(),
             leaf: p.leaf,
             targets,
+            leave,
             reason: p.reason.clone(),
         });
     }

@@ -12,7 +12,8 @@ use super::{parse_proc_cgroup, Controller, Setup, Version};
 use crate::hostfs::HostFs;
 
 /// The controllers a tenant's limits need, from the policy's values (cpuacct never: it only
-/// counts; cpuset only when the tenant pins cpus or nodes: the full set limits nothing).
+/// counts; cpuset only when the tenant pins cpus or nodes, itself or by `numa = "auto"`: the
+/// full set limits nothing).
 pub fn needed_by_policy(t: &crate::policy::Tenant) -> BTreeSet<Controller> {
     let mut out = BTreeSet::new();
     if t.has_io_limits() {
@@ -21,13 +22,25 @@ pub fn needed_by_policy(t: &crate::policy::Tenant) -> BTreeSet<Controller> {
     if t.cpu.cores.is_some() || t.cpu.weight.is_some_and(|w| w != 100) {
         out.insert(Controller::Cpu);
     }
-    if t.cpu.cpus.is_some() || t.cpu.numa_nodes.is_some() {
+    if t.cpu.cpus.is_some() || t.cpu.numa_nodes.is_some() || t.cpu.numa_auto.is_some() {
         out.insert(Controller::Cpuset);
     }
     let m = &t.memory;
     if m.max.is_some() || m.high.is_some() || m.low.is_some() || m.swap_max.is_some() {
         out.insert(Controller::Memory);
     }
+    out
+}
+
+/// The controllers a tenant gets groups in: those its limits need (`needed_by_policy`), and
+/// always io, cpu and cpuacct, whose groups are where `status`, `top` and the metrics find a
+/// tenant's processes, IO counters and CPU time (and a cpu group of its own gives the tenant
+/// its weight as one group, as it always had). No cpuset group for a tenant that pins nothing
+/// (each one's cpuset.cpus write rebuilds the scheduler's domains) and no memory group without
+/// a memory setting: its processes stay in the cpuset and memory groups they were in.
+pub fn grouped_by_policy(t: &crate::policy::Tenant) -> BTreeSet<Controller> {
+    let mut out = needed_by_policy(t);
+    out.extend([Controller::Io, Controller::Cpu, Controller::Cpuacct]);
     out
 }
 

@@ -388,6 +388,18 @@ impl Layout {
         }
     }
 
+    /// Per hierarchy (indexed like `Setup::hierarchies`), whether a tenant has groups there: a
+    /// v1 hierarchy only when one of its controllers is one the tenant is grouped by
+    /// (`coverage::grouped_by_policy`), the v2 hierarchy always (one tree for all controllers).
+    pub fn grouped(&self, t: &crate::policy::Tenant) -> Vec<bool> {
+        let want = coverage::grouped_by_policy(t);
+        self.setup
+            .hierarchies
+            .iter()
+            .map(|h| h.version == Version::V2 || h.controllers.iter().any(|c| want.contains(c)))
+            .collect()
+    }
+
     /// Tenant names that have groups under the root in any hierarchy.
     pub fn existing_tenants(&self) -> BTreeSet<String> {
         let mut out = BTreeSet::new();
@@ -589,7 +601,8 @@ mod tests;
 
 /// Moves every process of a group (and its subgroups) to `to`, then removes the groups,
 /// deepest first. Processes may fork while this runs, so it retries until the groups are empty.
-fn drain_and_remove(dir: &Path, to: &Path) -> Result<usize, CgroupError> {
+/// Returns how many processes it moved.
+pub fn drain_and_remove(dir: &Path, to: &Path) -> Result<usize, CgroupError> {
     let mut moved = 0;
     let mut dirs = vec![dir.to_path_buf()];
     if let Ok(entries) = std::fs::read_dir(dir) {

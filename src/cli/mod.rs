@@ -668,7 +668,8 @@ fn ask_daemon(
 }
 
 /// Creates the tenant's groups and limits if needed (without moving anyone else), puts this
-/// process in the leaf in every hierarchy, then replaces it with the command.
+/// process in the leaf in every hierarchy the tenant has groups in, then replaces it with the
+/// command.
 fn exec_in(
     config: &PolicyPath,
     tenant: &str,
@@ -693,7 +694,10 @@ fn exec_in(
     }
     let leaf = if exempt { Leaf::Exempt } else { Leaf::Limited };
     let me = std::process::id().to_string();
-    for h in 0..ctx.layout.setup.hierarchies.len() {
+    let t = ctx.loaded.policy.tenants.iter().find(|t| t.name == tenant);
+    let grouped = t.map(|t| ctx.layout.grouped(t)).unwrap_or_default();
+    // only where the tenant has groups: elsewhere it stays where it was started
+    for h in (0..grouped.len()).filter(|h| grouped[*h]) {
         let procs = ctx.layout.leaf_procs(h, tenant, leaf);
         apply::write_file(&procs, &me).with_context(|| format!("joining tenant `{tenant}`"))?;
     }

@@ -99,9 +99,14 @@ pub fn execute(plan: &Plan) -> Outcome {
                 },
                 Err(e) => out.errors.push(connect_error(e)),
             },
-            Step::Move { pid, targets, .. } => {
+            Step::Move {
+                pid,
+                targets,
+                leave,
+                ..
+            } => {
                 let mut gone = false;
-                for t in targets {
+                for t in targets.iter().chain(leave) {
                     match write_file(t, &pid.to_string()) {
                         Ok(()) => {}
                         Err(CgroupError::Write { ref source, .. })
@@ -119,6 +124,10 @@ pub fn execute(plan: &Plan) -> Outcome {
                     out.moved += 1;
                 }
             }
+            Step::Remove { path, to, .. } => match crate::cgroup::drain_and_remove(path, to) {
+                Ok(moved) => out.moved += moved,
+                Err(e) => out.errors.push(e),
+            },
         }
     }
     out

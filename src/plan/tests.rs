@@ -154,9 +154,24 @@ impl Host {
                 Step::SetUnitProperties { .. } | Step::Adopt { .. } => {
                     unreachable!("a cgroupfs plan has no systemd steps")
                 }
-                Step::Move { pid, targets, .. } => {
+                Step::Remove { path, to, .. } => {
+                    snap.dirs.retain(|d| !d.starts_with(path));
+                    for dirs in snap.proc_dirs.values_mut() {
+                        for d in dirs.iter_mut().flatten() {
+                            if d.starts_with(path) {
+                                *d = to.clone();
+                            }
+                        }
+                    }
+                }
+                Step::Move {
+                    pid,
+                    targets,
+                    leave,
+                    ..
+                } => {
                     let dirs = snap.proc_dirs.get_mut(pid).expect("moved pid is known");
-                    for t in targets {
+                    for t in targets.iter().chain(leave) {
                         assert_eq!(t.file_name().unwrap(), "cgroup.procs");
                         let leaf = t.parent().unwrap();
                         let h = self
@@ -382,6 +397,12 @@ high = "1GiB"
 swap_max = "512MiB"
 "#;
 
+/// `FULL` pinned to every cpu: groups in all five hierarchies (unpinned, it has no cpuset
+/// group).
+fn full_pinned() -> Policy {
+    policy(&FULL.replace("weight = 200\n", "weight = 200\ncpus = \"0-1\"\n"))
+}
+
 fn full_procs() -> Vec<ProcInfo> {
     vec![
         proc(100, "ora_p000_BX1"),
@@ -397,7 +418,7 @@ fn full_inventory(p: &Policy) -> Inventory {
 
 #[test]
 fn empty_snapshot_creates_groups_then_writes_then_moves() {
-    let p = policy(FULL);
+    let p = full_pinned();
     let host = Host::with(&p, true);
     let inv = full_inventory(&p);
     let mut snap = host.empty_snapshot();
@@ -564,8 +585,9 @@ fn a_snapshot_that_holds_the_plan_gives_an_empty_plan() {
 #[test]
 fn idempotent_with_several_tenants_and_numa() {
     let text = format!(
-        "{FULL}\n[[tenant]]\nname = \"pg\"\n[[tenant.match]]\ncomm = \"^postgres\"\n\
-         descendants = true\n[tenant.cpu]\nnuma_nodes = [1]\ncpus = \"2-3\"\n"
+        "{}\n[[tenant]]\nname = \"pg\"\n[[tenant.match]]\ncomm = \"^postgres\"\n\
+         descendants = true\n[tenant.cpu]\nnuma_nodes = [1]\ncpus = \"2-3\"\n",
+        FULL.replace("weight = 200\n", "weight = 200\ncpus = \"0-1\"\n")
     );
     let p = policy(&text);
     let host = Host::new(&p);
@@ -603,9 +625,13 @@ fn idempotent_with_several_tenants_and_numa() {
         })
         .collect();
     assert_eq!(moved, vec![100, 101, 102, 200, 201]);
-    // a tenant without memory limits is written unlimited explicitly
-    let pg_limit = host.tenant_file(Controller::Memory, "pg", v1::MEM_LIMIT);
-    assert_eq!(writes_to(&first.steps, &pg_limit), vec!["-1"]);
+    // a tenant without memory limits has no memory group: nothing made, written or moved there
+    let pg_memory = host.layout.tenant_dir(host.h(Controller::Memory), "pg");
+    assert!(!first.steps.iter().any(|s| match s {
+        Step::Mkdir { path, .. } | Step::Write { path, .. } => path.starts_with(&pg_memory),
+        Step::Move { targets, .. } => targets.iter().any(|t| t.starts_with(&pg_memory)),
+        _ => false,
+    }));
     host.apply(&mut snap, &first.steps);
     let second = build(&p, &inv, &host.layout, &snap).unwrap();
     assert!(second.is_empty(), "second plan: {:#?}", second.steps);
@@ -869,7 +895,7 @@ fn an_exited_process_gets_no_move() {
 
 #[test]
 fn a_process_partly_in_place_moves_only_where_it_is_not() {
-    let p = policy(FULL);
+    let p = full_pinned();
     let host = Host::new(&p);
     let inv = full_inventory(&p);
     let mut snap = host.snapshot_with_groups(&p, &[100]);
@@ -891,6 +917,168 @@ fn a_process_partly_in_place_moves_only_where_it_is_not() {
     assert!(!targets
         .iter()
         .any(|t| t.starts_with(host.mount(Controller::Cpu))));
+}
+
+// ------------------------------------------------ groups only where a tenant's settings act
+
+/// A tenant with an IO limit only, and one pinned to cpus with a memory limit.
+const IO_ONLY_AND_PINNED: &str = r#"
+[[tenant]]
+name = "io"
+storage = ["/u01"]
+[[tenant.match]]
+comm = "^ora_p"
+[tenant.io]
+read_bps = "8MiB"
+
+[[tenant]]
+name = "pinned"
+[[tenant.match]]
+comm = "^postgres"
+[tenant.cpu]
+cpus = "1"
+[tenant.memory]
+max = "1GiB"
+"#;
+
+/// The hierarchies of `paths` (by mount point), each once, in `HIERARCHIES` order.
+fn controllers_of(host: &Host, paths: &[&PathBuf]) -> Vec<Controller> {
+    HIERARCHIES
+        .iter()
+        .map(|(c, _)| *c)
+        .filter(|c| paths.iter().any(|p| p.starts_with(host.mount(*c))))
+        .collect()
+}
+
+#[test]
+fn an_io_only_tenant_has_no_cpuset_or_memory_group() {
+    let p = policy(IO_ONLY_AND_PINNED);
+    let host = Host::new(&p);
+    let inv = inventory(
+        &p,
+        &[vec![dev(0)], vec![]],
+        vec![proc(100, "ora_p000"), proc(200, "postgres")],
+    );
+    let mut snap = host.empty_snapshot();
+    host.at_root(&mut snap, &[100, 200]);
+    let plan = build(&p, &inv, &host.layout, &snap).unwrap();
+    let touched = |tenant: &str| -> Vec<Controller> {
+        let paths: Vec<&PathBuf> = plan
+            .steps
+            .iter()
+            .flat_map(|s| match s {
+                Step::Mkdir { path, .. } | Step::Write { path, .. } => vec![path],
+                Step::Move { targets, .. } => targets.iter().collect(),
+                _ => vec![],
+            })
+            .filter(|p| p.components().any(|c| c.as_os_str() == tenant))
+            .collect();
+        controllers_of(&host, &paths)
+    };
+    use Controller::*;
+    assert_eq!(touched("io"), vec![Io, Cpu, Cpuacct]);
+    assert_eq!(touched("pinned"), vec![Io, Cpu, Cpuacct, Cpuset, Memory]);
+    let targets = |pid: u32| {
+        plan.steps
+            .iter()
+            .find_map(|s| match s {
+                Step::Move {
+                    pid: p,
+                    targets,
+                    leave,
+                    ..
+                } if *p == pid => Some((targets.len(), leave.len())),
+                _ => None,
+            })
+            .unwrap()
+    };
+    assert_eq!(
+        targets(100),
+        (3, 0),
+        "the io tenant's process stays in its cpuset and memory groups"
+    );
+    assert_eq!(targets(200), (5, 0));
+    // dbcage's root is made in every hierarchy all the same
+    for h in 0..5 {
+        let root = host.layout.root_dir(h);
+        assert!(plan
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::Mkdir { path, .. } if *path == root)));
+    }
+    host.apply(&mut snap, &plan.steps);
+    let again = build(&p, &inv, &host.layout, &snap).unwrap();
+    assert!(again.is_empty(), "second plan: {:#?}", again.steps);
+}
+
+#[test]
+fn a_process_that_leaves_a_pinned_tenant_leaves_its_cpuset_and_memory_groups() {
+    let p = policy(IO_ONLY_AND_PINNED);
+    let host = Host::new(&p);
+    let inv = inventory(&p, &[vec![dev(0)], vec![]], vec![proc(100, "ora_p000")]);
+    let mut snap = host.snapshot_with_groups(&p, &[]);
+    // pid 100 ran as a postgres of the pinned tenant before it exec'd into ora_p000
+    let dirs = (0..5)
+        .map(|h| Some(host.layout.leaf_dir(h, "pinned", Leaf::Limited)))
+        .collect();
+    snap.proc_dirs.insert(100, dirs);
+    let plan = build(&p, &inv, &host.layout, &snap).unwrap();
+    let Some(Step::Move { targets, leave, .. }) =
+        plan.steps.iter().find(|s| matches!(s, Step::Move { .. }))
+    else {
+        panic!("no move: {:#?}", plan.steps)
+    };
+    assert_eq!(
+        controllers_of(&host, &targets.iter().collect::<Vec<_>>()),
+        vec![Controller::Io, Controller::Cpu, Controller::Cpuacct]
+    );
+    let parents = [Controller::Cpuset, Controller::Memory]
+        .map(|c| host.layout.parents[host.h(c)].join("cgroup.procs"));
+    assert_eq!(leave.as_slice(), parents.as_slice());
+    // the io tenant's own groups there (left from an older policy) are removed after the moves
+    let removed: Vec<&PathBuf> = plan
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Remove { path, .. } => Some(path),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        removed,
+        [Controller::Cpuset, Controller::Memory]
+            .map(|c| host.layout.tenant_dir(host.h(c), "io"))
+            .iter()
+            .collect::<Vec<_>>()
+    );
+    let first_remove = plan
+        .steps
+        .iter()
+        .position(|s| matches!(s, Step::Remove { .. }))
+        .unwrap();
+    assert!(plan.steps[first_remove..]
+        .iter()
+        .all(|s| matches!(s, Step::Remove { .. })));
+    host.apply(&mut snap, &plan.steps);
+    let again = build(&p, &inv, &host.layout, &snap).unwrap();
+    assert!(again.is_empty(), "second plan: {:#?}", again.steps);
+}
+
+#[test]
+fn a_process_already_out_of_dbcage_groups_is_not_moved_back_to_the_parent() {
+    // the io tenant's process sits in a cpuset and memory group of someone else's: it stays
+    let p = policy(IO_ONLY_AND_PINNED);
+    let host = Host::new(&p);
+    let inv = inventory(&p, &[vec![dev(0)], vec![]], vec![proc(100, "ora_p000")]);
+    let mut snap = host.snapshot_with_groups(&p, &[100]);
+    for c in [Controller::Cpuset, Controller::Memory] {
+        snap.proc_dirs.get_mut(&100).unwrap()[host.h(c)] = Some(host.mount(c).join("other"));
+    }
+    let plan = build(&p, &inv, &host.layout, &snap).unwrap();
+    assert!(plan.steps.iter().any(|s| matches!(
+        s,
+        Step::Move { targets, leave, .. } if targets.len() == 3 && leave.is_empty()
+    )));
 }
 
 #[test]

@@ -192,9 +192,15 @@ fn run(l: &Layout, snap: &mut Snapshot, steps: &[Step]) {
             Step::SetUnitProperties { .. } | Step::Adopt { .. } => {
                 unreachable!("a cgroupfs plan has no systemd steps")
             }
-            Step::Move { pid, targets, .. } => {
+            Step::Remove { .. } => unreachable!("on v2 a tenant has groups in its one hierarchy"),
+            Step::Move {
+                pid,
+                targets,
+                leave,
+                ..
+            } => {
                 let d = snap.proc_dirs.get_mut(pid).unwrap();
-                for t in targets {
+                for t in targets.iter().chain(leave) {
                     let dir = t.parent().unwrap().to_path_buf();
                     for (h, hier) in l.setup.hierarchies.iter().enumerate() {
                         if dir.starts_with(&hier.mount_point) {

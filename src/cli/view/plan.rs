@@ -134,12 +134,28 @@ pub fn print_plan(
                 tenant,
                 leaf,
                 targets,
+                leave,
                 reason,
-            } => writeln!(
+            } => {
+                let out_of = match leave.len() {
+                    0 => String::new(),
+                    n => format!(
+                        ", back to dbcage's parent in {}",
+                        count(n, "other", "others")
+                    ),
+                };
+                writeln!(
+                    out,
+                    "  move pid {pid} ({comm}) to {tenant}/{} in {}{out_of}    # {reason}",
+                    leaf.dir(),
+                    count(targets.len(), "hierarchy", "hierarchies")
+                )?
+            }
+            Step::Remove { path, to, reason } => writeln!(
                 out,
-                "  move pid {pid} ({comm}) to {tenant}/{} in {} hierarchies    # {reason}",
-                leaf.dir(),
-                targets.len()
+                "  remove {} (its processes to {})    # {reason}",
+                path.display(),
+                to.display()
             )?,
         }
     }
