@@ -27,6 +27,8 @@ pub const IOLOAD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/ioload.p
 
 /// The controllers dbcage drives (v1 names).
 pub const CONTROLLERS: [&str; 5] = ["blkio", "cpu", "cpuacct", "cpuset", "memory"];
+/// The controllers every tenant has groups in (`cgroup::coverage::grouped_by_policy`).
+pub const ALWAYS_GROUPED: [&str; 3] = ["blkio", "cpu", "cpuacct"];
 
 /// Tests that measure throughput or cpu time (and the ones that load the machine with many
 /// processes) hold this for their whole run, so they never overlap.
@@ -426,15 +428,6 @@ pub fn parent_paths() -> BTreeMap<String, String> {
         .collect()
 }
 
-/// How many hierarchies the controllers are on (one per v1 controller here, one on v2).
-pub fn hierarchy_count() -> usize {
-    hierarchies()
-        .values()
-        .map(|h| h.mount_point.clone())
-        .collect::<std::collections::BTreeSet<_>>()
-        .len()
-}
-
 /// The per-device read bytes/s limits in force on a group (`MAJ:MIN` → bytes/s), read from the
 /// kernel by this host's file: v1 `blkio.throttle.read_bps_device` (`MAJ:MIN N`), v2 `io.max`
 /// (`MAJ:MIN rbps=N wbps=...`; `max` is no limit and left out).
@@ -588,6 +581,33 @@ fn remove_cgroup_tree(dir: &Path, parent: &Path) {
     eprintln!("cleanup: could not remove {}", dir.display());
 }
 
+/// A `dbcage-test-*` cgroup the test makes itself (in one hierarchy, under the test's own
+/// group there); removed on drop, its processes moved to `parent` first, also when the test
+/// fails.
+pub struct TestGroup {
+    pub dir: PathBuf,
+    parent: PathBuf,
+}
+
+impl TestGroup {
+    /// Makes `parent/name` (`name` must contain `dbcage-test`).
+    pub fn new(parent: &Path, name: &str) -> TestGroup {
+        assert!(name.contains("dbcage-test"), "{name}");
+        let dir = parent.join(name);
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        TestGroup {
+            dir,
+            parent: parent.to_path_buf(),
+        }
+    }
+}
+
+impl Drop for TestGroup {
+    fn drop(&mut self) {
+        remove_cgroup_tree(&self.dir, &self.parent);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // the policy and the binary
 
@@ -691,6 +711,18 @@ impl Tenancy {
 
     pub fn leaf_dir(&self, controller: &str, tenant: &str, leaf: &str) -> PathBuf {
         self.tenant_dir(controller, tenant).join(leaf)
+    }
+
+    /// The controllers `tenant` has groups in, where its processes are checked: dbcage makes a
+    /// tenant's groups only in the hierarchies its settings use, blkio, cpu and cpuacct always
+    /// (never an empty list, so a check over it cannot pass for want of groups), cpuset and
+    /// memory when its group is there (it pins cpus or nodes; it has a memory setting).
+    pub fn grouped(&self, tenant: &str) -> Vec<&'static str> {
+        CONTROLLERS
+            .iter()
+            .copied()
+            .filter(|c| ALWAYS_GROUPED.contains(c) || self.tenant_dir(c, tenant).is_dir())
+            .collect()
     }
 
     /// A string that a process's cgroup path contains once it is in `tenant`'s `leaf`.

@@ -17,9 +17,9 @@ use nix::sys::signal::Signal;
 use crate::common::*;
 use crate::pg::{children_of, Postmaster, INITDB, POSTGRES};
 
-/// Every controller, as ioload.py's `--controller` wants them.
-fn all_controllers() -> String {
-    CONTROLLERS.join(",")
+/// The controllers `tenant` has groups in, as ioload.py's `--controller` wants them.
+fn grouped_controllers(t: &Tenancy, tenant: &str) -> String {
+    t.grouped(tenant).join(",")
 }
 
 fn sleep_bin() -> &'static str {
@@ -59,11 +59,11 @@ fn tenant(name: &str, matches: &[String], exempt: &[String], extra: &str) -> Str
     )
 }
 
-/// True when `pid` is in `tenant`'s `leaf` in every hierarchy.
+/// True when `pid` is in `tenant`'s `leaf` in every hierarchy it has groups in.
 fn placed(t: &Tenancy, pid: u32, tenant: &str, leaf: &str) -> bool {
     let groups = proc_cgroups(pid);
     let m = t.marker(tenant, leaf);
-    CONTROLLERS
+    t.grouped(tenant)
         .iter()
         .all(|c| groups.get(*c).is_some_and(|p| p.ends_with(&m)))
 }
@@ -241,7 +241,7 @@ fn daemon_catches_rename() {
             "--marker",
             &marker,
             "--controller",
-            &all_controllers(),
+            &grouped_controllers(&t, "db"),
             "--delay",
             "0.3",
             "--duration",
@@ -308,7 +308,7 @@ fn daemon_fork_inheritance_and_recheck() {
             "--marker",
             &t.marker("db", "limited"),
             "--controller",
-            &all_controllers(),
+            &grouped_controllers(&t, "db"),
             "--wait-timeout",
             "5",
             "--children",
@@ -658,11 +658,12 @@ fn wait_all_limited(
             .collect();
         want.difference(&inside).copied().collect()
     };
-    wait_until(limit, || CONTROLLERS.iter().all(|c| missing(c).is_empty()));
+    let grouped = t.grouped("db");
+    wait_until(limit, || grouped.iter().all(|c| missing(c).is_empty()));
     let converged = t0.elapsed();
-    let outside = CONTROLLERS
-        .iter()
-        .map(|c| (*c, missing(c)))
+    let outside = grouped
+        .into_iter()
+        .map(|c| (c, missing(c)))
         .filter(|(_, m)| !m.is_empty())
         .collect();
     (converged, outside)
@@ -744,7 +745,7 @@ fn daemon_rechecks_children_whose_fork_was_lost() {
     let out = t.dir().join("dbcage-test-lostfork.out");
     let parent = Child::spawn(r.command(600, &out), main);
     // blkio last: the parent looks at its blkio line.
-    for c in CONTROLLERS.iter().rev() {
+    for c in t.grouped("db").iter().rev() {
         std::fs::write(
             t.leaf_dir(c, "db", "limited").join("cgroup.procs"),
             parent.pid.to_string(),
@@ -1085,7 +1086,7 @@ fn daemon_restart_after_sigkill_converges() {
     );
     assert!(placed(&t, p1.pid, "db", "limited"));
     let want_leaves: BTreeSet<String> = ["exempt", "limited"].map(String::from).into();
-    for c in CONTROLLERS {
+    for c in t.grouped("db") {
         let roots: Vec<String> = subdirs(&parent_dir(c))
             .into_iter()
             .filter(|n| n.contains(&t.root))
@@ -1208,7 +1209,7 @@ fn daemon_sigkill_mid_apply_converges() {
     );
     let tenants: BTreeSet<String> = (0..TENANTS).map(|i| format!("k{i:02}")).collect();
     let leaves: BTreeSet<String> = ["exempt", "limited"].map(String::from).into();
-    for c in CONTROLLERS {
+    for c in t.grouped("k00") {
         let roots: Vec<String> = subdirs(&parent_dir(c))
             .into_iter()
             .filter(|n| n.contains(&t.root))
@@ -1306,7 +1307,7 @@ fn exec_starts_inside_tenant() {
             }
         };
         let m = t.marker("BX1", leaf);
-        for c in CONTROLLERS {
+        for c in t.grouped("BX1") {
             assert!(
                 groups[c].ends_with(&m),
                 "{c}: at its first sight (poll {polls}) sleep was in {}",

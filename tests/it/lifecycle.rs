@@ -1,6 +1,6 @@
 //! Apply, re-apply, release, races with exiting processes, scale, and bad input.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -30,6 +30,22 @@ fn assert_in_everywhere(pid: u32, want: impl Fn(&str) -> String) {
     let groups = proc_cgroups(pid);
     for c in CONTROLLERS {
         assert_eq!(groups[c], want(c), "pid {pid} in the {c} hierarchy");
+    }
+}
+
+/// Where a process of `tenant`'s `leaf` belongs in each hierarchy: that leaf where the tenant
+/// has groups, and elsewhere the group it started in (the test's own: dbcage's parent), which a
+/// tenant whose settings do not use the hierarchy leaves it in.
+fn in_tenant<'a>(
+    t: &'a Tenancy,
+    own: &'a BTreeMap<String, String>,
+    tenant: &'a str,
+    leaf: &'a str,
+) -> impl Fn(&str) -> String + 'a {
+    let grouped = t.grouped(tenant);
+    move |c| match grouped.contains(&c) {
+        true => join(&own[c], &format!("{}/{tenant}/{leaf}", t.root)),
+        false => own[c].clone(),
     }
 }
 
@@ -84,7 +100,12 @@ fn idempotent_apply() {
         mq["reason"],
         format!("exempt[0] cmdline=~{}", name_rule(&lgwr))
     );
-    assert_eq!(mp["targets"].as_array().unwrap().len(), hierarchy_count());
+    // cpu, memory, blkio and cpuacct on v1 (no cpuset: it pins nothing), the one tree on v2
+    let want_targets = match cgroup_version() {
+        Version::V2 => 1,
+        Version::V1 => 4,
+    };
+    assert_eq!(mp["targets"].as_array().unwrap().len(), want_targets);
 
     let first = t.ok(&["apply"]);
     assert!(first.contains("applied:"), "{first}");
@@ -101,8 +122,8 @@ fn idempotent_apply() {
     assert!(plan.contains("no changes"), "{plan}");
 
     let own = parent_paths();
-    assert_in_everywhere(p.pid, |c| join(&own[c], &format!("{}/db/limited", t.root)));
-    assert_in_everywhere(q.pid, |c| join(&own[c], &format!("{}/db/exempt", t.root)));
+    assert_in_everywhere(p.pid, in_tenant(&t, &own, "db", "limited"));
+    assert_in_everywhere(q.pid, in_tenant(&t, &own, "db", "exempt"));
 }
 
 #[test]
@@ -122,12 +143,8 @@ fn release_moves_back_and_removes() {
     let p2 = sleeper(&n2);
     t.ok(&["apply"]);
     let own = parent_paths();
-    assert_in_everywhere(p1.pid, |c| {
-        join(&own[c], &format!("{}/one/limited", t.root))
-    });
-    assert_in_everywhere(p2.pid, |c| {
-        join(&own[c], &format!("{}/two/limited", t.root))
-    });
+    assert_in_everywhere(p1.pid, in_tenant(&t, &own, "one", "limited"));
+    assert_in_everywhere(p2.pid, in_tenant(&t, &own, "two", "limited"));
 
     if cgroup_version() == Version::V2 {
         // The parent has controllers enabled for its children, so v2 lets it hold no process:
@@ -137,21 +154,19 @@ fn release_moves_back_and_removes() {
         println!("release one on v2 under a delegated parent: {}", err.trim());
         assert_eq!(o.status.code(), Some(1), "{err}");
         assert!(err.contains("the processes stay where they are"), "{err}");
-        assert_in_everywhere(p1.pid, |c| {
-            join(&own[c], &format!("{}/one/limited", t.root))
-        });
+        assert_in_everywhere(p1.pid, in_tenant(&t, &own, "one", "limited"));
         return;
     }
     let out = t.ok(&["release", "one"]);
     println!("release one: {}", out.trim().replace('\n', "; "));
     assert!(out.contains("1 process moved back"), "{out}");
     assert_in_everywhere(p1.pid, |c| own[c].clone());
-    assert_in_everywhere(p2.pid, |c| {
-        join(&own[c], &format!("{}/two/limited", t.root))
-    });
+    assert_in_everywhere(p2.pid, in_tenant(&t, &own, "two", "limited"));
     for c in CONTROLLERS {
         let gone = t.tenant_dir(c, "one");
         assert!(!gone.exists(), "{} still exists", gone.display());
+    }
+    for c in t.grouped("two") {
         assert!(t.leaf_dir(c, "two", "limited").is_dir());
     }
     let status = t.json(&["status", "--json", "two"]);
@@ -263,7 +278,7 @@ fn two_thousand_processes() {
     );
     assert!(out.contains(&format!("{N} processes moved")), "{out}");
     let want: BTreeSet<u32> = kids.iter().map(|k| k.pid).collect();
-    for c in CONTROLLERS {
+    for c in t.grouped("db") {
         let inside: BTreeSet<u32> = procs_in(&t.leaf_dir(c, "db", "limited"))
             .into_iter()
             .collect();
@@ -345,4 +360,131 @@ fn bad_input_changes_nothing() {
         }
         assert_in_everywhere(p.pid, |c| own[c].clone());
     }
+}
+
+/// A tenant with only an IO limit gets no cpuset or memory group: its process moves in blkio,
+/// cpu and cpuacct and stays in the cpuset and memory groups it was in (made here, under the
+/// test's own groups). Pinned by a policy change, the tenant gets a cpuset group and the
+/// process moves in; unpinned again, the group is removed and the process is back in dbcage's
+/// parent there. Each `apply` leaves nothing for a second one to do.
+#[test]
+fn an_io_only_tenant_keeps_its_processes_cpuset_and_memory_groups() {
+    if skip_unless_v1("cgroup v1 only: separate cpuset and memory hierarchies") {
+        return;
+    }
+    let disk = LoopDisk::new(64);
+    let sid = sid();
+    let name = format!("ora_p004_{sid}");
+    let body = |cpu: &str| {
+        format!(
+            "[[tenant]]\nname = \"db\"\nmatch = [{{ cmdline = \"{}\" }}]\nstorage = [\"{}\"]\n\
+             [tenant.io]\nread_bps = \"8MiB\"\n{cpu}",
+            name_rule(&name),
+            disk.mount_str()
+        )
+    };
+    let t = Tenancy::new("iogroups", &body(""));
+    // Its own cpuset and memory groups before dbcage sees it (cpuset: the parent's sets).
+    let prior_name = format!("dbcage-test-prior-{sid}");
+    let prior: BTreeMap<&str, TestGroup> = ["cpuset", "memory"]
+        .into_iter()
+        .map(|c| (c, TestGroup::new(&parent_dir(c), &prior_name)))
+        .collect();
+    for f in ["cpuset.cpus", "cpuset.mems"] {
+        let v = std::fs::read_to_string(parent_dir("cpuset").join(f)).unwrap();
+        std::fs::write(prior["cpuset"].dir.join(f), v.trim()).unwrap();
+    }
+    let p = sleeper(&name);
+    for g in prior.values() {
+        std::fs::write(g.dir.join("cgroup.procs"), p.pid.to_string()).unwrap();
+    }
+    let own = parent_paths();
+    let before = proc_cgroups(p.pid);
+    for c in ["cpuset", "memory"] {
+        assert_eq!(before[c], join(&own[c], &prior_name), "{c}: set up");
+    }
+
+    let first = t.json(&["apply", "--json"]);
+    assert!(
+        first["outcome"]["errors"].as_array().unwrap().is_empty(),
+        "{first:#}"
+    );
+    let now = proc_cgroups(p.pid);
+    for c in ALWAYS_GROUPED {
+        assert_eq!(
+            now[c],
+            join(&own[c], &format!("{}/db/limited", t.root)),
+            "{c}"
+        );
+    }
+    for c in ["cpuset", "memory"] {
+        assert_eq!(
+            now[c], before[c],
+            "{c}: the process left the group it was in"
+        );
+        assert!(
+            !t.tenant_dir(c, "db").exists(),
+            "{c}: a group for an io-only tenant"
+        );
+    }
+    let again = t.json(&["apply", "--json"]);
+    assert_eq!(again["plan"]["steps"], serde_json::json!([]), "{again:#}");
+    // status still counts it and reads its IO and CPU time
+    let status = t.json(&["status", "--json", "db"]);
+    assert_eq!(status["tenants"][0]["processes"], 1, "{status:#}");
+    assert!(
+        status["tenants"][0]["cpu"]["usage_seconds"].is_number(),
+        "{status:#}"
+    );
+
+    // Pinned: a cpuset group of its own, the process in it; still no memory group.
+    t.set_policy(&body("[tenant.cpu]\ncpus = \"0\"\n"));
+    let pinned = t.json(&["apply", "--json"]);
+    assert!(
+        pinned["outcome"]["errors"].as_array().unwrap().is_empty(),
+        "{pinned:#}"
+    );
+    let now = proc_cgroups(p.pid);
+    assert_eq!(
+        now["cpuset"],
+        join(&own["cpuset"], &format!("{}/db/limited", t.root))
+    );
+    assert_eq!(t.knob("db", Knob::Cpus), "0");
+    assert_eq!(now["memory"], before["memory"]);
+    assert!(!t.tenant_dir("memory", "db").exists());
+
+    // Unpinned: the group goes, the process is in dbcage's parent's cpuset (the root's set).
+    t.set_policy(&body(""));
+    let unpinned = t.json(&["apply", "--json"]);
+    assert!(
+        unpinned["outcome"]["errors"].as_array().unwrap().is_empty(),
+        "{unpinned:#}"
+    );
+    let steps = unpinned["plan"]["steps"].as_array().unwrap();
+    assert!(
+        steps.iter().any(|s| s["action"] == "remove"),
+        "no group removed: {unpinned:#}"
+    );
+    assert!(
+        !t.tenant_dir("cpuset", "db").exists(),
+        "the cpuset group is left"
+    );
+    let now = proc_cgroups(p.pid);
+    assert_eq!(now["cpuset"], own["cpuset"]);
+    assert_eq!(now["memory"], before["memory"]);
+    for c in ALWAYS_GROUPED {
+        assert_eq!(
+            now[c],
+            join(&own[c], &format!("{}/db/limited", t.root)),
+            "{c}"
+        );
+    }
+    let last = t.json(&["apply", "--json"]);
+    assert_eq!(last["plan"]["steps"], serde_json::json!([]), "{last:#}");
+    println!(
+        "io-only tenant: groups in {:?}; pinned, then unpinned: cpuset group made, then removed ({} steps)",
+        ALWAYS_GROUPED,
+        steps.len()
+    );
+    drop(p);
 }

@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 use crate::pg::*;
 
-/// The leaf `pid` is in, when it is in `tenant` in every hierarchy.
+/// The leaf `pid` is in, when it is in `tenant` in every hierarchy it has groups in.
 fn leaf_of(t: &Tenancy, pid: u32, tenant: &str) -> Option<&'static str> {
     let groups = proc_cgroups(pid);
     ["limited", "exempt"].into_iter().find(|leaf| {
         let m = t.marker(tenant, leaf);
-        CONTROLLERS
+        t.grouped(tenant)
             .iter()
             .all(|c| groups.get(*c).is_some_and(|p| p.ends_with(&m)))
     })
