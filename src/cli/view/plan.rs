@@ -137,18 +137,25 @@ pub fn print_plan(
                 leave,
                 reason,
             } => {
-                let out_of = match leave.len() {
-                    0 => String::new(),
-                    n => format!(
-                        ", back to dbcage's parent in {}",
-                        count(n, "other", "others")
-                    ),
-                };
+                let into = (!targets.is_empty()).then(|| {
+                    format!(
+                        "to {tenant}/{} in {}",
+                        leaf.dir(),
+                        count(targets.len(), "hierarchy", "hierarchies")
+                    )
+                });
+                // the hierarchies its tenant has no group in (see `Step::Move::leave`)
+                let out_of = (!leave.is_empty()).then(|| {
+                    format!(
+                        "back to dbcage's parent in {} ({tenant} has no group there)",
+                        count(leave.len(), "hierarchy", "hierarchies")
+                    )
+                });
+                let what: Vec<String> = into.into_iter().chain(out_of).collect();
                 writeln!(
                     out,
-                    "  move pid {pid} ({comm}) to {tenant}/{} in {}{out_of}    # {reason}",
-                    leaf.dir(),
-                    count(targets.len(), "hierarchy", "hierarchies")
+                    "  move pid {pid} ({comm}) {}    # {reason}",
+                    what.join(", ")
                 )?
             }
             Step::Remove { path, to, reason } => writeln!(
