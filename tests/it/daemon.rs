@@ -287,6 +287,94 @@ fn daemon_catches_rename() {
     );
 }
 
+/// A process that leaves a pinned tenant for one that pins nothing leaves the pinned tenant's
+/// cpuset group too (back to dbcage's parent there), on the daemon's event path: it starts as
+/// `pin`'s (cpus 0: blkio, cpu, cpuacct and cpuset groups), then renames itself into `free`
+/// (no limits: blkio, cpu and cpuacct only; first in the file, so it wins).
+#[test]
+fn daemon_moves_a_process_out_of_the_cpuset_of_the_pinned_tenant_it_leaves() {
+    if skip_unless_v1("cgroup v1 only: a separate cpuset hierarchy") {
+        return;
+    }
+    let _m = measure_lock();
+    let name = format!("dbcage-test-pinleave-{}", sid());
+    let comm = comm_tag("ora_free");
+    let body = format!(
+        "{}{}",
+        tenant("free", &[comm_rule(&comm)], &[], ""),
+        tenant(
+            "pin",
+            &[cmd_rule(&name)],
+            &[],
+            "[tenant.cpu]\ncpus = \"0\"\n"
+        )
+    );
+    let t = Tenancy::new("dpinleave", &body);
+    let d = Daemon::start(&t, &[]);
+    assert!(
+        t.tenant_dir("cpuset", "pin").is_dir(),
+        "no cpuset group for the pinned tenant"
+    );
+    assert!(
+        !t.tenant_dir("cpuset", "free").exists(),
+        "a cpuset group for a tenant that pins nothing"
+    );
+    let mut p = Child::ioload(
+        &name,
+        &[
+            "--marker",
+            &t.marker("free", "limited"),
+            "--controller",
+            &grouped_controllers(&t, "free"),
+            "--delay",
+            "1.0",
+            // alive through the checks: an exited process shows the root group everywhere
+            "--duration",
+            "20",
+            "--wait-timeout",
+            "5",
+            "--comm",
+            &comm,
+            "rename",
+        ],
+    );
+    let t0 = Instant::now();
+    assert_placed_within(
+        &t,
+        &d,
+        p.pid,
+        "pin",
+        "limited",
+        t0,
+        Duration::from_millis(900),
+    );
+    assert!(
+        proc_cgroups(p.pid)["cpuset"].ends_with(&t.marker("pin", "limited")),
+        "not in pin's cpuset leaf: {:?}",
+        proc_cgroups(p.pid)
+    );
+    assert_placed_within(&t, &d, p.pid, "free", "limited", t0, Duration::from_secs(3));
+    let own = parent_paths();
+    let out_of_pin = wait_until(Duration::from_secs(1), || {
+        proc_cgroups(p.pid)["cpuset"] == own["cpuset"]
+    });
+    assert!(
+        out_of_pin,
+        "still in {} after leaving the pinned tenant; daemon log:\n{}",
+        proc_cgroups(p.pid)["cpuset"],
+        d.log()
+    );
+    assert!(
+        p.alive() && placed(&t, p.pid, "free", "limited"),
+        "exited before the checks"
+    );
+    println!(
+        "left the pinned tenant: in free's groups and back in {} (cpuset) {:.0} ms after start",
+        own["cpuset"],
+        ms(t0.elapsed())
+    );
+}
+
 #[test]
 fn daemon_fork_inheritance_and_recheck() {
     if skip() {
