@@ -90,7 +90,7 @@ cap=$((none_b_solo / 10))
 policy "read_iops = $cap
 write_iops = $cap" ""
 measure caps
-/bin/dbcage iocost /dev/nullb0 --step-time 500ms --jobs-max 8 --destructive --apply 2>&1 | sed 's/^/INFO | /'
+/bin/dbcage iocost /dev/nullb0 --step-time 500ms --destructive --apply 2>&1 | sed 's/^/INFO | /'
 policy "weight = 100" "weight = 900"
 measure weights
 # the same model with the virtual rate held at 100% (no latency feedback)
