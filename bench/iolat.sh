@@ -23,22 +23,31 @@ ROUNDS=${ROUNDS:-6}
 SECS=${SECS:-5}
 [ -x "$DBCAGE" ] || { echo "build first: cargo build --release (or DBCAGE=...)" >&2; exit 2; }
 
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 work=$(mktemp -d /tmp/dbcage-test-bench-iolat.XXXXXX)
+root=dbcage-test-bench-iolat-$$
 loop=""
 cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM HUP
   [ -n "${iolat_pid:-}" ] && kill "$iolat_pid" 2>/dev/null && wait "$iolat_pid" 2>/dev/null
   [ -n "$loop" ] && losetup -d "$loop"
   "$DBCAGE" -c "$work/dbcage.toml" release --all >/dev/null 2>&1 || true
+  remove_root "$root" # what release left (a build that failed, a run stopped mid-apply)
   rm -rf "$work"
+  exit "$rc"
 }
 trap cleanup EXIT
+# bash runs the EXIT trap on a signal only when the signal is trapped
+trap 'exit 130' INT TERM HUP
 exec 9>/tmp/dbcage-measure.lock
 flock 9
 
 cat >"$work/dbcage.toml" <<TOML
 [agent]
 parent = "self"
-root = "dbcage-test-bench-iolat-$$"
+root = "$root"
 
 [[tenant]]
 name = "bench"

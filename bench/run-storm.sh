@@ -43,6 +43,8 @@ CLASSIFIER_NICE=${CLASSIFIER_NICE:--10}
 STORM_ARGS=${STORM_ARGS:-}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CG=/sys/fs/cgroup
+# shellcheck source=bench/lib.sh
+. "$REPO/bench/lib.sh"
 
 die() { echo "run-storm: $*" >&2; exit 1; }
 note() { echo "== $*"; }
@@ -92,27 +94,6 @@ stop_pid() { # pid signal: signal, wait up to 5 s, then SIGKILL
 # Remove one of our cgroup trees depth-first. Leftover processes go back to the tree's parent,
 # except in memory (dbcage's memory groups sit inside the supervisor's subtree), where nothing is
 # moved: the storm's children end by themselves within ~2.5 s, so we wait for them.
-remove_tree() {
-    local top=$1 parent d pid
-    [ -d "$top" ] || return 0
-    case "$(basename "$top")" in *dbcage-test*) ;; *) echo "run-storm: refusing to remove $top" >&2; return 0 ;; esac
-    parent=$(dirname "$top")
-    for _ in $(seq 50); do
-        while read -r d; do
-            case "$top" in
-                "$CG/memory/"*) ;;
-                *) while read -r pid; do
-                       echo "$pid" >"$parent/cgroup.procs" 2>/dev/null || true
-                   done <"$d/cgroup.procs" ;;
-            esac
-            rmdir "$d" 2>/dev/null || true
-        done < <(find "$top" -depth -type d)
-        [ -d "$top" ] || return 0
-        sleep 0.1
-    done
-    echo "run-storm: could not remove $top" >&2
-}
-
 cleanup() {
     local rc=$? pid d
     trap - EXIT INT TERM
@@ -125,7 +106,7 @@ cleanup() {
     remove_tree "$BASE_GROUP"
     for d in "${BASE4[@]}"; do remove_tree "$d"; done
     # dbcage's root, wherever parent = "self" put it, if release left it.
-    while read -r d; do remove_tree "$d"; done < <(find "$CG" -maxdepth 6 -type d -name dbcage-test-storm 2>/dev/null)
+    remove_root dbcage-test-storm
     rm -rf "$W"
     exit "$rc"
 }
