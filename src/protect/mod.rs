@@ -184,24 +184,31 @@ fn io_totals(stat: &Path) -> Option<IoCounters> {
     Some(sum)
 }
 
-/// One donor's change at a step, for the log: `batch 100 -> 50` (weight) or `batch read_iops
-/// 2000 -> 1000` (caps).
-fn change_text(policy: &Policy, lever: GuardLever, donor: &str, from: u32, to: u32) -> String {
-    match lever {
-        GuardLever::Weight => {
-            let base = base_weight(policy, donor);
-            format!("{donor} {} -> {}", lowered(base, from), lowered(base, to))
+/// What a donor has after some halvings of its configured io.weight or IO caps.
+enum Level {
+    Weight(u32),
+    Caps(IoLimits),
+}
+
+impl Level {
+    fn of(policy: &Policy, lever: GuardLever, donor: &str, steps: u32) -> Level {
+        match lever {
+            GuardLever::Weight => Level::Weight(lowered(base_weight(policy, donor), steps)),
+            GuardLever::Caps => Level::Caps(lowered_caps(&base_caps(policy, donor), steps)),
         }
-        GuardLever::Caps => {
-            let base = base_caps(policy, donor);
-            format!(
-                "{donor} {} -> {}",
-                caps_text(&lowered_caps(&base, from)),
-                caps_text(&lowered_caps(&base, to))
-            )
+    }
+
+    /// `50` or `read_iops 1000`, for the log.
+    fn text(&self) -> String {
+        match self {
+            Level::Weight(w) => w.to_string(),
+            Level::Caps(c) => caps_text(c),
         }
     }
 }
+
+/// What the guards hold lowered, per donor the lowest any asks for: weights and caps.
+type Held = (BTreeMap<String, u32>, BTreeMap<String, IoLimits>);
 
 fn lever_name(lever: GuardLever) -> &'static str {
     match lever {
@@ -333,7 +340,7 @@ impl Guard {
             .hierarchies
             .iter()
             .position(|h| h.version == Version::V2);
-        let before = (self.weights(policy), self.caps(policy));
+        let before = self.held(policy);
         let wanted: BTreeMap<&str, &IoGuard> = policy
             .tenants
             .iter()
@@ -404,7 +411,7 @@ impl Guard {
                 }
             }
         }
-        (self.weights(policy), self.caps(policy)) != before
+        self.held(policy) != before
     }
 
     /// The armed triggers, to poll for POLLPRI, with their tenant.
@@ -434,7 +441,10 @@ impl Guard {
             .config
             .donors
             .iter()
-            .map(|d| change_text(policy, w.config.lever, &d.value, steps - 1, steps))
+            .map(|d| {
+                let level = |n| Level::of(policy, w.config.lever, &d.value, n).text();
+                format!("{} {} -> {}", d.value, level(steps - 1), level(steps))
+            })
             .collect();
         info!(
             tenant,
@@ -471,13 +481,9 @@ impl Guard {
                     .config
                     .donors
                     .iter()
-                    .map(|d| match w.config.lever {
-                        GuardLever::Weight => {
-                            format!("{} {}", d.value, base_weight(policy, &d.value))
-                        }
-                        GuardLever::Caps => {
-                            format!("{} {}", d.value, caps_text(&base_caps(policy, &d.value)))
-                        }
+                    .map(|d| {
+                        let level = Level::of(policy, w.config.lever, &d.value, 0);
+                        format!("{} {}", d.value, level.text())
                     })
                     .collect();
                 info!(
@@ -494,45 +500,29 @@ impl Guard {
         changed
     }
 
-    /// The donors' weights in force: per donor the lowest any guard asks for.
-    pub fn weights(&self, policy: &Policy) -> BTreeMap<String, u32> {
-        let mut out: BTreeMap<String, u32> = BTreeMap::new();
-        for w in self.watches.values() {
-            if w.episode.steps == 0 || w.config.lever != GuardLever::Weight {
-                continue;
-            }
+    /// The donors' weights and caps in force: per donor the lowest any guard asks for.
+    fn held(&self, policy: &Policy) -> Held {
+        let (mut weights, mut caps): Held = Default::default();
+        for w in self.watches.values().filter(|w| w.episode.steps > 0) {
             for d in &w.config.donors {
-                let v = lowered(base_weight(policy, &d.value), w.episode.steps);
-                out.entry(d.value.clone())
-                    .and_modify(|x| *x = (*x).min(v))
-                    .or_insert(v);
+                match Level::of(policy, w.config.lever, &d.value, w.episode.steps) {
+                    Level::Weight(v) => {
+                        let x = weights.entry(d.value.clone()).or_insert(v);
+                        *x = (*x).min(v);
+                    }
+                    Level::Caps(v) => {
+                        let x = caps.entry(d.value.clone()).or_insert(v);
+                        *x = x.min_each(&v);
+                    }
+                }
             }
         }
-        out
-    }
-
-    /// The donors' IO caps in force (lever `caps`): per donor and cap the lowest any guard
-    /// asks for.
-    pub fn caps(&self, policy: &Policy) -> BTreeMap<String, IoLimits> {
-        let mut out: BTreeMap<String, IoLimits> = BTreeMap::new();
-        for w in self.watches.values() {
-            if w.episode.steps == 0 || w.config.lever != GuardLever::Caps {
-                continue;
-            }
-            for d in &w.config.donors {
-                let v = lowered_caps(&base_caps(policy, &d.value), w.episode.steps);
-                out.entry(d.value.clone())
-                    .and_modify(|x| *x = x.min_each(&v))
-                    .or_insert(v);
-            }
-        }
-        out
+        (weights, caps)
     }
 
     /// Lays the guards' lowered weights and caps over the plan's adjustments.
     pub fn adjust(&self, policy: &Policy, adjust: &mut crate::engine::Adjustments) {
-        adjust.weights = self.weights(policy);
-        adjust.caps = self.caps(policy);
+        (adjust.weights, adjust.caps) = self.held(policy);
     }
 
     /// Per protected tenant: its state, for status and the metrics.
@@ -541,33 +531,17 @@ impl Guard {
             .iter()
             .map(|(n, w)| {
                 let steps = w.episode.steps;
-                let by_weight = w.config.lever == GuardLever::Weight;
-                let capped = if steps == 0 || by_weight {
-                    BTreeMap::new()
-                } else {
-                    w.config
-                        .donors
-                        .iter()
-                        .map(|d| {
-                            let c = lowered_caps(&base_caps(policy, &d.value), steps);
-                            (d.value.clone(), caps_text(&c))
-                        })
-                        .collect()
-                };
-                let lowered = if steps == 0 || !by_weight {
-                    BTreeMap::new()
-                } else {
-                    w.config
-                        .donors
-                        .iter()
-                        .map(|d| {
-                            (
-                                d.value.clone(),
-                                lowered(base_weight(policy, &d.value), steps),
-                            )
-                        })
-                        .collect()
-                };
+                let (mut lowered, mut capped) = (BTreeMap::new(), BTreeMap::new());
+                for d in w.config.donors.iter().filter(|_| steps > 0) {
+                    match Level::of(policy, w.config.lever, &d.value, steps) {
+                        Level::Weight(v) => {
+                            lowered.insert(d.value.clone(), v);
+                        }
+                        Level::Caps(c) => {
+                            capped.insert(d.value.clone(), caps_text(&c));
+                        }
+                    }
+                }
                 (
                     n.clone(),
                     GuardState {
