@@ -76,15 +76,44 @@ storage = ["/dev/nullb0"]
 $3
 EOF2
 }
+# wait_for TENTHS CONDITION: evaluates CONDITION every 0.1 s, TENTHS times at most; prints the
+# time (ms) it first held, nothing if it never did.
+wait_for() {
+    n=0
+    while [ $n -lt "$1" ]; do
+        if eval "$2"; then now_ms; return 0; fi
+        /bin/sleep 0.1
+        n=$((n + 1))
+    done
+    return 1
+}
+start_daemon() { # start_daemon POLICY LOG: sets DAEMON; returns once the guard is armed (10 s at most)
+    /bin/dbcage -c "$1" run >"$2" 2>&1 &
+    DAEMON=$!
+    wait_for 100 "grep -q 'protection guard armed' $2" >/dev/null
+}
+start_flood() { # start_flood POLICY: batch's 32 synchronous readers; sets BATCH and FLOOD_T0
+    FLOOD_T0=$(now_ms)
+    /bin/dbcage -c "$1" exec batch -- /tmp/dbcage-test-batch --name=dbcage-test-batch \
+        --filename=/dev/nullb0 --rw=randread --bs=4k --direct=1 --ioengine=psync --numjobs=32 \
+        --offset=256M --size=256M --time_based --runtime=120 >/dev/null 2>&1 &
+    BATCH=$!
+}
+stop_flood() { # sets FLOOD_T1
+    kill "$BATCH" 2>/dev/null
+    for p in $(cat $ROOT/batch/limited/cgroup.procs 2>/dev/null); do kill "$p" 2>/dev/null; done
+    FLOOD_T1=$(now_ms)
+}
+react_ms() { sed -n "s/.*donors' limits written \([0-9]*\) ms after the pressure trigger.*/\1/p" "$1" | head -1; }
+lowerings() { grep -c "protection guard: io pressure of .* passed" "$1"; }
+restores() { grep -c "protection guard: io pressure of .* restored" "$1"; }
+
 policy /tmp/guard.toml weight "weight = 100"
 D="/bin/dbcage -c /tmp/guard.toml"
 out=$($D check 2>&1)
 rc=$?
 [ $rc -eq 0 ] || info "check exit $rc: $out"
-$D run >/tmp/guard-daemon.log 2>&1 &
-DAEMON=$!
-i=0
-while [ $i -lt 100 ] && ! grep -q "protection guard armed" /tmp/guard-daemon.log; do /bin/sleep 0.1; i=$((i + 1)); done
+start_daemon /tmp/guard.toml /tmp/guard-daemon.log
 if grep -q "protection guard armed" /tmp/guard-daemon.log; then
     pass armed "$(grep "protection guard armed" /tmp/guard-daemon.log | sed 's/.*protection guard armed/protection guard armed/')"
 else
@@ -109,29 +138,18 @@ else
     fail quiet_alone "db alone: batch io.weight [$w], $lowered_alone actions"
 fi
 
-t0=$(now_ms)
-$D exec batch -- /tmp/dbcage-test-batch --name=dbcage-test-batch --filename=/dev/nullb0 --rw=randread \
-    --bs=4k --direct=1 --ioengine=psync --numjobs=32 --offset=256M --size=256M --time_based \
-    --runtime=120 >/dev/null 2>&1 &
-BATCH=$!
-t_low=""
-i=0
+start_flood /tmp/guard.toml
 # Up to 90 s (the flood raises db's stall share to about four times the threshold within seconds;
 # the bound is for a loaded host); what the guard does once it has is checked below.
-while [ $i -lt 900 ]; do
-    w=$(weight)
-    if [ -n "$w" ] && [ "$w" -lt 100 ]; then t_low=$(now_ms); break; fi
-    /bin/sleep 0.1
-    i=$((i + 1))
-done
+t_low=$(wait_for 900 '[ "$(weight)" -lt 100 ] 2>/dev/null')
 /bin/sleep 6
 info "db under the flood: io.pressure [$(head -1 $ROOT/db/io.pressure)], batch io.weight $(weight)"
 grep "protection guard" /tmp/guard-daemon.log | sed 's/^/INFO | /'
-react=$(sed -n "s/.*donors' limits written \([0-9]*\) ms after the pressure trigger.*/\1/p" /tmp/guard-daemon.log | head -1)
+react=$(react_ms /tmp/guard-daemon.log)
 if [ -n "$t_low" ] && [ -n "$react" ] && [ "$react" -le 1000 ]; then
-    pass lowered "batch io.weight lowered $((t_low - t0)) ms after the flood started; trigger to write: $react ms"
+    pass lowered "batch io.weight lowered $((t_low - FLOOD_T0)) ms after the flood started; trigger to write: $react ms"
 else
-    fail lowered "batch io.weight [$(weight)], trigger to write [$react] ms, seen after [$t_low - $t0]"
+    fail lowered "batch io.weight [$(weight)], trigger to write [$react] ms, seen after [$t_low - $FLOOD_T0]"
 fi
 st=$($D status --interval 0 db 2>&1)
 if echo "$st" | grep -q "protecting: batch io.weight $(weight) (step [123] of 3), [123] lowerings 0 restores"; then
@@ -146,22 +164,14 @@ else
     fail floor "batch io.weight [$w]"
 fi
 
-kill "$BATCH" 2>/dev/null
-for p in $(cat $ROOT/batch/limited/cgroup.procs 2>/dev/null); do kill "$p" 2>/dev/null; done
-t1=$(now_ms)
-t_back=""
-i=0
-while [ $i -lt 300 ]; do
-    if [ "$(weight)" = 100 ]; then t_back=$(now_ms); break; fi
-    /bin/sleep 0.1
-    i=$((i + 1))
-done
+stop_flood
+t_back=$(wait_for 300 '[ "$(weight)" = 100 ]')
 /bin/sleep 3
 grep "protection guard" /tmp/guard-daemon.log | tail -2 | sed 's/^/INFO | /'
-lowerings=$(grep -c "protection guard: io pressure of .* passed" /tmp/guard-daemon.log)
-restores=$(grep -c "protection guard: io pressure of .* io.weight restored" /tmp/guard-daemon.log)
+lowerings=$(lowerings /tmp/guard-daemon.log)
+restores=$(restores /tmp/guard-daemon.log)
 if [ -n "$t_back" ] && [ "$(weight)" = 100 ]; then
-    pass restored "batch io.weight back to 100 $((t_back - t1)) ms after the flood stopped"
+    pass restored "batch io.weight back to 100 $((t_back - FLOOD_T1)) ms after the flood stopped"
 else
     fail restored "batch io.weight [$(weight)] 30 s after the flood stopped"
 fi
@@ -187,10 +197,7 @@ kill "$DAEMON" 2>/dev/null
 wait "$DAEMON" 2>/dev/null
 policy /tmp/guard-caps.toml caps "read_iops = 800"
 DC="/bin/dbcage -c /tmp/guard-caps.toml"
-$DC run >/tmp/guard-caps.log 2>&1 &
-DAEMON=$!
-i=0
-while [ $i -lt 100 ] && ! grep -q "protection guard armed" /tmp/guard-caps.log; do /bin/sleep 0.1; i=$((i + 1)); done
+start_daemon /tmp/guard-caps.toml /tmp/guard-caps.log
 riops() { sed -n 's/.*riops=\([0-9a-z]*\).*/\1/p' $ROOT/batch/limited/io.max 2>/dev/null; }
 stall_us() { sed -n 's/^some .*total=\([0-9]*\)/\1/p' $ROOT/db/io.pressure; }
 if grep -q "protection guard armed: .* lowers the io caps of \`batch\`" /tmp/guard-caps.log && [ "$(riops)" = 800 ]; then
@@ -198,26 +205,15 @@ if grep -q "protection guard armed: .* lowers the io caps of \`batch\`" /tmp/gua
 else
     fail caps_armed "riops [$(riops)]; log: $(grep "protection guard" /tmp/guard-caps.log)"
 fi
-t0=$(now_ms)
-$DC exec batch -- /tmp/dbcage-test-batch --name=dbcage-test-batch --filename=/dev/nullb0 --rw=randread \
-    --bs=4k --direct=1 --ioengine=psync --numjobs=32 --offset=256M --size=256M --time_based \
-    --runtime=120 >/dev/null 2>&1 &
-BATCH=$!
-t_low=""
-i=0
-while [ $i -lt 900 ]; do
-    r=$(riops)
-    if [ -n "$r" ] && [ "$r" != max ] && [ "$r" -lt 800 ]; then t_low=$(now_ms); break; fi
-    /bin/sleep 0.1
-    i=$((i + 1))
-done
+start_flood /tmp/guard-caps.toml
+t_low=$(wait_for 900 '[ "$(riops)" -lt 800 ] 2>/dev/null')
 /bin/sleep 6
-react=$(sed -n "s/.*donors' limits written \([0-9]*\) ms after the pressure trigger.*/\1/p" /tmp/guard-caps.log | head -1)
+react=$(react_ms /tmp/guard-caps.log)
 grep "protection guard" /tmp/guard-caps.log | sed 's/^/INFO | /'
 if [ -n "$t_low" ] && [ -n "$react" ] && [ "$react" -le 1000 ]; then
-    pass caps_lowered "batch's read_iops cap lowered $((t_low - t0)) ms after the flood started (now riops=$(riops)); trigger to write: $react ms"
+    pass caps_lowered "batch's read_iops cap lowered $((t_low - FLOOD_T0)) ms after the flood started (now riops=$(riops)); trigger to write: $react ms"
 else
-    fail caps_lowered "riops [$(riops)], trigger to write [$react] ms, seen after [$t_low - $t0]"
+    fail caps_lowered "riops [$(riops)], trigger to write [$react] ms, seen after [$t_low - $FLOOD_T0]"
 fi
 s0=$(stall_us)
 /bin/sleep 5
@@ -228,7 +224,7 @@ if awk -v s="$share" 'BEGIN { exit !(s < 10) }'; then
 else
     fail caps_relieve "under the flood with batch at riops=$(riops): db stalls $share% of the time (want < 10%)"
 fi
-held=$(grep -c "protection guard: io pressure of .* io caps restored" /tmp/guard-caps.log)
+held=$(restores /tmp/guard-caps.log)
 st=$($DC status --interval 0 db 2>&1)
 if [ "$held" -eq 0 ] && [ "$(riops)" -lt 800 ] &&
     echo "$st" | grep -q "protecting: batch io caps read_iops $(riops) (step [123] of 3)"; then
@@ -236,21 +232,13 @@ if [ "$held" -eq 0 ] && [ "$(riops)" -lt 800 ] &&
 else
     fail caps_held "$held restores, riops [$(riops)]; status: $st"
 fi
-kill "$BATCH" 2>/dev/null
-for p in $(cat $ROOT/batch/limited/cgroup.procs 2>/dev/null); do kill "$p" 2>/dev/null; done
-t1=$(now_ms)
-t_back=""
-i=0
-while [ $i -lt 300 ]; do
-    if [ "$(riops)" = 800 ]; then t_back=$(now_ms); break; fi
-    /bin/sleep 0.1
-    i=$((i + 1))
-done
+stop_flood
+t_back=$(wait_for 300 '[ "$(riops)" = 800 ]')
 /bin/sleep 3
-lowerings=$(grep -c "protection guard: io pressure of .* passed" /tmp/guard-caps.log)
-restores=$(grep -c "protection guard: io pressure of .* io caps restored" /tmp/guard-caps.log)
+lowerings=$(lowerings /tmp/guard-caps.log)
+restores=$(restores /tmp/guard-caps.log)
 if [ -n "$t_back" ] && [ "$lowerings" -ge 1 ] && [ "$lowerings" -le 3 ] && [ "$restores" -eq 1 ]; then
-    pass caps_restored "riops back to 800 $((t_back - t1)) ms after the flood stopped; $lowerings lowering(s), $restores restore"
+    pass caps_restored "riops back to 800 $((t_back - FLOOD_T1)) ms after the flood stopped; $lowerings lowering(s), $restores restore"
 else
     fail caps_restored "riops [$(riops)] 30 s after the flood stopped; $lowerings lowerings, $restores restores"
 fi
