@@ -225,14 +225,7 @@ pub fn place(needs: &[Need], nodes: &[Node]) -> Result<Vec<Choice>, Refusal> {
         let fits_one = free
             .iter()
             .filter(|(_, f)| f.holds(need))
-            .min_by(|(ia, a), (ib, b)| {
-                a.users
-                    .len()
-                    .cmp(&b.users.len())
-                    .then(b.memory_left().cmp(&a.memory_left()))
-                    .then(b.cpus.total_cmp(&a.cpus))
-                    .then(ia.cmp(ib))
-            })
+            .min_by(|(ia, a), (ib, b)| preferred((**ia, a), (**ib, b)))
             .map(|(id, f)| (*id, f.users.clone()));
         let choice = if let Some((id, users)) = fits_one {
             let reason = if users.is_empty() {
@@ -323,6 +316,17 @@ pub fn place(needs: &[Need], nodes: &[Node]) -> Result<Vec<Choice>, Refusal> {
         .collect())
 }
 
+/// Which of two nodes a tenant that fits on either goes to first: the one with fewer tenants,
+/// then more memory left, more cpus free, the lower number.
+fn preferred((ia, a): (u32, &Free), (ib, b): (u32, &Free)) -> std::cmp::Ordering {
+    a.users
+        .len()
+        .cmp(&b.users.len())
+        .then(b.memory_left().cmp(&a.memory_left()))
+        .then(b.cpus.total_cmp(&a.cpus))
+        .then(ia.cmp(&ib))
+}
+
 /// The nodes of `current` (the fewest) that hold `need` with what they have free, if any.
 fn keep_within(free: &BTreeMap<u32, Free>, current: &CpuSet, need: &Need) -> Option<Vec<u32>> {
     let mine: Vec<(u32, &Free)> = free
@@ -333,14 +337,7 @@ fn keep_within(free: &BTreeMap<u32, Free>, current: &CpuSet, need: &Need) -> Opt
     if let Some((id, _)) = mine
         .iter()
         .filter(|(_, f)| f.holds(need))
-        .min_by(|(ia, a), (ib, b)| {
-            a.users
-                .len()
-                .cmp(&b.users.len())
-                .then(b.memory_left().cmp(&a.memory_left()))
-                .then(b.cpus.total_cmp(&a.cpus))
-                .then(ia.cmp(ib))
-        })
+        .min_by(|(ia, a), (ib, b)| preferred((*ia, a), (*ib, b)))
     {
         return Some(vec![*id]);
     }
