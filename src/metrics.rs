@@ -701,7 +701,18 @@ fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
         let names: Vec<String> = policy.tenants.iter().map(|t| t.name.clone()).collect();
         let owners = crate::iolat::command::owners(layout, &names);
         drop(view);
-        let by = prog.read().by_tenant(&owners);
+        let snap = prog.read();
+        fam(
+            "dbcage_io_latency_uncounted",
+            "IO requests the latency program saw complete but did not record: reason=full when all of its 1024 histograms (cgroup, disk, operation) are taken, raced when CPUs raced for a new one",
+            None,
+            Counter,
+            &[
+                (vec![("reason", "full")], snap.dropped as f64),
+                (vec![("reason", "raced")], snap.raced as f64),
+            ],
+        )?;
+        let by = snap.by_tenant(&owners);
         sink.io_latency(&crate::iolat::metrics::Histograms::new(
             &shared.fs.path("/sys"),
             &by,

@@ -174,10 +174,11 @@ pub fn iolat_command(
         }
     }
     tracing::debug!(
-        "iolat: {} requests completed ({} unmatched, {} dropped), {} keys",
+        "iolat: {} requests completed ({} unmatched, {} dropped, {} raced), {} keys",
         snap.completed(),
         snap.unmatched,
         snap.dropped,
+        snap.raced,
         snap.entries.len()
     );
     let by = snap.by_tenant(&owners(&layout, &names));
@@ -189,12 +190,8 @@ pub fn iolat_command(
     let secs = recorded.as_secs_f64();
     // Whole milliseconds: an interrupted recording's duration prints as `3s 212ms`.
     let recorded = Duration::from_millis(recorded.as_millis() as u64);
-    if snap.dropped > 0 {
-        writeln!(
-            out,
-            "note: requests not counted: {} (the histogram map holds 1024 tenant, disk and operation combinations)",
-            snap.dropped
-        )?;
+    for note in snap.uncounted_notes() {
+        writeln!(out, "note: {note}")?;
     }
 
     if args.json {

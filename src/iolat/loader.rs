@@ -23,6 +23,7 @@ const SUBMIT_TARGETS: [&str; 2] = ["__blk_throtl_bio", "submit_bio_noacct"];
 /// Indices of the `counters` map (iolat.bpf.c `CNT_*`).
 const CNT_UNMATCHED: u32 = 0;
 const CNT_DROPPED: u32 = 1;
+const CNT_RACED: u32 = 2;
 
 const BTF: &str = "/sys/kernel/btf/vmlinux";
 const CAP_SYS_ADMIN: u32 = 21;
@@ -302,6 +303,7 @@ impl IoLatency {
             };
             snap.unmatched = at(CNT_UNMATCHED);
             snap.dropped = at(CNT_DROPPED);
+            snap.raced = at(CNT_RACED);
         }
         snap
     }

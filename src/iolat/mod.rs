@@ -254,13 +254,41 @@ pub struct Key {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
     pub entries: BTreeMap<Key, Stages>,
-    /// Completions not recorded because the histogram map was full.
+    /// Completions not recorded because every histogram slot was taken.
     pub dropped: u64,
+    /// Completions not recorded because other CPUs took the slots they tried for a new key
+    /// (rare: the key's next completion tries again).
+    pub raced: u64,
     /// Completions of bios queued before the program was loaded (not counted).
     pub unmatched: u64,
 }
 
+/// How many (cgroup, disk, operation) combinations the program keeps histograms for: mirrors
+/// `MAX_SLOTS` in iolat.bpf.c.
+pub const HISTOGRAM_KEYS: usize = 1024;
+
 impl Snapshot {
+    /// What the program saw but did not record, one line per reason, for the user.
+    pub fn uncounted_notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.dropped > 0 {
+            notes.push(format!(
+                "requests not counted: {} (every one of the {HISTOGRAM_KEYS} histograms is taken: \
+                 one per cgroup, disk and operation seen since the program was loaded; restart \
+                 the recording or the daemon to start afresh)",
+                self.dropped
+            ));
+        }
+        if self.raced > 0 {
+            notes.push(format!(
+                "requests not counted: {} (CPUs completing the first requests of a new cgroup, \
+                 disk and operation at once raced for its histogram; the next ones are counted)",
+                self.raced
+            ));
+        }
+        notes
+    }
+
     /// Requests completed and recorded, over every cgroup, disk and operation.
     pub fn completed(&self) -> u64 {
         self.entries.values().map(|s| s.total.count).sum()
@@ -281,6 +309,7 @@ impl Snapshot {
                 })
                 .collect(),
             dropped: self.dropped.saturating_sub(earlier.dropped),
+            raced: self.raced.saturating_sub(earlier.raced),
             unmatched: self.unmatched.saturating_sub(earlier.unmatched),
         }
     }

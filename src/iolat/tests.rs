@@ -179,3 +179,28 @@ fn the_text_histogram_reads_like_the_seed() {
     assert_eq!(render::us_label(1 << 10), "1.024ms");
     assert_eq!(render::us_label(1 << 20), "1.049s");
 }
+
+#[test]
+fn uncounted_requests_say_why_per_reason() {
+    let none = Snapshot::default();
+    assert!(none.uncounted_notes().is_empty());
+    let both = Snapshot {
+        dropped: 7,
+        raced: 2,
+        ..Snapshot::default()
+    };
+    let notes = both.uncounted_notes();
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(
+        notes[0].starts_with("requests not counted: 7 (every one of the 1024 histograms is taken")
+    );
+    assert!(notes[1].starts_with("requests not counted: 2 (CPUs completing"));
+    // `since` keeps each reason apart
+    let later = Snapshot {
+        dropped: 9,
+        raced: 2,
+        ..Snapshot::default()
+    };
+    let d = later.since(&both);
+    assert_eq!((d.dropped, d.raced), (2, 0));
+}

@@ -280,6 +280,14 @@ fn metrics_endpoint_parses_with_the_reference_parser() {
             && l["le"] == "+Inf"),
         64.0
     );
+    // Nothing left unrecorded with one tenant on one disk; each reason is its own series.
+    for reason in ["full", "raced"] {
+        assert_eq!(
+            value("dbcage_io_latency_uncounted", &|l| l["reason"] == reason),
+            0.0,
+            "{text}"
+        );
+    }
     assert_eq!(value("dbcage_memory_limit_bytes", &db), (256 << 20) as f64);
     assert!(
         value("dbcage_events", &|_| true) >= 1.0,
