@@ -7,9 +7,10 @@
 #
 # Overhead: a raw loop device over a sparse file (reads never leave the page cache, so the
 # device is as fast as this host gets: the program's cost is the largest share it can be),
-# fio 4 KiB random direct reads, one job at depth 1, ROUNDS rounds alternating without and
-# with `dbcage iolat` loaded. Per round IOPS; at the end the median of each side, the
-# throughput loss and the cost per IO (1/IOPS with - 1/IOPS without). Then one more round
+# fio 4 KiB random direct reads, one job at depth 1, ROUNDS rounds of a pair: without and
+# with `dbcage iolat` loaded, the order flipped each round. Per round IOPS; at the end the
+# median of each side, the throughput loss and the cost per IO (1/IOPS with - 1/IOPS
+# without), and the median of the rounds' own losses with a 95% bootstrap interval. Then one more round
 # with `dbcage iolat --cost`: the kernel times each run of the program (steadier than the
 # throughput on a busy host, where rounds vary by more than the program costs; kept out of the
 # rounds above because the statistics add about 55 ns per run of their own).
@@ -78,22 +79,41 @@ start_iolat() { # start_iolat SECONDS ARGS...: returns once the program is attac
 echo "== overhead: $loop (page cache), fio randread 4k direct depth 1, ${SECS}s x $ROUNDS rounds each side"
 without=()
 with=()
-for r in $(seq "$ROUNDS"); do
-  a=$(fio_iops)
+with_round() { # one fio round with the program loaded
   start_iolat $((SECS + 30))
-  b=$(fio_iops)
+  fio_iops
   kill "$iolat_pid"; wait "$iolat_pid" 2>/dev/null || true; iolat_pid=""
-  printf 'round %d: without %.0f IOPS, with %.0f IOPS\n' "$r" "$a" "$b"
+}
+# The first fio round of a run gives a third of the others' IOPS (seen with and without the
+# program, and after reading the whole file first): one round that is not counted.
+fio_iops >/dev/null
+for r in $(seq "$ROUNDS"); do
+  # Each round's order flips (without-with, with-without): a host getting busier or quieter
+  # over the run then weighs on both sides alike instead of on whichever ran second.
+  if [ $((r % 2)) -eq 1 ]; then
+    a=$(fio_iops); b=$(with_round)
+  else
+    b=$(with_round); a=$(fio_iops)
+  fi
+  printf 'round %d: without %.0f IOPS, with %.0f IOPS (load %s)\n' "$r" "$a" "$b" "$(cut -d' ' -f1 /proc/loadavg)"
   without+=("$a")
   with+=("$b")
 done
 python3 - "${without[*]}" "${with[*]}" <<'PY'
-import statistics, sys
+import random, statistics, sys
 wo = [float(x) for x in sys.argv[1].split()]
 wi = [float(x) for x in sys.argv[2].split()]
 a, b = statistics.median(wo), statistics.median(wi)
 print(f"median: without {a:.0f} IOPS, with {b:.0f} IOPS: {100 * (a - b) / a:+.2f}% throughput loss, "
       f"{(1 / b - 1 / a) * 1e6:+.3f} us per IO")
+# Each round pairs two neighbouring measurements: the loss per round, its median and a 95%
+# bootstrap interval of that median (resampling rounds), which says whether the figure is
+# the program's or the host's noise.
+loss = sorted(100 * (x - y) / x for x, y in zip(wo, wi))
+rng = random.Random(25)
+meds = sorted(statistics.median(rng.choices(loss, k=len(loss))) for _ in range(2000))
+print(f"paired: median loss {statistics.median(loss):+.2f}% over {len(loss)} rounds, "
+      f"95% interval {meds[50]:+.2f}% .. {meds[1949]:+.2f}%")
 PY
 start_iolat $((SECS + 30)) --cost
 fio_iops >/dev/null
