@@ -2,7 +2,10 @@
 # Issue 19's scenarios with the daemon under systemd 252 (tests/sdguest/guest/systemd.sh): status
 # and metrics read from the unit, restart sampled every 100 ms, adoption from the event path
 # within 1 s, kill -9 and restart of the daemon, 100 daemon-reloads with drift repaired.
-# usage: tests/sdguest/systemd.sh [BINARY]   (default: cargo build, target/debug/dbcage)
+# usage: tests/sdguest/systemd.sh [BINARY | PACKAGE.deb]   (default: cargo build, target/debug/dbcage)
+#   With a .deb (scripts/build-deb.sh), the package is installed with dpkg in the guest and
+#   scenario 6 (tests/sdguest/guest/package.sh: the packaged unit started with `systemctl enable
+#   --now dbcage`) runs first in the same boot; the other scenarios then use the package's binary.
 #   SDGUEST_RELOADS  daemon-reloads in scenario 3 (default 100, the issue's number: ~4 s each
 #                    under TCG; scripts/test.sh runs 30 to stay in its time budget)
 # Exit code: the guest script's; 125 when the guest did not boot or finish (a failure, never a skip).
@@ -16,4 +19,10 @@ fi
 files=$(mktemp -d /tmp/dbcage-test-sdguest-files.XXXXXX)
 trap 'rm -rf "$files"' EXIT
 echo "${SDGUEST_RELOADS:-100}" >"$files/reloads"
-SDGUEST_CGROUP=v2 SDGUEST_BINARY=$bin tests/sdguest/run.sh tests/sdguest/guest/systemd.sh "$files/reloads"
+case $bin in
+*.deb)
+	cp tests/sdguest/guest/package.sh "$files/"
+	SDGUEST_CGROUP=v2 SDGUEST_DEB=$bin tests/sdguest/run.sh tests/sdguest/guest/systemd.sh "$files/reloads" "$files/package.sh" "$bin"
+	;;
+*) SDGUEST_CGROUP=v2 SDGUEST_BINARY=$bin tests/sdguest/run.sh tests/sdguest/guest/systemd.sh "$files/reloads" ;;
+esac

@@ -11,6 +11,8 @@
 #      set-property on the database's unit by hand: within 2 s the kernel and the unit's
 #      properties are back to the plan, the repairs metric counts exactly the repairs;
 #   and a tenant matched by `unit = "postgresql@15-main.service"` alone is governed in place.
+# With the package installed (tests/sdguest/systemd.sh DEB puts package.sh in $SDGUEST_FILES),
+# scenario 6 (guest/package.sh: the packaged unit, `systemctl enable --now dbcage`) runs first.
 # Figures go to $SDGUEST_OUT/figures.txt. Run: tests/sdguest/systemd.sh
 set -u
 fails=0
@@ -92,6 +94,11 @@ PG=/usr/lib/postgresql/15/bin/postgres
 systemctl start $U
 CG=$(show $U ControlGroup)
 : >"$SDGUEST_OUT/figures.txt"
+if [ -e "$SDGUEST_FILES/package.sh" ]; then
+	echo "---------------- 6. the packaged .deb (guest/package.sh)"
+	bash "$SDGUEST_FILES/package.sh" || fail "scenario 6, the packaged .deb: its FAIL lines are above"
+	echo "---------------- 1-5 with the daemon as transient units"
+fi
 
 mkdir -p /etc/dbcage
 cat >/etc/dbcage/dbcage.toml <<'EOF'
