@@ -3,7 +3,7 @@
 # (root: cgroup v1 on this host, loop devices, fio; then the same tests on cgroup v2 in the systemd
 # guest, tests/sdguest/it.sh), and in a qemu VM the cgroup v2 smoke run and
 # dbcage's v2 scenarios (tests/vm/scenarios.sh), a quick run of the storm on v2 (tests/vm/storm.sh),
-# and issue 19's scenarios on a systemd host in a guest (tests/sdguest/systemd.sh).
+# and issue 19's scenarios on a systemd host in a guest (tests/sdguest/systemd.sh, with the .deb).
 # Installs what the tests need with apt on a fresh Debian machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -109,4 +109,8 @@ echo "== a systemd host in a guest (Debian 12, systemd 252 as PID 1, PostgreSQL 
 # 15 daemon-reloads rather than the issue's 100 (2-4.5 s each under TCG): the step's budget is
 # 6 min (measured with a warm layer cache: 15 reloads 2.5 min, 30 reloads 5.7 min under heavier
 # load; a cold cache adds ~3 min once: debootstrap and the packages layer).
-SDGUEST_RELOADS=15 tests/sdguest/systemd.sh target/release/dbcage
+# Given the package, the same boot first runs scenario 6 (tests/sdguest/guest/package.sh): the
+# .deb installed with dpkg, `systemctl enable --now dbcage` with the hardened unit as shipped
+# (no EPERM, both tenants limited in the kernel and on their units), stop, start, and an upgrade
+# (dpkg -i while it runs restarts it); the scenarios after it use the package's binary.
+SDGUEST_RELOADS=15 tests/sdguest/systemd.sh "$DBCAGE_DEB"

@@ -994,6 +994,17 @@ pub struct SystemdView {
     pub unified: bool,
 }
 
+impl SystemdView {
+    /// Whether every process of `unit` is one of `mine` (the tenant's), not counting those
+    /// that started after the scan (a postmaster's new backend or autovacuum worker): such a
+    /// unit is the tenant's own, governed in place and given back by `release`.
+    pub fn holds_only(&self, unit: &str, mine: impl Fn(u32) -> bool) -> bool {
+        self.unit_pids
+            .get(unit)
+            .is_some_and(|all| all.iter().all(|&p| mine(p) || !self.scanned.contains(&p)))
+    }
+}
+
 /// Under systemd, what a plan found for one tenant beyond its steps.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Governed {
@@ -1065,12 +1076,7 @@ pub fn systemd_steps(
             &scope,
             &pids,
             |pid| view.unit_of.get(&pid).cloned(),
-            |unit| {
-                view.unit_pids.get(unit).is_some_and(|all| {
-                    all.iter()
-                        .all(|p| mine.contains(p) || !view.scanned.contains(p))
-                })
-            },
+            |unit| view.holds_only(unit, |p| mine.contains(&p)),
             |unit| t.names_unit(unit),
         );
         // The units systemd started first (the one with most of its processes first), then

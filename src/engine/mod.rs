@@ -288,10 +288,9 @@ pub fn systemd_release(p: &Prepared, only: &[String]) -> Result<Vec<(String, Str
             .filter(|u| {
                 **u == scope
                     || ti.is_some_and(|ti| policy.tenants[ti].names_unit(u))
-                    || view
-                        .unit_pids
-                        .get(*u)
-                        .is_some_and(|all| all.iter().all(|x| mine.contains(x)))
+                    // the plan's rule: a process started after the scan (a new backend)
+                    // does not make the tenant's unit a shared one
+                    || view.holds_only(u, |x| mine.contains(&x))
             })
             .cloned()
             .collect();

@@ -207,3 +207,15 @@ fn a_unit_named_in_the_policy_is_governed_in_place() {
         ["/system.slice/postgresql@15-main.service"]
     );
 }
+
+/// The rule the plan and `release` share: a unit is the tenant's when every process in it is,
+/// except those started after the scan (pid 4 here); a scanned process of no tenant (99) makes
+/// the unit shared.
+#[test]
+fn a_process_started_after_the_scan_does_not_make_a_unit_shared() {
+    let v = view(defaults());
+    let mine = |p: u32| [1, 2, 3].contains(&p);
+    assert!(v.holds_only("postgresql@15-main.service", mine));
+    assert!(!v.holds_only("session-4.scope", mine));
+    assert!(!v.holds_only("unknown.service", mine));
+}

@@ -230,8 +230,9 @@ impl Systemd {
             return Ok(());
         }
         let shown: Vec<String> = props.iter().map(Property::to_string).collect();
+        let sent: Vec<Property> = props.iter().flat_map(Property::assignments).collect();
         let values: Vec<(&str, Value<'_>)> =
-            props.iter().map(|p| (p.name(), p.to_value())).collect();
+            sent.iter().map(|p| (p.name(), p.to_value())).collect();
         self.manager
             .set_unit_properties(unit, true, &values)
             .map_err(|e| Error::call("SetUnitProperties", unit, &shown, e))

@@ -78,6 +78,25 @@ impl Property {
         }
     }
 
+    /// What to send to set this property to exactly its value. systemd merges a device list
+    /// into the unit's (an entry per device it names; other devices keep theirs), and only an
+    /// empty list clears it: a non-empty list is sent after an empty one, so that a device the
+    /// plan no longer names (storage moved, someone's `set-property`) loses its limit, as
+    /// `systemctl set-property U "IOReadBandwidthMax=" "IOReadBandwidthMax=/dev/vdc 1M"` does.
+    pub fn assignments(&self) -> Vec<Property> {
+        match self {
+            Property::IoReadBandwidthMax(l)
+            | Property::IoWriteBandwidthMax(l)
+            | Property::IoReadIopsMax(l)
+            | Property::IoWriteIopsMax(l)
+                if !l.is_empty() =>
+            {
+                vec![self.reset(), self.clone()]
+            }
+            _ => vec![self.clone()],
+        }
+    }
+
     /// The same property with systemd's default value: what `release` sets.
     pub fn reset(&self) -> Property {
         match self {

@@ -153,6 +153,25 @@ fn properties_print_like_systemctl_show_and_reset_to_defaults() {
     );
 }
 
+/// systemd merges a device list into the unit's: a list goes out after an empty one (which
+/// clears every device's entry), so that a device the plan no longer names loses its limit.
+#[test]
+fn device_lists_are_sent_after_a_clear_and_other_values_as_they_are() {
+    let list = Property::IoWriteIopsMax(vec![DeviceLimit::new("/dev/vdc", 100)]);
+    assert_eq!(
+        list.assignments(),
+        [Property::IoWriteIopsMax(vec![]), list.clone()]
+    );
+    assert_eq!(
+        Property::IoReadBandwidthMax(vec![]).assignments(),
+        [Property::IoReadBandwidthMax(vec![])]
+    );
+    assert_eq!(
+        Property::MemoryMax(Some(1)).assignments(),
+        [Property::MemoryMax(Some(1))]
+    );
+}
+
 #[test]
 fn drift_compares_device_lists_as_sets() {
     let now = UnitResources {

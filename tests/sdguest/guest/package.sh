@@ -191,6 +191,7 @@ fi
 systemctl disable --now dbcage.service >/dev/null 2>&1 || fail "systemctl disable --now dbcage"
 kill "$pin"
 out=$(dbcage release --all 2>&1) || fail "dbcage release --all: $out"
+echo "$out" | sed 's/^/  release: /'
 for _ in $(seq 50); do systemctl is-active --quiet $PIN || break; sleep 0.1; done
 eq "after release: $U CPUQuotaPerSecUSec" "$(show $U CPUQuotaPerSecUSec)" "infinity"
 eq "after release: $U" "$(systemctl is-active $U)" "active"

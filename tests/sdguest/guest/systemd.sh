@@ -23,7 +23,20 @@ has() { case $2 in *"$3"*) pass "$1 mentions '$3'" ;; *) fail "$1: '$2' lacks '$
 figure() { echo "figure: $*"; echo "$*" >>"$SDGUEST_OUT/figures.txt"; }
 show() { systemctl show -p "$2" --value "$1"; }
 ms() { echo $(( ${EPOCHREALTIME/./} / 1000 )); }
-cg_of() { sed -n 's/^0::\(.*\)$/\1/p' "/proc/$1/cgroup" 2>/dev/null; }
+# cgroup v2, or v1 (SDGUEST_CGROUP=v1: systemd.unified_cgroup_hierarchy=0, RHEL 7/8 style,
+# systemd also manages the cpu, memory and blkio hierarchies). A process's unit is its
+# name=systemd group on v1 (its 0:: line on v2); the CPU quota is cpu.max on v2 and
+# cpu.cfs_quota_us/cpu.cfs_period_us in the unit's group of the cpu hierarchy on v1.
+if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then V=2 SD=/sys/fs/cgroup; else V=1 SD=/sys/fs/cgroup/systemd; fi
+cg_of() { sed -n 's/^0::\(.*\)$/\1/p; s/^[0-9]*:name=systemd:\(.*\)$/\1/p' "/proc/$1/cgroup" 2>/dev/null | tail -n1; }
+quota_of() { # quota_of CGROUP: its CPU quota as cpu.max says it ("50000 100000", "max 100000")
+	if [ $V = 2 ]; then cat "/sys/fs/cgroup$1/cpu.max" 2>&1; return; fi
+	local q
+	q=$(cat "/sys/fs/cgroup/cpu$1/cpu.cfs_quota_us" 2>&1)
+	[ "$q" = -1 ] && q=max
+	echo "$q $(cat "/sys/fs/cgroup/cpu$1/cpu.cfs_period_us" 2>&1)"
+}
+procs_in() { cat "$SD$1/cgroup.procs" 2>/dev/null; }
 metric() { # metric NAME: its value for tenant pg (or without labels)
 	local m
 	m=$(exec 3<>/dev/tcp/127.0.0.1/9477 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3)
@@ -40,7 +53,7 @@ daemon() { # daemon NAME RESCAN: the daemon as a transient service, waited for u
 	exit 1
 }
 # The sampler: every 100 ms, every process of one executable (by /proc/PID/exe) and its cgroup; a sample
-# is good when the cgroup is one the pattern allows and its cpu.max holds the plan. In perl
+# is good when the cgroup is one the pattern allows and its CPU quota (as quota_of) holds the plan. In perl
 # (the guest has it for postgresql-common): a fork per process and sample under TCG would take
 # seconds, not 100 ms. Runs until FILE exists (and at most 120 s); prints
 #   samples=N bad=N (process samples not good) pids=N late_ms=MAX (first seen -> first good,
@@ -50,6 +63,8 @@ cat >/usr/local/bin/dbcage-test-sample <<'PERL'
 #!/usr/bin/perl
 use strict; use warnings; use Time::HiRes qw(time sleep);
 my ($exe_want, $allow, $want, $stop) = @ARGV;
+my $v1 = !-e "/sys/fs/cgroup/cgroup.controllers";
+sub readf { my $v = ""; if (open(my $m, "<", $_[0])) { $v = <$m> // ""; chomp $v; } return $v; }
 my (%seen, %good, %late, %alive);
 my ($samples, $bad) = (0, 0);
 my $t0 = time;
@@ -62,10 +77,16 @@ while (!-e $stop && time - $t0 < 120) {
 		my $exe = readlink("/proc/$pid/exe") // next;
 		next unless $exe eq $exe_want;
 		open(my $f, "<", "/proc/$pid/cgroup") or next;
-		my ($cg) = map { /^0::(.*)$/ ? $1 : () } <$f>;
+		# the unit: the 0:: line (v2), or the name=systemd one on v1 (hybrid hosts have both)
+		my ($cg) = reverse map { /^(?:0:|\d+:name=systemd):(.*)$/ ? $1 : () } <$f>;
 		next unless defined $cg;
 		my $max = "";
-		if (open(my $m, "<", "/sys/fs/cgroup$cg/cpu.max")) { $max = <$m> // ""; chomp $max; }
+		if ($v1) {
+			my ($q, $p) = (readf("/sys/fs/cgroup/cpu$cg/cpu.cfs_quota_us"), readf("/sys/fs/cgroup/cpu$cg/cpu.cfs_period_us"));
+			$max = ($q eq "-1" ? "max" : $q) . " $p" if $q ne "" && $p ne "";
+		} else {
+			$max = readf("/sys/fs/cgroup$cg/cpu.max");
+		}
 		my $ok = $cg =~ /$allow/ && $max eq $want;
 		$alive{$pid} = 1;
 		$seen{$pid} //= $now;
@@ -88,7 +109,7 @@ PERL
 chmod 755 /usr/local/bin/dbcage-test-sample
 field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
-[ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ] || { echo "FAIL: this script needs cgroup v2"; exit 1; }
+echo "cgroup v$V"
 U=postgresql@15-main.service
 PG=/usr/lib/postgresql/15/bin/postgres
 systemctl start $U
@@ -130,14 +151,25 @@ su postgres -c "/usr/lib/postgresql/15/bin/initdb -A trust -D $ADHOC" >/dev/null
 # ---------------------------------------------------------------- 1. status and metrics
 daemon dbcage-test-daemon1 60s
 eq "unit quota set by the daemon" "$(show $U CPUQuotaPerSecUSec)" "500ms"
-eq "kernel cpu.max of the unit" "$(cat /sys/fs/cgroup$CG/cpu.max)" "50000 100000"
+eq "kernel cpu.max of the unit" "$(quota_of $CG)" "50000 100000"
+# The instance total (4 MiB/s over vdc and vdd) split per device, and the memory limit, in the
+# unit's own groups: systemd writes io.max and memory.max on v2, blkio and memory.limit_in_bytes
+# in its groups of the v1 hierarchies.
+VDC=$(cat /sys/block/vdc/dev)
+if [ $V = 2 ]; then
+	eq "kernel memory.max of the unit" "$(cat /sys/fs/cgroup$CG/memory.max)" "536870912"
+	has "kernel io.max of the unit" "$(cat /sys/fs/cgroup$CG/io.max)" "$VDC rbps=2097152"
+else
+	eq "kernel memory.limit_in_bytes of the unit" "$(cat /sys/fs/cgroup/memory$CG/memory.limit_in_bytes 2>&1)" "536870912"
+	has "kernel blkio.throttle.read_bps_device of the unit" "$(cat /sys/fs/cgroup/blkio$CG/blkio.throttle.read_bps_device 2>&1)" "$VDC 2097152"
+fi
 json=$(dbcage status --json | tr -d ' \n')
 has "status --json" "$json" "\"units\":[\"$CG\"]"
 has "status --json" "$json" '"cpu_quota_cores":0.5'
 has "status --json" "$json" '"memory_limit_bytes":536870912'
 has "status --json" "$json" '"read_bps":4194304'
 n=$(sed -n 's/.*"name":"pg","units":\[[^]]*\],"processes":\([0-9]*\).*/\1/p' <<<"$json")
-eq "status counts the unit's processes" "$n" "$(wc -l </sys/fs/cgroup$CG/cgroup.procs)"
+eq "status counts the unit's processes" "$n" "$(procs_in $CG | wc -l)"
 out=$(dbcage status)
 echo "$out" | sed 's/^/  status: /'
 has "status" "$out" "in $U"
@@ -188,7 +220,7 @@ figure "pg_ctl start in a login session, sampled every 100 ms (late_ms: first se
 late=$(field late_ms "$r")
 [ -n "$late" ] && [ "$late" -le 3000 ] && pass "adopted with its scope started within 3 s ($late ms)" || fail "first adoption took ${late:-?} ms (bound 3000)"
 eq "adhoc processes never adopted" "$(field never "$r")" ""
-[ "$(cat /sys/fs/cgroup/user.slice/session-dbcagetest.scope/cgroup.procs 2>/dev/null)" = "" ] &&
+[ "$(procs_in /user.slice/session-dbcagetest.scope)" = "" ] &&
 	pass "nothing left in the session scope" || fail "processes left in the session scope"
 # Into a running scope: a process of tenant adhoc from one session starts dbcage-adhoc.scope,
 # then one from another session joins it (AttachProcessesToUnit) within 1 s.
@@ -247,7 +279,7 @@ t0=$(ms)
 RELOADS=$(cat "$SDGUEST_FILES/reloads" 2>/dev/null || echo 100)
 for i in $(seq "$RELOADS"); do
 	systemctl daemon-reload
-	[ "$(cat /sys/fs/cgroup$CG/cpu.max)" = "50000 100000" ] || kernel_off=$((kernel_off + 1))
+	[ "$(quota_of $CG)" = "50000 100000" ] || kernel_off=$((kernel_off + 1))
 	if [ $((i % 5)) = 0 ]; then
 		systemctl restart dbcage-test-other
 		systemctl set-property --runtime $U CPUQuota=90%
@@ -255,12 +287,12 @@ for i in $(seq "$RELOADS"); do
 		s=$(ms)
 		ok=0
 		while [ $(( $(ms) - s )) -lt 2000 ]; do
-			[ "$(cat /sys/fs/cgroup$CG/cpu.max)" = "50000 100000" ] && [ "$(show $U CPUQuotaPerSecUSec)" = 500ms ] && { ok=1; break; }
+			[ "$(quota_of $CG)" = "50000 100000" ] && [ "$(show $U CPUQuotaPerSecUSec)" = 500ms ] && { ok=1; break; }
 			sleep 0.1
 		done
 		took=$(( $(ms) - s ))
 		[ $took -gt $worst ] && worst=$took
-		[ $ok = 1 ] || fail "reload $i: set-property not repaired within 2 s (cpu.max $(cat /sys/fs/cgroup$CG/cpu.max))"
+		[ $ok = 1 ] || fail "reload $i: set-property not repaired within 2 s (quota $(quota_of $CG))"
 	fi
 done
 total=$(( $(ms) - t0 ))
@@ -269,6 +301,22 @@ figure "$RELOADS daemon-reloads, $hand restarts of dbcage-test-other, $hand set-
 eq "reloads with the kernel off the plan" "$kernel_off" "0"
 eq "repairs counted (one property per set-property)" "$(( ${r1:-0} - ${r0:-0} ))" "$hand"
 eq "postgres processes and cgroups after the reloads" "$(snapshot)" "$before"
+# A limit by hand on a device the plan does not name (vdb: the results disk, never read here):
+# systemd merges a device list into the unit's, so the repair must clear the list and set the
+# plan's, once (not again at every rescan).
+want_io=$(show $U IOReadBandwidthMax | tr '\n' ' ')
+r0=$(metric dbcage_systemd_repairs)
+systemctl set-property --runtime $U "IOReadBandwidthMax=/dev/vdb 1M"
+s=$(ms)
+ok=0
+while [ $(( $(ms) - s )) -lt 2000 ]; do
+	[ "$(show $U IOReadBandwidthMax | tr '\n' ' ')" = "$want_io" ] && { ok=1; break; }
+	sleep 0.1
+done
+figure "IOReadBandwidthMax on a device the plan does not name, set by hand: repaired in $(( $(ms) - s )) ms"
+eq "a foreign device's IO limit removed within 2 s (IOReadBandwidthMax)" "$(show $U IOReadBandwidthMax | tr '\n' ' ')" "$want_io"
+sleep 3
+eq "repairs for the foreign device's limit (one, not one per rescan)" "$(( $(metric dbcage_systemd_repairs) - r0 ))" "1"
 eq "the unrelated unit keeps its own IO limit" "$(show dbcage-test-other IOReadBandwidthMax)" "/dev/vdd 1000000"
 eq "dbcage scopes after the reloads" "$(systemctl list-units --all --no-legend --plain 'dbcage-*.scope' | awk '$3 != "inactive" {print $1}' | tr '\n' ' ')" "dbcage-pg.scope "
 systemctl stop dbcage-test-daemon3 dbcage-test-other
@@ -297,18 +345,18 @@ has "check" "$out" "systemd units: $U (policy: unit = $U)"
 daemon dbcage-test-daemon4 60s
 eq "unit = : unit quota" "$(show $U CPUQuotaPerSecUSec)" "300ms"
 eq "unit = : unit memory max" "$(show $U MemoryMax)" "268435456"
-eq "unit = : kernel cpu.max of the unit" "$(cat /sys/fs/cgroup$CG/cpu.max)" "30000 100000"
+eq "unit = : kernel cpu.max of the unit" "$(quota_of $CG)" "30000 100000"
 unit_count() { # status's units and process count of tenant pgunit
 	dbcage status --json | tr -d ' \n' | sed -n 's/.*"name":"pgunit","units":\(\[[^]]*\]\),"processes":\([0-9]*\).*/\1 \2/p'
 }
 n=$(unit_count)
 echo "  status: $n"
-eq "unit = : status lists the unit and counts its processes" "$n" "[\"$CG\"] $(wc -l </sys/fs/cgroup$CG/cgroup.procs)"
+eq "unit = : status lists the unit and counts its processes" "$n" "[\"$CG\"] $(procs_in $CG | wc -l)"
 systemctl restart $U || fail "systemctl restart (unit =)"
-eq "unit = : kernel cpu.max after a restart" "$(cat /sys/fs/cgroup$CG/cpu.max)" "30000 100000"
+eq "unit = : kernel cpu.max after a restart" "$(quota_of $CG)" "30000 100000"
 # The new postmaster's children may still be starting: status and the unit must agree within 5 s.
 for _ in $(seq 10); do
-	want="[\"$CG\"] $(wc -l </sys/fs/cgroup$CG/cgroup.procs)"
+	want="[\"$CG\"] $(procs_in $CG | wc -l)"
 	n=$(unit_count)
 	[ "$n" = "$want" ] && break
 	sleep 0.5
