@@ -114,3 +114,7 @@ echo "== a systemd host in a guest (Debian 12, systemd 252 as PID 1, PostgreSQL 
 # (no EPERM, both tenants limited in the kernel and on their units), stop, start, and an upgrade
 # (dpkg -i while it runs restarts it); the scenarios after it use the package's binary.
 SDGUEST_RELOADS=15 tests/sdguest/systemd.sh "$DBCAGE_DEB"
+# The same scenarios 1-5 on a cgroup v1 systemd host (systemd.unified_cgroup_hierarchy=0, RHEL 7/8
+# style: systemd also manages the cpu, memory and blkio hierarchies): limits on the unit and in
+# its v1 groups, restart sampled, adoption, kill -9, reloads and drift (3.2 min here, 2-core host).
+SDGUEST_CGROUP=v1 SDGUEST_RELOADS=15 tests/sdguest/systemd.sh target/release/dbcage

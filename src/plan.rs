@@ -1044,27 +1044,22 @@ pub fn systemd_steps(
             .filter(|p| p.tenant == ti)
             .map(|p| p.pid)
             .collect();
-        let mut props =
-            crate::cgroup::systemd::unit_properties(&summary.settings, view.unified, |d| {
-                view.device_nodes
-                    .get(&d)
-                    .cloned()
-                    .unwrap_or_else(|| format!("/dev/block/{d}"))
-            });
         let t = &tenants[ti];
+        let mut settings = summary.settings.clone();
         if t.cpu.cpus.is_none() && t.cpu.numa_nodes.is_none() {
-            // Not pinned: the settings hold every allowed cpu, which for a unit is no
-            // restriction at all; left unset so that systemd need not enable cpuset for it.
-            for p in &mut props {
-                if matches!(
-                    p,
-                    Property::AllowedCpus(_) | Property::AllowedMemoryNodes(_)
-                ) {
-                    *p = p.reset();
-                }
-            }
+            // Not pinned: the settings hold every allowed cpu and node, which for a unit is no
+            // restriction at all: left unset, so that systemd need not enable cpuset for it
+            // (v2), and not reported as a cpuset systemd cannot set (v1).
+            settings.cpus = CpuSet::default();
+            settings.mems = CpuSet::default();
         }
-        for why in crate::cgroup::systemd::unexpressible(&summary.settings, view.unified) {
+        let props = crate::cgroup::systemd::unit_properties(&settings, view.unified, |d| {
+            view.device_nodes
+                .get(&d)
+                .cloned()
+                .unwrap_or_else(|| format!("/dev/block/{d}"))
+        });
+        for why in crate::cgroup::systemd::unexpressible(&settings, view.unified) {
             warnings.push(format!(
                 "tenant {}: not applied through systemd: {why}",
                 summary.name

@@ -219,3 +219,38 @@ fn a_process_started_after_the_scan_does_not_make_a_unit_shared() {
     assert!(!v.holds_only("session-4.scope", mine));
     assert!(!v.holds_only("unknown.service", mine));
 }
+
+/// cgroup v1: systemd has no cpuset there. A tenant that pins cpus is told so; one that does
+/// not (its settings hold every allowed cpu, as the v1 driver needs) is not, and gets no
+/// cpuset property either.
+#[test]
+fn on_v1_only_a_tenant_that_pins_cpus_is_told_systemd_cannot_pin_them() {
+    let mut v = view(defaults());
+    v.unified = false;
+    let (steps, warnings, _) = systemd_steps(&plan_of(), &placed(&[1, 2]), &tenants(), &v);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let Step::SetUnitProperties { set, .. } = &steps[0] else {
+        panic!("{steps:?}")
+    };
+    assert!(
+        !set.iter().any(|p| matches!(
+            p,
+            Property::AllowedCpus(_) | Property::AllowedMemoryNodes(_)
+        )),
+        "{set:?}"
+    );
+    let pinned = crate::policy::from_str(
+        "t.toml",
+        "[[tenant]]\nname = \"pg\"\nmatch = [{ comm = \"postgres\" }]\n\
+         [tenant.cpu]\ncores = 0.5\ncpus = \"0-1\"\n",
+        &crate::policy::FakeAccounts,
+    )
+    .unwrap()
+    .policy
+    .tenants;
+    let (_, warnings, _) = systemd_steps(&plan_of(), &placed(&[1, 2]), &pinned, &v);
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("no cpuset on cgroup v1"),
+        "{warnings:?}"
+    );
+}
