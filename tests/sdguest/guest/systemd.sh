@@ -13,6 +13,8 @@
 #   and a tenant matched by `unit = "postgresql@15-main.service"` alone is governed in place.
 # With the package installed (tests/sdguest/systemd.sh DEB puts package.sh in $SDGUEST_FILES),
 # scenario 6 (guest/package.sh: the packaged unit, `systemctl enable --now dbcage`) runs first.
+# On cgroup v2, or v1 (SDGUEST_CGROUP=v1): the same checks, the kernel files read from the
+# unit's groups in the v1 hierarchies.
 # Figures go to $SDGUEST_OUT/figures.txt. Run: tests/sdguest/systemd.sh
 set -u
 fails=0
