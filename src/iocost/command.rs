@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 
 use super::{
     owner, propose, read_record, record_path, restore_lines, udev_iocost_properties, write_record,
-    Measured, MeasuredWrites, Model, Owner, Qos, Record, RootFiles,
+    Measured, MeasuredWrites, Model, Owner, Qos, QueueLatency, Record, RootFiles, MIN_VRATE,
 };
 use crate::cgroup::{Controller, Setup, Version};
 use crate::hostfs::HostFs;
@@ -152,15 +152,26 @@ fn best_bps(steps: &[StepResult]) -> u64 {
         .round() as u64
 }
 
-/// The p95 (µs) at the smallest parallelism that reached 90% of the most IOPS: the latency the
-/// disk shows when it has just saturated.
-pub fn saturation_p95(steps: &[StepResult]) -> u64 {
+/// The p95 (µs) at the smallest parallelism that reached 90% of the most IOPS (the latency the
+/// disk shows when it has just saturated), and at the deepest step.
+pub fn queue_latency(steps: &[StepResult]) -> QueueLatency {
     let best = steps.iter().map(|s| s.iops).fold(0.0, f64::max);
-    steps
-        .iter()
-        .find(|s| s.iops >= 0.9 * best)
-        .map(|s| s.latency_us.p95.round() as u64)
-        .unwrap_or(0)
+    let p95 = |s: &StepResult| s.latency_us.p95.round() as u64;
+    let saturated = steps.iter().find(|s| s.iops >= 0.9 * best);
+    let deepest = steps.iter().max_by_key(|s| s.parallelism);
+    QueueLatency {
+        saturated_jobs: saturated.map_or(0, |s| s.parallelism),
+        saturated_p95_us: saturated.map_or(0, p95),
+        deepest_jobs: deepest.map_or(0, |s| s.parallelism),
+        deepest_p95_us: deepest.map_or(0, p95),
+    }
+}
+
+fn show_latency(l: &QueueLatency) -> String {
+    format!(
+        "p95 {} us at saturation ({} in flight), {} us at {} in flight",
+        l.saturated_p95_us, l.saturated_jobs, l.deepest_p95_us, l.deepest_jobs
+    )
 }
 
 fn measure(args: &IocostArgs, target: &Path, out: &mut impl Write) -> Result<Measured> {
@@ -176,10 +187,10 @@ fn measure(args: &IocostArgs, target: &Path, out: &mut impl Write) -> Result<Mea
     line("sequential 4 KiB reads", format!("{rseqiops} IOPS"))?;
     let rrand = probe_steps(args, target, Rw::Randread, "4k")?;
     let rrandiops = best_iops(&rrand);
-    let rlat = saturation_p95(&rrand);
+    let rlat = queue_latency(&rrand);
     line(
         "random 4 KiB reads",
-        format!("{rrandiops} IOPS, p95 {rlat} us at saturation"),
+        format!("{rrandiops} IOPS, {}", show_latency(&rlat)),
     )?;
     let writes = if args.destructive {
         let wseq = probe_steps(args, target, Rw::Write, "1m")?;
@@ -189,7 +200,7 @@ fn measure(args: &IocostArgs, target: &Path, out: &mut impl Write) -> Result<Mea
             wbps: best_bps(&wseq),
             wseqiops: best_iops(&w4),
             wrandiops: best_iops(&wrand),
-            wlat_p95_us: saturation_p95(&wrand),
+            wlat: queue_latency(&wrand),
         };
         line(
             "sequential 1 MiB writes",
@@ -198,10 +209,7 @@ fn measure(args: &IocostArgs, target: &Path, out: &mut impl Write) -> Result<Mea
         line("sequential 4 KiB writes", format!("{} IOPS", w.wseqiops))?;
         line(
             "random 4 KiB writes",
-            format!(
-                "{} IOPS, p95 {} us at saturation",
-                w.wrandiops, w.wlat_p95_us
-            ),
+            format!("{} IOPS, {}", w.wrandiops, show_latency(&w.wlat)),
         )?;
         Some(w)
     } else {
@@ -215,8 +223,26 @@ fn measure(args: &IocostArgs, target: &Path, out: &mut impl Write) -> Result<Mea
         rbps,
         rseqiops,
         rrandiops,
-        rlat_p95_us: rlat,
+        rlat,
         writes,
+    })
+}
+
+/// When tenants with `jobs_max` IOs in flight would wait for a request: iocost takes more than
+/// 5% of the time spent waiting for one as saturation whatever the QoS line says (block/
+/// blk-iocost.c, RQ_WAIT_BUSY_PCT), so such a tenant alone is held near the min vrate.
+fn request_shortage(fs: &HostFs, d: &BlockDevice, jobs_max: usize) -> Option<String> {
+    let path = fs.path(format!("/sys/block/{}/queue/nr_requests", d.name));
+    let nr: usize = std::fs::read_to_string(&path).ok()?.trim().parse().ok()?;
+    (nr < jobs_max).then(|| {
+        format!(
+            "{} has {nr} requests (nr_requests) for up to {jobs_max} IOs in flight: a tenant queueing deeper than {nr} waits for a request, which iocost counts as saturation whatever the QoS line says (more than 5% of the time waiting), so alone it runs near the min vrate ({}% of the model). With an IO scheduler the queue can hold more: echo mq-deadline > /sys/block/{}/queue/scheduler; echo {} > {}",
+            d.name,
+            MIN_VRATE / 100,
+            d.name,
+            jobs_max.next_power_of_two().max(64),
+            path.display()
+        )
     })
 }
 
@@ -299,6 +325,12 @@ fn iocost_in(fs: &HostFs, args: &IocostArgs, out: &mut impl Write) -> Result<()>
             p.model_line
         )?;
         writeln!(out, "  proposed {}: {}", files.qos.display(), p.qos_line)?;
+        for why in &p.why {
+            writeln!(out, "    {why}")?;
+        }
+        if let Some(note) = request_shortage(fs, d, args.jobs_max) {
+            writeln!(out, "  note: {note}")?;
+        }
         if !args.apply {
             writeln!(out, "  not written: give --apply to write them")?;
             continue;

@@ -11,7 +11,9 @@
 //! - `io.cost.qos`: `MAJ:MIN enable=1 ctrl=user rpct= rlat= wpct= wlat= min= max=`: iocost
 //!   takes the disk as saturated when the rpct-th percentile of read completion latency passes
 //!   rlat (µs), and then slows every group down (vrate, bounded by min and max percent of the
-//!   model; dbcage proposes 50 and 100, see `PROPOSED_VRATE`).
+//!   model; dbcage proposes 75 and 100, see `PROPOSED_VRATE`). The latency targets are the
+//!   probe's p95 at its deepest queue, so that one tenant's own queue is not taken for
+//!   saturation (see `PROPOSED_PCT`); `propose` says why for each number.
 //!
 //! The kernel overlays a written line on the disk's current values, so dbcage writes only the
 //! keys it measured (reads always; writes only with `--destructive` on an unused device) and
@@ -145,9 +147,8 @@ pub struct Measured {
     pub rbps: u64,
     pub rseqiops: u64,
     pub rrandiops: u64,
-    /// 4 KiB random reads: the p95 completion latency (µs) at the smallest parallelism that
-    /// reached 90% of the most IOPS (where the disk saturates).
-    pub rlat_p95_us: u64,
+    /// 4 KiB random reads: where their latency was measured.
+    pub rlat: QueueLatency,
     pub writes: Option<MeasuredWrites>,
 }
 
@@ -156,32 +157,82 @@ pub struct MeasuredWrites {
     pub wbps: u64,
     pub wseqiops: u64,
     pub wrandiops: u64,
-    pub wlat_p95_us: u64,
+    pub wlat: QueueLatency,
+}
+
+/// The p95 completion latency (µs) of 4 KiB random IO at two points of the probe.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct QueueLatency {
+    /// The smallest parallelism that reached 90% of the most IOPS: where the disk saturates.
+    pub saturated_jobs: usize,
+    pub saturated_p95_us: u64,
+    /// The probe's deepest step (`--jobs-max`): what one tenant alone sees when it keeps that
+    /// many IOs in flight on the saturated disk, the wait for a device tag included.
+    pub deepest_jobs: usize,
+    pub deepest_p95_us: u64,
+}
+
+impl QueueLatency {
+    /// The latency target: the deepest step's p95 (never below the saturation p95), rounded.
+    pub fn target_us(&self) -> u64 {
+        round_latency(self.deepest_p95_us.max(self.saturated_p95_us))
+    }
 }
 
 /// The lines dbcage proposes for one disk: only the keys it measured, so the kernel keeps the
-/// rest (it overlays a write on the disk's current values).
+/// rest (it overlays a write on the disk's current values); `why` says where each number of
+/// the QoS line comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Proposal {
     pub model_line: String,
     pub qos_line: String,
+    pub why: Vec<String>,
 }
 
-/// The QoS percentile dbcage proposes: iocost reacts when one read in twenty misses the target.
-pub const PROPOSED_PCT: u32 = 9500;
+/// The QoS percentile dbcage proposes. The latency target is the p95 a tenant alone sees at the
+/// probe's deepest queue, so that tenant misses it on about 5% of its IOs: half of the 10% that
+/// iocost tolerates at the 90th percentile (it lowers vrate above 10% missed, and raises it
+/// again only below 7.5%). Two such tenants together queue twice as deep, miss far more often,
+/// and iocost throttles them by weight.
+pub const PROPOSED_PCT: u32 = 9000;
 
-/// The vrate bounds dbcage proposes, in hundredths of a percent. `max=100.00`: iocost never
-/// issues more than the measured capacity, so the weights hold as soon as the tenants together
-/// ask for more than the disk gave the probe (the kernel's default, 10000.00, lets vrate climb
-/// to 100 times the model while latencies are met, and then no tenant is ever short and the
-/// weights do nothing: measured in the test VM, two readers at 100 and 300 got 1:0.96).
-/// `min=50.00`: missed latency targets slow the disk down to half its model at most.
-pub const PROPOSED_VRATE: (u32, u32) = (5000, 10000);
+/// The vrate bounds dbcage proposes, in hundredths of a percent.
+///
+/// `max=100.00`: iocost never issues more than the measured capacity, so the weights hold as
+/// soon as the tenants together ask for more than the disk gave the probe (the kernel's default,
+/// 10000.00, lets vrate climb to 100 times the model while latencies are met, and then no tenant
+/// is ever short and the weights do nothing: measured in the test VM, two readers at 100 and 300
+/// got 1:0.96).
+///
+/// `min`: see [`MIN_VRATE_WHY`].
+pub const PROPOSED_VRATE: (u32, u32) = (MIN_VRATE, 10000);
+
+/// The lower vrate bound dbcage proposes, in hundredths of a percent; why: [`MIN_VRATE_WHY`].
+pub const MIN_VRATE: u32 = 7500;
+
+/// Why `min=75.00` (printed with the proposal).
+pub const MIN_VRATE_WHY: &str = "min=75.00: however often the targets are missed, iocost keeps at least 3/4 of the model's rate (resctl-bench's iocost-tune bounds its `naive` solution the same way, 75..100% on p99 latencies). Higher floors stop the weights binding when the disk runs below its model: in the test VM at min=90 a disk 10-20% slower than its probe let a flooding tenant at weight 100 take 47% of it from one at 900; at min=75 they split 1:9";
 
 /// A latency target rounded up to 100 µs (and at least that): the kernel compares whole µs and
 /// a measured p95 is not precise below that.
 fn round_latency(us: u64) -> u64 {
     us.max(1).div_ceil(100) * 100
+}
+
+fn show_ms(us: u64) -> String {
+    format!("{:.1} ms", us as f64 / 1000.0)
+}
+
+/// Why a latency target: `what` is `read` or `write`.
+fn latency_why(key: &str, what: &str, l: &QueueLatency) -> String {
+    format!(
+        "{key}={}: the p95 of 4 KiB random {what}s with {} in flight, the deepest queue the probe kept (the disk saturated at {} in flight, p95 {}). iocost times a request from its allocation, the wait for a device tag included, so a target at the saturation latency takes one tenant's deep queue for an overloaded disk and throttles it alone; at this target a tenant alone at that depth misses on 5% of its IOs, half of what pct={} tolerates, and two of them together (twice the queue) miss and are throttled by weight",
+        l.target_us(),
+        l.deepest_jobs,
+        l.saturated_jobs,
+        show_ms(l.saturated_p95_us),
+        show_hundredths(PROPOSED_PCT),
+    )
 }
 
 pub fn propose(dev: DevNum, m: &Measured) -> Proposal {
@@ -192,10 +243,11 @@ pub fn propose(dev: DevNum, m: &Measured) -> Proposal {
     let mut qos = format!(
         "{dev} enable=1 ctrl=user rpct={} rlat={} min={} max={}",
         show_hundredths(PROPOSED_PCT),
-        round_latency(m.rlat_p95_us),
+        m.rlat.target_us(),
         show_hundredths(PROPOSED_VRATE.0),
         show_hundredths(PROPOSED_VRATE.1)
     );
+    let mut why = vec![latency_why("rlat", "read", &m.rlat)];
     if let Some(w) = &m.writes {
         model.push_str(&format!(
             " wbps={} wseqiops={} wrandiops={}",
@@ -204,12 +256,20 @@ pub fn propose(dev: DevNum, m: &Measured) -> Proposal {
         qos.push_str(&format!(
             " wpct={} wlat={}",
             show_hundredths(PROPOSED_PCT),
-            round_latency(w.wlat_p95_us)
+            w.wlat.target_us()
         ));
+        why.push(latency_why("wlat", "write", &w.wlat));
     }
+    why.push(format!(
+        "pct={}: iocost lowers vrate while more than 10% of IOs miss their target, and raises it again only below 7.5%",
+        show_hundredths(PROPOSED_PCT)
+    ));
+    why.push(MIN_VRATE_WHY.to_string());
+    why.push("max=100.00: iocost never issues more than the measured model, so the weights bind as soon as the tenants together ask for more (at the kernel's default, 10000.00, they never ran short and two readers at 100 and 300 split 1:0.96)".to_string());
     Proposal {
         model_line: model,
         qos_line: qos,
+        why,
     }
 }
 

@@ -32,7 +32,12 @@ fn proposes_only_the_measured_keys() {
         rbps: 200 << 20,
         rseqiops: 9000,
         rrandiops: 7000,
-        rlat_p95_us: 1234,
+        rlat: QueueLatency {
+            saturated_jobs: 8,
+            saturated_p95_us: 2700,
+            deepest_jobs: 32,
+            deepest_p95_us: 10_234,
+        },
         writes: None,
     };
     let p = propose(DEV, &m);
@@ -42,7 +47,21 @@ fn proposes_only_the_measured_keys() {
     );
     assert_eq!(
         p.qos_line,
-        "254:16 enable=1 ctrl=user rpct=95.00 rlat=1300 min=50.00 max=100.00"
+        "254:16 enable=1 ctrl=user rpct=90.00 rlat=10300 min=75.00 max=100.00"
+    );
+    // each number of the QoS line says where it comes from
+    for key in ["rlat=10300", "pct=90.00", "min=75.00", "max=100.00"] {
+        assert!(
+            p.why.iter().any(|w| w.starts_with(key)),
+            "{key} in {:?}",
+            p.why
+        );
+    }
+    assert!(
+        p.why[0].contains("32 in flight")
+            && p.why[0].contains("saturated at 8 in flight, p95 2.7 ms"),
+        "{}",
+        p.why[0]
     );
     let w = propose(
         DEV,
@@ -51,13 +70,14 @@ fn proposes_only_the_measured_keys() {
                 wbps: 100,
                 wseqiops: 2,
                 wrandiops: 3,
-                wlat_p95_us: 0,
+                wlat: QueueLatency::default(),
             }),
             ..m
         },
     );
     assert!(w.model_line.ends_with(" wbps=100 wseqiops=2 wrandiops=3"));
-    assert!(w.qos_line.ends_with(" max=100.00 wpct=95.00 wlat=100"));
+    assert!(w.qos_line.ends_with(" max=100.00 wpct=90.00 wlat=100"));
+    assert!(w.why.iter().any(|w| w.starts_with("wlat=100")));
 }
 
 fn record(model_written: Model, qos_written: Qos) -> Record {
@@ -168,4 +188,71 @@ fn record_round_trips() {
     write_record(&fs, &r).unwrap();
     assert_eq!(read_record(&fs, DEV), Some(r));
     assert!(record_path(&fs, DEV).ends_with("run/dbcage/iocost/254:16.json"));
+}
+
+#[test]
+fn latency_target_is_the_deepest_queues_p95() {
+    let l = QueueLatency {
+        saturated_jobs: 8,
+        saturated_p95_us: 2650,
+        deepest_jobs: 32,
+        deepest_p95_us: 10_801,
+    };
+    assert_eq!(l.target_us(), 10_900);
+    // a disk that got slower at depth than at saturation (a noisy probe) keeps the larger
+    let noisy = QueueLatency {
+        deepest_p95_us: 900,
+        ..l
+    };
+    assert_eq!(noisy.target_us(), 2700);
+    assert_eq!(QueueLatency::default().target_us(), 100);
+}
+
+/// A probe step with `iops` and a p95 of `p95_us`.
+fn step(parallelism: usize, iops: f64, p95_us: f64) -> crate::probe::report::StepResult {
+    use crate::probe::report::{Buckets, Latency, StepResult};
+    StepResult {
+        bs: 4096,
+        parallelism,
+        seconds: 2.0,
+        ios: (iops * 2.0) as u64,
+        bytes: (iops * 2.0) as u64 * 4096,
+        iops,
+        mib_s: iops * 4096.0 / (1 << 20) as f64,
+        latency_us: Latency {
+            mean: p95_us / 2.0,
+            min: 1.0,
+            p50: p95_us / 2.0,
+            p95: p95_us,
+            p99: p95_us * 2.0,
+            p99_9: p95_us * 3.0,
+            max: p95_us * 4.0,
+        },
+        interrupted: false,
+        histogram: Vec::new(),
+        buckets: Buckets::default(),
+    }
+}
+
+#[test]
+fn queue_latency_takes_saturation_and_the_deepest_step() {
+    // null_blk with 8 tags and a 2 ms timer, as the probe saw it on a quiet host
+    let steps = [
+        step(1, 480.0, 2300.0),
+        step(2, 950.0, 2300.0),
+        step(4, 1850.0, 2400.0),
+        step(8, 3150.0, 2700.0),
+        step(16, 3230.0, 5300.0),
+        step(32, 3210.0, 10_700.0),
+    ];
+    assert_eq!(
+        command::queue_latency(&steps),
+        QueueLatency {
+            saturated_jobs: 8,
+            saturated_p95_us: 2700,
+            deepest_jobs: 32,
+            deepest_p95_us: 10_700,
+        }
+    );
+    assert_eq!(command::queue_latency(&[]), QueueLatency::default());
 }
