@@ -48,7 +48,8 @@ pub struct IocostArgs {
     /// Duration of each probe step (6 steps per pattern and direction).
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub step_time: Duration,
-    /// Most parallel jobs the probe reaches (steps 1, 2, 4, ... up to it).
+    /// Most parallel jobs the probe reaches (steps 1, 2, 4, ... up to it): the deepest queue a
+    /// tenant keeps. The latency targets are the p95 the probe sees there.
     #[arg(long, default_value_t = 32)]
     pub jobs_max: usize,
 }
@@ -424,4 +425,38 @@ fn revert(
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::DevNum;
+
+    #[test]
+    fn notes_a_disk_with_fewer_requests_than_the_queue() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fs = HostFs::with_root(tmp.path());
+        let d = BlockDevice {
+            devnum: DevNum::new(252, 0),
+            name: "nullb0".into(),
+        };
+        assert_eq!(
+            request_shortage(&fs, &d, 32),
+            None,
+            "no sysfs entry: no note"
+        );
+        let queue = fs.path("/sys/block/nullb0/queue");
+        std::fs::create_dir_all(&queue).unwrap();
+        std::fs::write(queue.join("nr_requests"), "8\n").unwrap();
+        let note = request_shortage(&fs, &d, 32).unwrap();
+        assert!(
+            note.starts_with("nullb0 has 8 requests (nr_requests) for up to 32 IOs in flight")
+                && note.contains("(75% of the model)")
+                && note.contains("echo 64 > "),
+            "{note}"
+        );
+        assert_eq!(request_shortage(&fs, &d, 8), None);
+        std::fs::write(queue.join("nr_requests"), "256\n").unwrap();
+        assert_eq!(request_shortage(&fs, &d, 32), None);
+    }
 }
