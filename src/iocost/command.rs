@@ -451,7 +451,7 @@ mod tests {
         let note = request_shortage(&fs, &d, 32).unwrap();
         assert!(
             note.starts_with("nullb0 has 8 requests (nr_requests) for up to 32 IOs in flight")
-                && note.contains("(75% of the model)")
+                && note.contains("(50% of the model)")
                 && note.contains("echo 64 > "),
             "{note}"
         );

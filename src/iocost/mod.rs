@@ -11,7 +11,7 @@
 //! - `io.cost.qos`: `MAJ:MIN enable=1 ctrl=user rpct= rlat= wpct= wlat= min= max=`: iocost
 //!   takes the disk as saturated when the rpct-th percentile of read completion latency passes
 //!   rlat (µs), and then slows every group down (vrate, bounded by min and max percent of the
-//!   model; dbcage proposes 75 and 100, see `PROPOSED_VRATE`). The latency targets are the
+//!   model; dbcage proposes 50 and 100, see `PROPOSED_VRATE`). The latency targets are the
 //!   probe's p95 at its deepest queue, so that one tenant's own queue is not taken for
 //!   saturation (see `PROPOSED_PCT`); `propose` says why for each number.
 //!
@@ -208,10 +208,10 @@ pub const PROPOSED_PCT: u32 = 9000;
 pub const PROPOSED_VRATE: (u32, u32) = (MIN_VRATE, 10000);
 
 /// The lower vrate bound dbcage proposes, in hundredths of a percent; why: [`MIN_VRATE_WHY`].
-pub const MIN_VRATE: u32 = 7500;
+pub const MIN_VRATE: u32 = 5000;
 
-/// Why `min=75.00` (printed with the proposal).
-pub const MIN_VRATE_WHY: &str = "min=75.00: however often the targets are missed, iocost keeps at least 3/4 of the model's rate (resctl-bench's iocost-tune bounds its `naive` solution the same way, 75..100% on p99 latencies). Higher floors stop the weights binding when the disk runs below its model: in the test VM at min=90 a disk 10-20% slower than its probe let a flooding tenant at weight 100 take 47% of it from one at 900; at min=75 they split 1:9";
+/// Why `min=50.00` (printed with the proposal).
+pub const MIN_VRATE_WHY: &str = "min=50.00: iocost may slow the disk down to half its model to meet the targets, no further. The weights bind only while min x model stays below what the disk then delivers: in the test VM the disk ran at 40-75% of its probe while the host was busy, and at min=75 a reader at weight 100 took 1:2.2 instead of 1:3 from one at 300 (at min=90, a flooding writer at 100 took 47% from a reader at 900). A tenant alone keeps the whole disk through the latency targets, not the floor (while the disk has a request for each IO it queues: see the note when it does not)";
 
 /// A latency target rounded up to 100 µs (and at least that): the kernel compares whole µs and
 /// a measured p95 is not precise below that.

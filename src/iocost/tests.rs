@@ -47,10 +47,10 @@ fn proposes_only_the_measured_keys() {
     );
     assert_eq!(
         p.qos_line,
-        "254:16 enable=1 ctrl=user rpct=90.00 rlat=10300 min=75.00 max=100.00"
+        "254:16 enable=1 ctrl=user rpct=90.00 rlat=10300 min=50.00 max=100.00"
     );
     // each number of the QoS line says where it comes from
-    for key in ["rlat=10300", "pct=90.00", "min=75.00", "max=100.00"] {
+    for key in ["rlat=10300", "pct=90.00", "min=50.00", "max=100.00"] {
         assert!(
             p.why.iter().any(|w| w.starts_with(key)),
             "{key} in {:?}",
