@@ -450,27 +450,49 @@ pub struct Snapshot {
 impl Snapshot {
     /// Reads the groups under the root (depth 2: tenants and their leaves), the files the driver
     /// manages in each, the parent's cpuset, and the groups of `pids`.
+    ///
+    /// Each group is opened once and its files are read relative to it (`openat`, then one
+    /// read), and its subgroups listed through the same descriptor: with 1,000 tenants that is
+    /// some 9,000 groups and 30,000 files in every plan and rescan, and a walk from `/` plus a
+    /// `statx` per file was most of their cost.
     pub fn read(fs: &HostFs, layout: &Layout, pids: &[u32]) -> Snapshot {
+        use rustix::fs::{Mode, OFlags};
         let mut snap = Snapshot::default();
+        let mut buf = Vec::with_capacity(4096);
         for (h, hier) in layout.setup.hierarchies.iter().enumerate() {
             let driver = hier.driver();
             let files = driver.managed_files(&hier.controllers);
             let root = layout.root_dir(h);
             let mut stack = vec![(root, 0)];
             while let Some((dir, depth)) = stack.pop() {
-                if !dir.is_dir() {
+                // Not there, or not a directory: nothing under it.
+                let Ok(fd) = rustix::fs::open(
+                    &dir,
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                ) else {
                     continue;
-                }
+                };
                 for f in &files {
-                    if let Ok(v) = std::fs::read_to_string(dir.join(f)) {
-                        snap.files.insert(dir.join(f), v);
+                    let text = crate::inventory::procs::read_small_at(&fd, f, &mut buf)
+                        .and_then(|raw| std::str::from_utf8(raw).ok());
+                    if let Some(v) = text {
+                        snap.files.insert(dir.join(f), v.to_string());
                     }
                 }
                 if depth < 2 {
-                    if let Ok(entries) = std::fs::read_dir(&dir) {
+                    if let Ok(entries) = rustix::fs::Dir::read_from(&fd) {
                         for e in entries.flatten() {
-                            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                                stack.push((e.path(), depth + 1));
+                            let name = e.file_name().to_bytes();
+                            // Unknown (a file system without d_type): the open above tells.
+                            let dir_or_unknown = matches!(
+                                e.file_type(),
+                                rustix::fs::FileType::Directory | rustix::fs::FileType::Unknown
+                            );
+                            if dir_or_unknown && name != b"." && name != b".." {
+                                use std::os::unix::ffi::OsStrExt as _;
+                                let sub = dir.join(std::ffi::OsStr::from_bytes(name));
+                                stack.push((sub, depth + 1));
                             }
                         }
                     }

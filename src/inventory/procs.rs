@@ -227,7 +227,8 @@ pub fn read_small<'b>(path: &std::path::Path, buf: &'b mut Vec<u8>) -> Option<&'
     read_all(&fd, buf)
 }
 
-fn read_small_at<'b>(dir: &OwnedFd, name: &str, buf: &'b mut Vec<u8>) -> Option<&'b [u8]> {
+/// `read_small` of `name` relative to the directory `dir` (a short lookup: no walk from `/`).
+pub fn read_small_at<'b>(dir: &OwnedFd, name: &str, buf: &'b mut Vec<u8>) -> Option<&'b [u8]> {
     let fd = rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
     read_all(&fd, buf)
 }
