@@ -47,10 +47,39 @@ impl HostFs {
     }
 
     pub fn read_to_string(&self, host_path: impl AsRef<Path>) -> io::Result<String> {
-        std::fs::read_to_string(self.path(host_path))
+        read_text(self.path(host_path))
     }
 
     pub fn is_real_root(&self) -> bool {
         self.root == Path::new("/")
     }
+}
+
+/// `std::fs::read_to_string` for a small kernel file (cgroupfs, /proc): open, read, close.
+/// std adds a `statx` for a size hint these files cannot give and a last read to see the end;
+/// a seq_file hands over all it has when the buffer is large enough, so a read that does not
+/// fill the buffer is the end. `status` and each metrics scrape read some twenty of these per
+/// tenant, and a smaps_rollup per process.
+pub fn read_text(path: impl AsRef<Path>) -> std::io::Result<String> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        path.as_ref(),
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    loop {
+        if buf.capacity() - buf.len() < 512 {
+            buf.reserve(4096);
+        }
+        let len = buf.len();
+        let spare = buf.capacity() - len;
+        buf.resize(len + spare, 0);
+        let n = rustix::io::read(&fd, &mut buf[len..])?;
+        buf.truncate(len + n);
+        if n < spare {
+            break;
+        }
+    }
+    String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }

@@ -65,7 +65,7 @@ pub fn leaf_lacks(
                 Version::V1 => false,
                 // Under systemd, the tenant's units' cgroups (`Layout::read_leaves`).
                 Version::V2 => layout.read_leaves(h, tenant, leaf).iter().any(|dir| {
-                    std::fs::read_to_string(dir.join("cgroup.controllers"))
+                    crate::hostfs::read_text(dir.join("cgroup.controllers"))
                         .is_ok_and(|have| !have.split_whitespace().any(|n| Some(n) == c.v2_name()))
                 }),
             }
@@ -133,7 +133,7 @@ pub fn check(
                 Version::V1 => true,
                 Version::V2 => h
                     .dir_of(path)
-                    .and_then(|d| std::fs::read_to_string(d.join("cgroup.controllers")).ok())
+                    .and_then(|d| crate::hostfs::read_text(d.join("cgroup.controllers")).ok())
                     .is_some_and(|have| have.split_whitespace().any(|n| Some(n) == c.v2_name())),
             };
             let shown = match h.version {

@@ -229,7 +229,7 @@ impl Setup {
         if let Some(m) = mounts.mounts.iter().find(|m| m.fstype == "cgroup2") {
             let mp = fs.path(&m.mount_point);
             let available =
-                std::fs::read_to_string(mp.join("cgroup.controllers")).unwrap_or_default();
+                crate::hostfs::read_text(mp.join("cgroup.controllers")).unwrap_or_default();
             let controllers: Vec<Controller> = CONTROLLERS
                 .iter()
                 .copied()
@@ -508,7 +508,7 @@ impl Snapshot {
             };
             snap.proc_dirs.insert(pid, dirs);
             let dir = fs.proc().join(pid.to_string());
-            if let Ok(statm) = std::fs::read_to_string(dir.join("statm")) {
+            if let Ok(statm) = crate::hostfs::read_text(dir.join("statm")) {
                 if let Some(pages) = statm
                     .split_whitespace()
                     .nth(1)
@@ -606,7 +606,7 @@ pub fn page_size() -> u64 {
 
 /// Reads the pids in a group's cgroup.procs (empty if the group does not exist).
 pub fn procs_in(dir: &Path) -> Vec<u32> {
-    std::fs::read_to_string(dir.join("cgroup.procs"))
+    crate::hostfs::read_text(dir.join("cgroup.procs"))
         .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
         .unwrap_or_default()
 }

@@ -106,7 +106,7 @@ impl Layout {
     /// v2), `None` without a cpuset controller or when unreadable.
     pub fn tenant_mems(&self, tenant: &str) -> Option<crate::kernel::CpuSet> {
         let (h, _) = self.setup.driver_of(Controller::Cpuset)?;
-        std::fs::read_to_string(self.read_dir(h, tenant).join("cpuset.mems"))
+        crate::hostfs::read_text(self.read_dir(h, tenant).join("cpuset.mems"))
             .ok()?
             .trim()
             .parse()

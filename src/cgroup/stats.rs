@@ -27,7 +27,7 @@ pub fn parse_flat_keyed(text: &str) -> BTreeMap<String, u64> {
 }
 
 pub fn read_u64(path: &Path) -> Option<u64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    crate::hostfs::read_text(path).ok()?.trim().parse().ok()
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -98,7 +98,7 @@ pub struct PressureSet {
 
 pub fn read_pressure(dir: &Path) -> PressureSet {
     let read = |f: &str| {
-        std::fs::read_to_string(dir.join(f))
+        crate::hostfs::read_text(dir.join(f))
             .ok()
             .and_then(|t| parse_pressure(&t))
     };

@@ -219,7 +219,7 @@ pub fn parse_v1_blkio(text: &str) -> BTreeMap<DevNum, (u64, u64)> {
 /// Per-device IO of a v1 blkio group, its children included.
 pub fn v1_io(dir: &Path) -> BTreeMap<DevNum, IoCounters> {
     let read = |f: &str| {
-        std::fs::read_to_string(dir.join(f))
+        crate::hostfs::read_text(dir.join(f))
             .map(|t| parse_v1_blkio(&t))
             .unwrap_or_default()
     };
@@ -242,7 +242,7 @@ pub fn v1_io(dir: &Path) -> BTreeMap<DevNum, IoCounters> {
 
 pub fn v1_cpu(cpu_dir: Option<&Path>, cpuacct_dir: Option<&Path>) -> CpuUsage {
     let stat = cpu_dir
-        .and_then(|d| std::fs::read_to_string(d.join("cpu.stat")).ok())
+        .and_then(|d| crate::hostfs::read_text(d.join("cpu.stat")).ok())
         .map(|t| parse_flat_keyed(&t))
         .unwrap_or_default();
     CpuUsage {
@@ -261,7 +261,7 @@ pub fn v1_cpu(cpu_dir: Option<&Path>, cpuacct_dir: Option<&Path>) -> CpuUsage {
 /// child groups' counts are added up.
 pub fn v1_memory(dir: &Path) -> MemoryUsage {
     let oom_kill = |d: &Path| {
-        std::fs::read_to_string(d.join("memory.oom_control"))
+        crate::hostfs::read_text(d.join("memory.oom_control"))
             .ok()
             .and_then(|t| parse_flat_keyed(&t).get("oom_kill").copied())
     };
@@ -313,13 +313,13 @@ impl Driver for V1 {
         if controllers.contains(&Controller::Memory) {
             // Swap accounting: the parent has memsw files only when it is on.
             let memsw = parent.join(MEMSW_LIMIT);
-            if let Ok(v) = std::fs::read_to_string(&memsw) {
+            if let Ok(v) = crate::hostfs::read_text(&memsw) {
                 snap.files.insert(memsw, v);
             }
         }
         if controllers.contains(&Controller::Cpuset) {
             let read = |f: &str| {
-                std::fs::read_to_string(parent.join(f))
+                crate::hostfs::read_text(parent.join(f))
                     .ok()
                     .and_then(|t| t.trim().parse().ok())
             };
@@ -441,7 +441,7 @@ impl Driver for V1 {
     fn io_limits(&self, group: &Path) -> BTreeMap<DevNum, IoLimits> {
         let mut limits: BTreeMap<DevNum, IoLimits> = BTreeMap::new();
         for (k, file) in IO_LIMIT_FILES.into_iter().enumerate() {
-            let text = std::fs::read_to_string(group.join(file)).unwrap_or_default();
+            let text = crate::hostfs::read_text(group.join(file)).unwrap_or_default();
             for (d, v) in parse_device_lines(&text) {
                 limits.entry(d).or_default().set_key(k, Some(v));
             }
@@ -458,7 +458,7 @@ impl Driver for V1 {
     }
 
     fn cpu_quota(&self, group: &Path) -> Option<f64> {
-        let q: i64 = std::fs::read_to_string(group.join(CFS_QUOTA))
+        let q: i64 = crate::hostfs::read_text(group.join(CFS_QUOTA))
             .ok()?
             .trim()
             .parse()
@@ -472,11 +472,11 @@ impl Driver for V1 {
     }
 
     fn memory_limit(&self, group: &Path) -> Option<u64> {
-        parse_memory(&std::fs::read_to_string(group.join(MEM_LIMIT)).ok()?).flatten()
+        parse_memory(&crate::hostfs::read_text(group.join(MEM_LIMIT)).ok()?).flatten()
     }
 
     fn memory_high(&self, group: &Path) -> Option<u64> {
-        parse_memory(&std::fs::read_to_string(group.join(MEM_SOFT)).ok()?).flatten()
+        parse_memory(&crate::hostfs::read_text(group.join(MEM_SOFT)).ok()?).flatten()
     }
 
     fn pressure(&self, _group: &Path) -> Option<PressureSet> {

@@ -359,7 +359,7 @@ pub fn parse_v2_io_stat(text: &str) -> BTreeMap<DevNum, IoCounters> {
 
 /// Per-device IO of a v2 group; io.stat counts the group's descendants too.
 pub fn v2_io(dir: &Path) -> BTreeMap<DevNum, IoCounters> {
-    let mut out = std::fs::read_to_string(dir.join("io.stat"))
+    let mut out = crate::hostfs::read_text(dir.join("io.stat"))
         .map(|t| parse_v2_io_stat(&t))
         .unwrap_or_default();
     out.retain(|_, c| *c != IoCounters::default());
@@ -380,7 +380,7 @@ pub fn parse_v2_cpu_stat(text: &str) -> CpuUsage {
 
 /// CPU usage of a v2 group, its descendants included.
 pub fn v2_cpu(dir: &Path) -> CpuUsage {
-    std::fs::read_to_string(dir.join("cpu.stat"))
+    crate::hostfs::read_text(dir.join("cpu.stat"))
         .map(|t| parse_v2_cpu_stat(&t))
         .unwrap_or_default()
 }
@@ -389,7 +389,7 @@ pub fn v2_cpu(dir: &Path) -> CpuUsage {
 /// memory.events, which counts the group's descendants too (unless the hierarchy is mounted with
 /// memory_localevents).
 pub fn v2_memory(dir: &Path) -> MemoryUsage {
-    let events = std::fs::read_to_string(dir.join("memory.events"))
+    let events = crate::hostfs::read_text(dir.join("memory.events"))
         .map(|t| parse_flat_keyed(&t))
         .unwrap_or_default();
     v2_memory_from(
@@ -459,13 +459,13 @@ impl Driver for V2 {
     fn read_parent(&self, parent: &Path, controllers: &[Controller], snap: &mut Snapshot) {
         // What the parent offers and already enables for its children.
         for f in [CONTROLLERS_FILE, SUBTREE_CONTROL, PROCS] {
-            if let Ok(v) = std::fs::read_to_string(parent.join(f)) {
+            if let Ok(v) = crate::hostfs::read_text(parent.join(f)) {
                 snap.files.insert(parent.join(f), v);
             }
         }
         if controllers.contains(&Controller::Cpuset) {
             let read = |f: &str| {
-                std::fs::read_to_string(parent.join(f))
+                crate::hostfs::read_text(parent.join(f))
                     .ok()
                     .and_then(|t| t.trim().parse().ok())
             };
@@ -479,7 +479,7 @@ impl Driver for V2 {
             return;
         }
         let qos = hier.mount_point.join(IO_COST_QOS);
-        if let Ok(v) = std::fs::read_to_string(&qos) {
+        if let Ok(v) = crate::hostfs::read_text(&qos) {
             snap.files.insert(qos, v);
         }
         // io.latency exists only in non-root groups, and only when the kernel has
@@ -695,7 +695,7 @@ impl Driver for V2 {
     }
 
     fn io_limits(&self, group: &Path) -> BTreeMap<DevNum, IoLimits> {
-        std::fs::read_to_string(group.join(IO_MAX))
+        crate::hostfs::read_text(group.join(IO_MAX))
             .map(|s| parse_io_max(&s))
             .unwrap_or_default()
     }
@@ -709,7 +709,7 @@ impl Driver for V2 {
     }
 
     fn cpu_quota(&self, group: &Path) -> Option<f64> {
-        parse_cpu_max(&std::fs::read_to_string(group.join(CPU_MAX)).ok()?)
+        parse_cpu_max(&crate::hostfs::read_text(group.join(CPU_MAX)).ok()?)
     }
 
     fn memory_usage(&self, group: &Path) -> MemoryUsage {
@@ -717,15 +717,15 @@ impl Driver for V2 {
     }
 
     fn memory_limit(&self, group: &Path) -> Option<u64> {
-        parse_memory(&std::fs::read_to_string(group.join(MEM_MAX)).ok()?).flatten()
+        parse_memory(&crate::hostfs::read_text(group.join(MEM_MAX)).ok()?).flatten()
     }
 
     fn memory_high(&self, group: &Path) -> Option<u64> {
-        parse_memory(&std::fs::read_to_string(group.join(MEM_HIGH)).ok()?).flatten()
+        parse_memory(&crate::hostfs::read_text(group.join(MEM_HIGH)).ok()?).flatten()
     }
 
     fn io_protection(&self, group: &Path) -> IoProtection {
-        let read = |f: &str| std::fs::read_to_string(group.join(f)).ok();
+        let read = |f: &str| crate::hostfs::read_text(group.join(f)).ok();
         IoProtection {
             weight: read(IO_WEIGHT).and_then(|t| parse_io_weight(&t)),
             latency_us: read(IO_LATENCY)
