@@ -191,12 +191,16 @@ fn io_of(fs: &HostFs, layout: &Layout, tenant: &str) -> Vec<DeviceStatus> {
 }
 
 /// Reads one sample. `procs` (a /proc scan) is needed only to list members with their rule.
+/// With `resident`, `memory_resident_bytes` is summed from every member's smaps_rollup, which
+/// walks the process's page tables (an SGA mapped by a thousand processes is walked a thousand
+/// times): only `status` shows it, and only from its last sample.
 pub fn collect(
     fs: &HostFs,
     layout: &Layout,
     policy: &Policy,
     only: &[String],
     procs: Option<&[ProcInfo]>,
+    resident_bytes: bool,
 ) -> Sample {
     let at = Instant::now();
     // pid → (process, placement), for listing members with the rule that placed them.
@@ -261,8 +265,10 @@ pub fn collect(
                 .collect();
             count += pids.len();
             for pid in &pids {
-                if let Some(pss) = proportional_set_size(fs, *pid) {
-                    *resident.get_or_insert(0) += pss;
+                if resident_bytes {
+                    if let Some(pss) = proportional_set_size(fs, *pid) {
+                        *resident.get_or_insert(0) += pss;
+                    }
                 }
                 if own_nodes.is_some() {
                     if let Ok(text) = fs.read_to_string(format!("/proc/{pid}/numa_maps")) {

@@ -573,11 +573,20 @@ fn show_status(
     } else {
         None
     };
-    let mut sample = status::collect(&fs, &layout, policy, &args.only, procs.as_deref());
-    if !args.interval.is_zero() {
+    // What processes hold (smaps_rollup) is shown from the last sample only.
+    let one_sample = args.interval.is_zero();
+    let mut sample = status::collect(
+        &fs,
+        &layout,
+        policy,
+        &args.only,
+        procs.as_deref(),
+        one_sample,
+    );
+    if !one_sample {
         std::thread::sleep(args.interval);
         let first = sample;
-        sample = status::collect(&fs, &layout, policy, &args.only, procs.as_deref());
+        sample = status::collect(&fs, &layout, policy, &args.only, procs.as_deref(), true);
         status::with_rates(&first, &mut sample);
     }
     let write_note = layout.setup.write_limits_pass_buffered_writes()
