@@ -55,11 +55,11 @@ impl HostFs {
     }
 }
 
-/// `std::fs::read_to_string` for a small kernel file (cgroupfs, /proc): open, read, close.
-/// std adds a `statx` for a size hint these files cannot give and a last read to see the end;
-/// a seq_file hands over all it has when the buffer is large enough, so a read that does not
-/// fill the buffer is the end. `status` and each metrics scrape read some twenty of these per
-/// tenant, and a smaps_rollup per process.
+/// `std::fs::read_to_string` without its `statx` (a size hint that kernel files cannot give:
+/// cgroupfs says 4096, /proc 0): open, read until a read returns nothing, close. `status` and
+/// each metrics scrape read some twenty of these per tenant. It reads to the end rather than
+/// stopping at a short read: a seq_file of many records (mountinfo, numa_maps, a cgroup.procs of
+/// many pids) returns less than asked when its next record does not fit the kernel's buffer.
 pub fn read_text(path: impl AsRef<Path>) -> std::io::Result<String> {
     use rustix::fs::{Mode, OFlags};
     let fd = rustix::fs::open(
@@ -75,11 +75,37 @@ pub fn read_text(path: impl AsRef<Path>) -> std::io::Result<String> {
         let len = buf.len();
         let spare = buf.capacity() - len;
         buf.resize(len + spare, 0);
-        let n = rustix::io::read(&fd, &mut buf[len..])?;
+        let n = loop {
+            match rustix::io::read(&fd, &mut buf[len..]) {
+                Ok(n) => break n,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
         buf.truncate(len + n);
-        if n < spare {
+        if n == 0 {
             break;
         }
     }
     String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_text_reads_to_the_end() {
+        // A regular file of several buffers, and a seq_file of many records (crypto: one
+        // record per algorithm, some 20 KiB), which returns short reads before its end.
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big");
+        let text: String = (0..3000).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&big, &text).unwrap();
+        assert_eq!(read_text(&big).unwrap(), text);
+        // (11 KiB on the development host: a read stopping at the first short read got 4 KiB.)
+        let crypto = read_text("/proc/crypto").unwrap();
+        assert_eq!(crypto, std::fs::read_to_string("/proc/crypto").unwrap());
+        assert!(read_text(dir.path().join("missing")).is_err());
+    }
 }

@@ -191,7 +191,7 @@ fn io_of(fs: &HostFs, layout: &Layout, tenant: &str) -> Vec<DeviceStatus> {
 }
 
 /// Reads one sample. `procs` (a /proc scan) is needed only to list members with their rule.
-/// With `resident`, `memory_resident_bytes` is summed from every member's smaps_rollup, which
+/// With `resident_bytes`, `memory_resident_bytes` is summed from every member's smaps_rollup, which
 /// walks the process's page tables (an SGA mapped by a thousand processes is walked a thousand
 /// times): only `status` shows it, and only from its last sample.
 pub fn collect(
