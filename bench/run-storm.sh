@@ -22,7 +22,10 @@
 #   TENANTS (default 1: the policy's tenants; the storm's BX1 comes last, after TENANTS-1 tenants
 #   of two rules each that match nothing the storm runs),
 #   DBCAGE_OLD_BIN (with SIDES containing dbcage-old: another dbcage build, e.g. the one before a
-#   change, run the same way right after the dbcage side; each logs its time to ready).
+#   change, run the same way right after the dbcage side; each logs its time to ready),
+#   BX1_LIMITS (1: the storm's tenant gets a cpu weight, a memory limit and an IO limit on the
+#   disk behind /, so its processes move into blkio, cpu, cpuacct and memory, as a governed
+#   instance's do; default 0: no limits, three hierarchies).
 #
 # Everything it makes has dbcage-test in its name and is removed on exit, also on failure:
 # /tmp/dbcage-test-storm-run-XXXX, the cgroups dbcage-test-storm-cgred/BX1 (cpu, cpuacct only),
@@ -216,6 +219,10 @@ write_policy() {
         done
         printf '\n[[tenant]]\nname = "BX1"\n'
         printf "match = [{ cmdline = '^ora_p[0-9a-z]{3}_BX1' }, { cmdline = '^oracleBX1' }]\n"
+        if [ "${BX1_LIMITS:-0}" = 1 ]; then
+            printf 'storage = ["/"]\n[tenant.io]\nread_bps = "1GiB"\n'
+            printf '[tenant.cpu]\nweight = 200\n[tenant.memory]\nmax = "8GiB"\n'
+        fi
     } >"$POLICY"
 }
 dbcage_side() { # name binary

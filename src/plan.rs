@@ -870,10 +870,18 @@ fn writes(specs: &[FileSpec], layout: &Layout, snap: &Snapshot) -> Vec<Step> {
         let Some((h, driver)) = layout.setup.driver_of(spec.controller) else {
             continue;
         };
-        let path = layout.dir(h, &spec.group).join(spec.file);
+        let dir = layout.dir(h, &spec.group);
+        let path = dir.join(spec.file);
         let current = snap.file(&path).map(|s| s.trim().to_string());
+        // A group this plan creates starts with the kernel's defaults: only what differs is
+        // written (the step still says the file is absent now).
+        let initial = match &current {
+            Some(c) => Some(c.as_str()),
+            None if !snap.dirs.contains(&dir) => driver.new_group_value(spec.file),
+            None => None,
+        };
         let reason = reason_of(spec);
-        for s in driver.stage(spec, current.as_deref(), page) {
+        for s in driver.stage(spec, initial, page) {
             staged.push((
                 s.phase,
                 s.order,

@@ -89,6 +89,12 @@ pub trait Driver: Sync {
     /// The writes that take a spec's current value (`None`: absent) to the desired one, in
     /// the plan's phases; nothing when it holds already.
     fn stage(&self, spec: &FileSpec, current: Option<&str>, page: u64) -> Vec<Staged>;
+    /// The value a file holds in a group the kernel has just created, where the kernel fixes
+    /// it (not inherited from the parent): the plan stages a group it creates from these, so
+    /// that it writes only what differs from the kernel's defaults.
+    fn new_group_value(&self, _file: &str) -> Option<&'static str> {
+        None
+    }
     /// Whether IO write limits bind buffered writes (v1: only O_DIRECT and fsync'd writes).
     fn limits_buffered_writes(&self) -> bool;
 

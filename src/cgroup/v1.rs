@@ -434,6 +434,21 @@ impl Driver for V1 {
         }
     }
 
+    /// kernel/sched/core.c gives a new cpu group a period of 100 ms (default_cfs_period), no
+    /// quota (RUNTIME_INF) and the shares of nice 0 (1024); memcg starts every limit at
+    /// PAGE_COUNTER_MAX (read back as unlimited). A bandwidth write is not free: each walks
+    /// every cpu group of the host (tg_set_bandwidth's schedulability check), which made the
+    /// three cpu writes into each of 1,000 new tenants a sixth of the daemon's time to ready.
+    fn new_group_value(&self, file: &str) -> Option<&'static str> {
+        match file {
+            CFS_PERIOD => Some("100000"),
+            CFS_QUOTA => Some("-1"),
+            SHARES => Some("1024"),
+            MEM_LIMIT | MEM_SOFT | MEMSW_LIMIT => Some("-1"),
+            _ => None,
+        }
+    }
+
     fn limits_buffered_writes(&self) -> bool {
         false
     }

@@ -690,6 +690,18 @@ impl Driver for V2 {
         out
     }
 
+    /// cgroup-v2.rst's defaults of a new group: no cpu bandwidth limit (period 100 ms), weight
+    /// 100, memory.max/high/swap.max `max`, memory.low 0.
+    fn new_group_value(&self, file: &str) -> Option<&'static str> {
+        match file {
+            CPU_MAX => Some("max 100000"),
+            CPU_WEIGHT => Some("100"),
+            MEM_MAX | MEM_HIGH | MEM_SWAP_MAX => Some(UNLIMITED),
+            MEM_LOW => Some("0"),
+            _ => None,
+        }
+    }
+
     fn limits_buffered_writes(&self) -> bool {
         true
     }

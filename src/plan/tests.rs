@@ -124,12 +124,19 @@ impl Host {
         }
     }
 
-    /// What the kernel would hold after the plan's steps, as a snapshot.
+    /// What the kernel would hold after the plan's steps, as a snapshot (a new group holds
+    /// the kernel's defaults).
     fn apply(&self, snap: &mut Snapshot, steps: &[Step]) {
+        use crate::cgroup::driver::Driver;
         for s in steps {
             match s {
                 Step::Mkdir { path, .. } => {
                     snap.dirs.insert(path.clone());
+                    for f in v1::managed_files(&crate::cgroup::CONTROLLERS) {
+                        if let Some(v) = v1::V1.new_group_value(f) {
+                            snap.files.insert(path.join(f), v.to_string());
+                        }
+                    }
                 }
                 Step::Write { path, value, .. } => {
                     let name = path.file_name().unwrap().to_string_lossy();
@@ -501,7 +508,8 @@ fn empty_snapshot_creates_groups_then_writes_then_moves() {
     assert!(writes_to(steps, &exempt_rbps).is_empty());
     let cpu = |f| host.tenant_file(Controller::Cpu, "bx1", f);
     assert_eq!(writes_to(steps, &cpu(v1::CFS_QUOTA)), vec!["150000"]);
-    assert_eq!(writes_to(steps, &cpu(v1::CFS_PERIOD)), vec!["100000"]);
+    // a new cpu group has the 100-ms period already: not written
+    assert!(writes_to(steps, &cpu(v1::CFS_PERIOD)).is_empty());
     assert_eq!(writes_to(steps, &cpu(v1::SHARES)), vec!["2048"]);
     let mem = |f| host.tenant_file(Controller::Memory, "bx1", f);
     assert_eq!(

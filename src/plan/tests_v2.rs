@@ -148,10 +148,24 @@ fn snapshot(l: &Layout) -> Snapshot {
 /// What the kernel would hold after the steps (io.max merges device lines, subtree_control adds
 /// controllers, memory reads back `max`, the rest is stored as written).
 fn run(l: &Layout, snap: &mut Snapshot, steps: &[Step]) {
+    use crate::cgroup::driver::Driver;
     for s in steps {
         match s {
             Step::Mkdir { path, .. } => {
                 snap.dirs.insert(path.clone());
+                // a new group holds the kernel's defaults
+                for f in [
+                    v2::CPU_MAX,
+                    v2::CPU_WEIGHT,
+                    v2::MEM_MAX,
+                    v2::MEM_HIGH,
+                    v2::MEM_LOW,
+                    v2::MEM_SWAP_MAX,
+                ] {
+                    if let Some(v) = v2::V2.new_group_value(f) {
+                        snap.files.insert(path.join(f), v.to_string());
+                    }
+                }
             }
             Step::Write { path, value, .. } => {
                 let file = path.file_name().unwrap().to_str().unwrap();
@@ -275,8 +289,11 @@ fn v2_files_controllers_first_then_limits() {
     has("dbcage/bx1/cpuset.cpus", "0-1");
     has("dbcage/bx1/cpuset.mems", "0-1");
     has("dbcage/bx1/memory.max", "33554432");
-    has("dbcage/bx1/memory.high", "max");
-    has("dbcage/bx1/memory.low", "0");
+    // a new group starts at memory.high `max` and memory.low 0 (what the tenant wants): no
+    // write of either
+    let none = |path: &str| assert!(!w.iter().any(|(p, _)| *p == m(path)), "{path}: {w:#?}");
+    none("dbcage/bx1/memory.high");
+    none("dbcage/bx1/memory.low");
     // the exempt leaf has no io.max line to write (an empty io.max is what it has);
     // cpu, cpuset and memory live on the tenant only; no v1 file anywhere
     assert!(!w.iter().any(|(p, _)| p.contains("/exempt/")), "{w:#?}");

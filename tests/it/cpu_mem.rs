@@ -409,3 +409,74 @@ fn memory_high_low_swap_max_read_back_and_past_high_not_killed() {
         "the tenant's peak usage {peak} is below the 160 MiB the process touched"
     );
 }
+
+/// The plan writes into a group it creates only what differs from the kernel's defaults
+/// (`Driver::new_group_value`): this kernel must give a new group exactly those values, or a
+/// tenant would keep a default the policy overrides (until the next rescan's read).
+#[test]
+fn a_new_group_holds_the_defaults_the_plan_assumes() {
+    if skip() {
+        return;
+    }
+    use dbcage::cgroup::driver::Driver;
+    let checks: Vec<(&str, &str, Option<&str>)> = match cgroup_version() {
+        Version::V1 => {
+            use dbcage::cgroup::v1;
+            [v1::CFS_PERIOD, v1::CFS_QUOTA, v1::SHARES]
+                .into_iter()
+                .map(|f| ("cpu", f, v1::V1.new_group_value(f)))
+                .chain(
+                    [v1::MEM_LIMIT, v1::MEM_SOFT, v1::MEMSW_LIMIT]
+                        .into_iter()
+                        .map(|f| ("memory", f, v1::V1.new_group_value(f))),
+                )
+                .collect()
+        }
+        Version::V2 => {
+            use dbcage::cgroup::v2;
+            [v2::CPU_MAX, v2::CPU_WEIGHT]
+                .into_iter()
+                .map(|f| ("cpu", f, v2::V2.new_group_value(f)))
+                .chain(
+                    [v2::MEM_MAX, v2::MEM_HIGH, v2::MEM_LOW, v2::MEM_SWAP_MAX]
+                        .into_iter()
+                        .map(|f| ("memory", f, v2::V2.new_group_value(f))),
+                )
+                .collect()
+        }
+    };
+    let mut compared = 0;
+    let mut groups = std::collections::BTreeMap::new();
+    for (controller, file, default) in checks {
+        let default = default.unwrap_or_else(|| panic!("no new-group value for {file}"));
+        let dir = parent_dir(controller);
+        let group = groups
+            .entry(dir.clone())
+            .or_insert_with(|| TestGroup::new(&dir, &format!("dbcage-test-defaults-{}", sid())));
+        let path = group.dir.join(file);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            // memsw without swap accounting, v2 swap without swap: the plan never writes it
+            assert!(
+                file.contains("memsw") || file.contains("swap"),
+                "{} is missing",
+                path.display()
+            );
+            continue;
+        };
+        let same = match controller {
+            "memory" => {
+                dbcage::cgroup::model::parse_memory(&text)
+                    == dbcage::cgroup::model::parse_memory(default)
+            }
+            _ => text.trim() == default,
+        };
+        assert!(
+            same,
+            "{}: the kernel has {:?}, the plan assumes {default:?}",
+            path.display(),
+            text.trim()
+        );
+        compared += 1;
+    }
+    assert!(compared >= 5, "only {compared} files compared");
+}
