@@ -938,8 +938,20 @@ pub fn moves(
     snap: &Snapshot,
     placements: &[Placement],
 ) -> Vec<Step> {
-    let comms: std::collections::HashMap<u32, &str> =
-        procs.iter().map(|p| (p.pid, p.comm.as_str())).collect();
+    // The daemon's event path passes one process (or a few ancestors): a map only for a scan.
+    let comms: std::collections::HashMap<u32, &str> = if procs.len() > 16 {
+        procs.iter().map(|p| (p.pid, p.comm.as_str())).collect()
+    } else {
+        Default::default()
+    };
+    let comm_of = |pid: u32| match comms.get(&pid) {
+        Some(c) => Some(*c),
+        None => procs
+            .iter()
+            .take(16)
+            .find(|p| p.pid == pid)
+            .map(|p| p.comm.as_str()),
+    };
     let mut out = Vec::new();
     for p in placements {
         let Some(now) = snap.proc_dirs.get(&p.pid) else {
@@ -951,9 +963,10 @@ pub fn moves(
         for (h, grouped) in layout.grouped(t).into_iter().enumerate() {
             let here = now.get(h).and_then(|d| d.as_ref());
             if grouped {
-                let want = layout.leaf_dir(h, &t.name, p.leaf);
+                let mut want = layout.leaf_dir(h, &t.name, p.leaf);
                 if here != Some(&want) {
-                    targets.push(crate::cgroup::procs_file(&want));
+                    want.push(crate::cgroup::PROCS);
+                    targets.push(want);
                 }
             } else if here.is_some_and(|d| d.starts_with(layout.root_dir(h))) {
                 leave.push(crate::cgroup::procs_file(&layout.parents[h]));
@@ -964,7 +977,7 @@ pub fn moves(
         }
         out.push(Step::Move {
             pid: p.pid,
-            comm: comms.get(&p.pid).copied().unwrap_or_default().to_string(),
+            comm: comm_of(p.pid).unwrap_or_default().to_string(),
             tenant: t.name.clone(),
             leaf: p.leaf,
             targets,

@@ -11,7 +11,11 @@ use crate::kernel::CpuSet;
 
 /// Writes one value to a control file, in a single write(2) as the kernel expects.
 pub fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
-    let result = if path.ends_with("cgroup.procs") {
+    let result = if path
+        .as_os_str()
+        .as_encoded_bytes()
+        .ends_with(b"/cgroup.procs")
+    {
         write_procs(path, value)
     } else {
         std::fs::OpenOptions::new()
@@ -33,27 +37,35 @@ pub fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
 /// Writes to a `cgroup.procs` through a cached descriptor: the daemon moves one process per
 /// event into the same few leaves, and opening and closing the file each time doubles the
 /// syscalls of a move. A descriptor of a group that was removed (and maybe created again) fails
-/// with ENODEV; it is then reopened once.
+/// with ENODEV; it is then reopened once. Keyed by the path's bytes: hashing a `Path` parses
+/// its components, which cost more than the rest of the lookup (profiled in a storm).
 fn write_procs(path: &Path, value: &str) -> std::io::Result<()> {
     use std::collections::HashMap;
+    use std::ffi::OsString;
     use std::sync::Mutex;
-    static OPEN: Mutex<Option<HashMap<std::path::PathBuf, std::fs::File>>> = Mutex::new(None);
+    static OPEN: Mutex<Option<HashMap<OsString, std::fs::File>>> = Mutex::new(None);
     const MAX_OPEN: usize = 512;
     let mut guard = OPEN.lock().unwrap_or_else(|e| e.into_inner());
     let files = guard.get_or_insert_with(HashMap::new);
+    let key = path.as_os_str();
     for attempt in 0..2 {
-        if !files.contains_key(path) {
-            if files.len() >= MAX_OPEN {
-                files.clear();
+        let result = match files.get_mut(key) {
+            Some(f) => f.write_all(value.as_bytes()),
+            None => {
+                if files.len() >= MAX_OPEN {
+                    files.clear();
+                }
+                let f = std::fs::OpenOptions::new().write(true).open(path)?;
+                files
+                    .entry(key.to_os_string())
+                    .or_insert(f)
+                    .write_all(value.as_bytes())
             }
-            let f = std::fs::OpenOptions::new().write(true).open(path)?;
-            files.insert(path.to_path_buf(), f);
-        }
-        let f = files.get_mut(path).expect("inserted above");
-        match f.write_all(value.as_bytes()) {
+        };
+        match result {
             Ok(()) => return Ok(()),
             Err(e) if attempt == 0 && e.raw_os_error() == Some(nix::libc::ENODEV) => {
-                files.remove(path);
+                files.remove(key);
             }
             Err(e) => return Err(e),
         }

@@ -373,7 +373,15 @@ impl Layout {
         self.root_dir(h).join(tenant)
     }
     pub fn leaf_dir(&self, h: usize, tenant: &str, leaf: Leaf) -> PathBuf {
-        self.tenant_dir(h, tenant).join(leaf.dir())
+        // One allocation, with room for the `cgroup.procs` a move appends (the daemon builds
+        // these per event).
+        let parent = self.parents[h].as_os_str().len();
+        let mut dir = PathBuf::with_capacity(parent + self.root_name.len() + tenant.len() + 32);
+        dir.push(&self.parents[h]);
+        dir.push(&self.root_name);
+        dir.push(tenant);
+        dir.push(leaf.dir());
+        dir
     }
     /// The file a process is moved into a leaf with.
     pub fn leaf_procs(&self, h: usize, tenant: &str, leaf: Leaf) -> PathBuf {
@@ -578,8 +586,11 @@ pub fn proc_group_dirs(fs: &HostFs, layout: &Layout, pid: u32) -> Option<Vec<Opt
 }
 
 /// The file a process is moved into a group with (`cgroup.procs`: the same in v1 and v2).
+/// The file that moves a whole process into a group (v1 and v2 alike).
+pub const PROCS: &str = "cgroup.procs";
+
 pub fn procs_file(group: &Path) -> PathBuf {
-    group.join("cgroup.procs")
+    group.join(PROCS)
 }
 
 /// Whether a write to this file enables controllers for a group's children (v2

@@ -106,8 +106,9 @@ pub fn execute(plan: &Plan) -> Outcome {
                 ..
             } => {
                 let mut gone = false;
+                let pid = pid.to_string();
                 for t in targets.iter().chain(leave) {
-                    match write_file(t, &pid.to_string()) {
+                    match write_file(t, &pid) {
                         Ok(()) => {}
                         Err(CgroupError::Write { ref source, .. })
                             if source.raw_os_error() == Some(nix::libc::ESRCH) =>

@@ -155,7 +155,12 @@ impl ProcReader {
     pub fn read(&mut self, pid: u32, fields: Fields) -> Option<ProcInfo> {
         let dir = &self.proc;
         let buf = &mut self.buf;
-        let file = |f: &str| format!("{pid}/{f}");
+        let file = |f: &str| {
+            use std::fmt::Write;
+            let mut name = String::with_capacity(24);
+            let _ = write!(name, "{pid}/{f}");
+            name
+        };
         let cmdline = join_cmdline(read_small_at(dir, &file("cmdline"), buf)?);
         // Kernel threads have no argv: `stat` tells them (children of kthreadd) from a user
         // process that emptied its own. Otherwise `comm` is enough unless the tree is needed.
@@ -241,9 +246,10 @@ fn read_all<'b>(fd: &OwnedFd, buf: &'b mut Vec<u8>) -> Option<&'b [u8]> {
         }
         let len = buf.len();
         let spare = buf.capacity() - len;
-        buf.resize(len + spare, 0);
-        let n = rustix::io::read(fd, &mut buf[len..]).ok()?;
-        buf.truncate(len + n);
+        // Into the spare capacity (rustix extends the length by what was read): no zeroing of
+        // 4 KiB before each small read.
+        let n = rustix::io::read(fd, rustix::buffer::spare_capacity(buf)).ok()?;
+        debug_assert_eq!(buf.len(), len + n);
         if n < spare {
             return Some(&buf[..]);
         }
