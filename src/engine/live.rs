@@ -303,6 +303,11 @@ impl Live {
         let mut next = self.clone();
         next.windows = schedule::open_windows(&base.policy, now);
         next.next_change = schedule::next_change(&base.policy, now);
+        if next.windows.is_empty() && next.runtime.is_empty() {
+            // Nothing laid over the files: the policy in force is the one just read (validating
+            // it again was a sixth of the daemon's start at 1,000 tenants).
+            return Ok((next, base));
+        }
         let loaded = next.effective()?;
         Ok((next, loaded))
     }
