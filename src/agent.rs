@@ -1199,6 +1199,24 @@ fn favordynmods_hint(
     ))
 }
 
+/// Loads the IO latency program for the metrics endpoint; says once if it cannot (the daemon
+/// goes on without histograms).
+fn load_io_latency(shared: &metrics::Shared) {
+    match crate::iolat::loader::IoLatency::load() {
+        Ok(prog) => {
+            match prog.no_throttle_split() {
+                None => info!("IO latency histograms on (eBPF), with the throttle's wait"),
+                Some(why) => {
+                    warn!("IO latency histograms on (eBPF), without the throttle's wait: {why}")
+                }
+            }
+            // Set once, here: a second value cannot arrive.
+            let _ = shared.iolat.set(prog);
+        }
+        Err(e) => warn!("running without IO latency histograms: {e}"),
+    }
+}
+
 /// Tells systemd (Type=notify) that the daemon is ready, if NOTIFY_SOCKET is set.
 fn notify_ready() {
     let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
@@ -1279,23 +1297,6 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         info!("IO latency histograms off (agent.io_latency = false): no eBPF program loaded");
     }
     let want_iolat = metrics_addr.is_some() && ctx.loaded.policy.agent.io_latency;
-    let iolat = want_iolat.then_some(()).and_then(
-        |_| match crate::iolat::loader::IoLatency::load() {
-            Ok(prog) => {
-                match prog.no_throttle_split() {
-                    None => info!("IO latency histograms on (eBPF), with the throttle's wait"),
-                    Some(why) => {
-                        warn!("IO latency histograms on (eBPF), without the throttle's wait: {why}")
-                    }
-                }
-                Some(prog)
-            }
-            Err(e) => {
-                warn!("running without IO latency histograms: {e}");
-                None
-            }
-        },
-    );
     // Before the first moves, so that they too need not wait for a grace period.
     let favordynmods = ctx.loaded.policy.agent.favordynmods.then(|| {
         let r = crate::favordynmods::ensure(&opts.favordynmods_dir, &ctx.inventory.mounts);
@@ -1312,14 +1313,11 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         }
         r
     });
-    let shared = Arc::new(
-        metrics::Shared::new(
-            ctx.fs.clone(),
-            ctx.loaded.policy.clone(),
-            ctx.layout.clone(),
-        )
-        .with_iolat(iolat),
-    );
+    let shared = Arc::new(metrics::Shared::new(
+        ctx.fs.clone(),
+        ctx.loaded.policy.clone(),
+        ctx.layout.clone(),
+    ));
     shared
         .health
         .events_connected
@@ -1336,6 +1334,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         }
     }
     let ctx_fs = ctx.fs.clone();
+    let iolat_for = want_iolat.then(|| shared.clone());
     let mut agent = Daemon {
         shared,
         ctx,
@@ -1461,6 +1460,10 @@ pub fn run(opts: AgentOptions) -> Result<()> {
                 }
             })
             .context("starting the process-event thread")?;
+    }
+    // After ready: processes are placed meanwhile, and the endpoint serves everything else.
+    if let Some(shared) = iolat_for {
+        load_io_latency(&shared);
     }
     let period = |a: &Daemon| {
         if a.connected {

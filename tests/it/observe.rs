@@ -205,6 +205,14 @@ fn metrics_endpoint_parses_with_the_reference_parser() {
     )
     .len()
         == 1));
+    // The daemon loads the IO latency program after it is ready: the reads below must come after.
+    assert!(
+        wait_until(Duration::from_secs(20), || d
+            .log()
+            .contains("IO latency histograms on")),
+        "the IO latency program did not load; daemon log:\n{}",
+        d.log()
+    );
     // 64 direct reads in the tenant, for the IO latency histogram.
     let dd = Command::new(DBCAGE)
         .arg("-c")
