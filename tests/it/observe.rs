@@ -794,3 +794,89 @@ fn io_latency_off_loads_no_program() {
     assert!(text.contains("dbcage_processes"), "{text}");
     assert!(!text.contains("dbcage_io_latency"), "{text}");
 }
+
+/// Without CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN (issue 25): the daemon says once why it has no
+/// IO latency histograms and goes on placing processes and serving every other metric;
+/// `dbcage iolat` refuses with the same reason.
+#[test]
+fn io_latency_without_bpf_capabilities_goes_on() {
+    if skip() {
+        return;
+    }
+    let name = format!("ora_p001_{}", sid());
+    let body = format!(
+        "[[tenant]]\nname = \"db\"\nmatch = [{{ cmdline = \"{}\" }}]\n[tenant.cpu]\nweight = 50\n",
+        name_rule(&name)
+    );
+    let t = Tenancy::new("iolat-nocap", &body);
+    let drop = "-bpf,-perfmon,-sys_admin";
+    let setpriv = [
+        "setpriv",
+        &format!("--bounding-set={drop}"),
+        &format!("--inh-caps={drop}"),
+        &format!("--ambient-caps={drop}"),
+        "--",
+    ];
+    let addr = format!("127.0.0.1:{}", 20000 + (std::process::id() + 11) % 20000);
+    let d = Daemon::start_wrapped(&t, &setpriv, &["--metrics", &addr]);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.pid)).unwrap_or_default();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+        .expect("CapEff in /proc/PID/status");
+    // CAP_SYS_ADMIN 21, CAP_PERFMON 38, CAP_BPF 39.
+    assert_eq!(eff & (1 << 21 | 1 << 38 | 1 << 39), 0, "CapEff {eff:#x}");
+
+    let why = "running without IO latency histograms: this process lacks";
+    assert!(
+        wait_until(Duration::from_secs(20), || d.log().contains(why)),
+        "no word on the missing capabilities; daemon log:\n{}",
+        d.log()
+    );
+    let _sleeper = Child::named(&name, "sleep", &["30"]);
+    assert!(
+        wait_until(Duration::from_secs(5), || procs_in(
+            &t.leaf_dir("cpu", "db", "limited")
+        )
+        .len()
+            == 1),
+        "the daemon without eBPF did not place {name}; daemon log:\n{}",
+        d.log()
+    );
+    for _ in 0..2 {
+        let text = scrape(&addr)
+            .unwrap_or_else(|| panic!("no answer at {addr}; daemon log:\n{}", d.log()));
+        assert!(
+            text.lines().any(|l| l.starts_with("dbcage_processes{")
+                && l.contains("tenant=\"db\"")
+                && l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<f64>().ok())
+                    == Some(1.0)),
+            "{text}"
+        );
+        assert!(!text.contains("dbcage_io_latency_seconds_bucket"), "{text}");
+    }
+    let log = d.log();
+    assert_eq!(log.matches(why).count(), 1, "said more than once:\n{log}");
+    assert!(
+        log.contains("CAP_BPF") && log.contains("CAP_PERFMON"),
+        "{log}"
+    );
+
+    let out = Command::new("setpriv")
+        .args(&setpriv[1..setpriv.len() - 1])
+        .arg(DBCAGE)
+        .arg("-c")
+        .arg(&t.policy)
+        .args(["iolat", "--duration", "1s"])
+        .output()
+        .expect("run setpriv (util-linux)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("lacks") && err.contains("CAP_BPF"),
+        "dbcage iolat without CAP_BPF: {:?}\n{err}",
+        out.status
+    );
+}
