@@ -1,6 +1,6 @@
 #!/bin/bash
 # Tests the Ansible role for real: applies it to a Debian 12 guest with systemd as PID 1 under
-# qemu (the shared systemd guest, ../shared/systemd-guest/make_and_boot.sh), with
+# qemu (the systemd guest vendored in tests/sdguest/make_and_boot.sh), with
 # ansible-playbook inside the guest (connection local: Debian's ansible-core and python3-apt are
 # put into the guest's root with a chroot apt-get, since the guest has no network), three times:
 # install + start, the same again (nothing may change), one limit changed (only the policy and a
@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 deb=${1:?usage: $0 DBCAGE.deb}
-S=${SDGUEST:-$(realpath ../shared/systemd-guest/make_and_boot.sh)}
+S=${SDGUEST:-$(realpath tests/sdguest/make_and_boot.sh)}
 export WORK=${WORK:-/tmp/dbcage-test-sdguest-ansible}
 R=$WORK/root
 [ -d "$R/usr" ] || "$S" rootfs
