@@ -9,7 +9,8 @@
 //! sdbus stop UNIT | reset-failed UNIT
 //! sdbus assert UNIT Name=value...    govern::assert_unit: prints each repaired property
 //! sdbus adopt TENANT PID... [-- Name=value...]   govern::adopt (start or attach)
-//! sdbus release UNIT Name=value...   govern::release: those properties back to defaults
+//! sdbus release UNIT Name=value...   govern::release: their runtime drop-ins removed and a reload
+//!                                    (a dbcage scope: those properties back to defaults)
 //! sdbus threads                      the threads of this process after connecting
 //! sdbus detect                       whether systemd is the cgroup manager
 //! ```
@@ -114,7 +115,15 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             let how = govern::adopt(&Systemd::connect()?, tenant, &pids, &properties)?;
             println!("adopted={how:?}");
         }
-        ["release", unit, ..] => govern::release(&Systemd::connect()?, unit, &props(&args[2..])?)?,
+        ["release", unit, ..] => {
+            let sd = Systemd::connect()?;
+            let fs = HostFs::default();
+            let how = govern::release(&sd, &fs, unit, &props(&args[2..])?)?;
+            if matches!(&how, govern::Released::DropinsRemoved(f) if !f.is_empty()) {
+                sd.reload()?;
+            }
+            println!("released={how:?}");
+        }
         ["reset-failed", unit] => Systemd::connect()?.reset_failed(unit)?,
         ["threads"] => {
             let before = threads()?;

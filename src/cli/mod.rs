@@ -745,8 +745,29 @@ fn release(
         refuse_release_under_daemon(&config.path, socket, &loaded.policy, &names, all)?;
         let prepared = engine::prepare(config)?;
         let released = engine::systemd_release(&prepared, if all { &[] } else { only })?;
-        for (tenant, unit) in &released {
-            writeln!(out, "released {tenant}: {unit} back to its own settings")?;
+        use crate::systemd::govern::Released;
+        for (tenant, unit, how) in &released {
+            match how {
+                Released::DropinsRemoved(files) if files.is_empty() => writeln!(
+                    out,
+                    "released {tenant}: {unit} back to its own settings (no runtime drop-in of dbcage's left)"
+                )?,
+                Released::DropinsRemoved(files) => writeln!(
+                    out,
+                    "released {tenant}: {unit} back to its own settings (removed {})",
+                    files
+                        .iter()
+                        .map(|f| f.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )?,
+                Released::ScopeLeft { processes } => writeln!(
+                    out,
+                    "released {tenant}: {unit} has systemd's defaults and is left running with its {} (stopping it would end {}: `systemctl stop {unit}`)",
+                    crate::units::count(*processes, "process", "processes"),
+                    if *processes == 1 { "it" } else { "them" }
+                )?,
+            }
         }
         writeln!(out, "{} units released; no process moved", released.len())?;
         return Ok(ExitCode::SUCCESS);

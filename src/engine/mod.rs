@@ -259,10 +259,14 @@ fn systemd_view(p: &Prepared, plan: &Plan, pids: &[u32]) -> Result<plan::Systemd
     Ok(view)
 }
 
-/// `release` under systemd: every unit that holds a selected tenant's processes in place, and
-/// the tenant's scope, get systemd's defaults back for the properties dbcage manages; no
-/// process is moved or stopped. Returns (tenant, unit) for each unit released.
-pub fn systemd_release(p: &Prepared, only: &[String]) -> Result<Vec<(String, String)>> {
+/// `release` under systemd: every unit that holds a selected tenant's processes in place gets
+/// its own settings back (dbcage's runtime drop-ins removed, then one manager reload), the
+/// tenant's scope systemd's defaults; no process is moved or stopped. Returns (tenant, unit,
+/// how) for each unit released.
+pub fn systemd_release(
+    p: &Prepared,
+    only: &[String],
+) -> Result<Vec<(String, String, crate::systemd::govern::Released)>> {
     let plan = plan(p, &Adjustments::default())?;
     let policy = &p.loaded.policy;
     let placements = policy.matcher.classify(&p.inventory.procs);
@@ -302,10 +306,19 @@ pub fn systemd_release(p: &Prepared, only: &[String]) -> Result<Vec<(String, Str
                 view.device_nodes.get(&d).cloned().unwrap_or_default()
             });
         for unit in units {
-            crate::systemd::govern::release(&sd, &unit, &managed)
+            let how = crate::systemd::govern::release(&sd, &p.fs, &unit, &managed)
                 .with_context(|| format!("releasing tenant `{}`", summary.name))?;
-            released.push((summary.name.clone(), unit));
+            released.push((summary.name.clone(), unit, how));
         }
+    }
+    // The removed drop-ins still hold until the manager reads the units again; the reload
+    // also writes the units' own values into their cgroups.
+    let removed = released.iter().any(|(_, _, how)| {
+        matches!(how, crate::systemd::govern::Released::DropinsRemoved(files) if !files.is_empty())
+    });
+    if removed {
+        sd.reload()
+            .context("the units' runtime drop-ins were removed, but systemd still holds dbcage's values until a reload; run `systemctl daemon-reload`")?;
     }
     Ok(released)
 }

@@ -40,6 +40,7 @@ trait Manager {
     ) -> zbus::Result<OwnedObjectPath>;
     fn stop_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
     fn reset_failed_unit(&self, name: &str) -> zbus::Result<()>;
+    fn reload(&self) -> zbus::Result<()>;
     fn get_unit_processes(&self, name: &str) -> zbus::Result<Vec<(String, u32, String)>>;
     fn attach_processes_to_unit(
         &self,
@@ -76,6 +77,13 @@ pub enum Error {
         unit: String,
         property: &'static str,
         why: String,
+    },
+    #[error("systemd unit {unit}: cannot remove the runtime drop-in {}: {source}", .path.display())]
+    Dropin {
+        unit: String,
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
     },
     #[error(
         "systemd job {job} ({method} of {unit}) finished with result `{result}`; \
@@ -280,6 +288,14 @@ impl Systemd {
             .get_unit_processes(unit)
             .map_err(|e| Error::call("GetUnitProcesses", unit, &[], e))?;
         Ok(procs.into_iter().map(|(_, pid, _)| pid).collect())
+    }
+
+    /// Reloads the manager's configuration (`systemctl daemon-reload`): every unit's files and
+    /// drop-ins are read again. systemd answers once the reload is done.
+    pub fn reload(&self) -> Result<(), Error> {
+        self.manager
+            .reload()
+            .map_err(|e| Error::call("Reload", "-", &[], e))
     }
 
     /// Forgets a unit's failed state (so a scope of the same name can be started again).

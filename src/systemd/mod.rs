@@ -29,6 +29,11 @@ pub fn scope_name(tenant: &str) -> String {
     format!("dbcage-{tenant}.scope")
 }
 
+/// Whether a unit is one of dbcage's tenant scopes (`scope_name`).
+pub fn is_dbcage_scope(unit: &str) -> bool {
+    unit.starts_with("dbcage-") && unit.ends_with(".scope")
+}
+
 /// The cgroup of a tenant's transient scope, as /proc/PID/cgroup names it (the slice is a
 /// child of the root slice).
 pub fn scope_cgroup(tenant: &str) -> String {

@@ -78,6 +78,16 @@ impl Property {
         }
     }
 
+    /// The unit-file directive systemd writes for this property in the drop-in a runtime
+    /// `SetUnitProperties` leaves (`/run/systemd/system.control/UNIT.d/50-NAME.conf`): the bus
+    /// name, except the CPU quota (sent in µs, written as `CPUQuota=` in percent).
+    pub fn directive(&self) -> &'static str {
+        match self {
+            Property::CpuQuotaPerSecUSec(_) => "CPUQuota",
+            other => other.name(),
+        }
+    }
+
     /// What to send to set this property to exactly its value. systemd merges a device list
     /// into the unit's (an entry per device it names; other devices keep theirs), and only an
     /// empty list clears it: a non-empty list is sent after an empty one, so that a device the

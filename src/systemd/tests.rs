@@ -239,3 +239,45 @@ fn properties_parse_what_they_print() {
         assert!(bad.parse::<Property>().is_err(), "{bad}");
     }
 }
+
+#[test]
+fn release_removes_only_the_runtime_dropins_of_managed_properties() {
+    // As systemd 252 writes them for SetUnitProperties(runtime=true) (seen in the guest), next
+    // to drop-ins dbcage must leave: another property, an admin's file with other settings.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let write = |name: &str, text: &str| std::fs::write(d.join(name), text).unwrap();
+    write(
+        "50-CPUQuota.conf",
+        "# This is a drop-in unit file extension, created via \"systemctl set-property\"\n# or an equivalent operation. Do not edit.\n[Service]\nCPUQuota=40%\n",
+    );
+    write("50-MemoryMax.conf", "[Service]\nMemoryMax=134217728\n");
+    write(
+        "50-IOReadBandwidthMax.conf",
+        "[Service]\nIOReadBandwidthMax=\nIOReadBandwidthMax=/dev/vdc 2097152\n",
+    );
+    write("50-TasksMax.conf", "[Service]\nTasksMax=100\n");
+    write("60-admin.conf", "[Service]\nMemoryMax=1G\nNice=5\n");
+    write("50-Empty.conf", "[Service]\n");
+    let managed = [
+        Property::CpuQuotaPerSecUSec(Some(400_000)),
+        Property::MemoryMax(Some(1 << 27)),
+        Property::IoReadBandwidthMax(vec![DeviceLimit::new("/dev/vdc", 1)]),
+    ];
+    let names: Vec<String> = govern::runtime_dropins(d, &managed)
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "50-CPUQuota.conf",
+            "50-IOReadBandwidthMax.conf",
+            "50-MemoryMax.conf"
+        ]
+    );
+    assert!(govern::runtime_dropins(&d.join("absent"), &managed).is_empty());
+    assert!(is_dbcage_scope("dbcage-pg.scope"));
+    assert!(!is_dbcage_scope("dbcage.service"));
+    assert!(!is_dbcage_scope("postgresql@15-main.service"));
+}

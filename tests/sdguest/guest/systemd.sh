@@ -370,6 +370,63 @@ eq "unit = : status after a restart" "$n" "$want"
 eq "unit = : nothing adopted" "$(systemctl list-units --all --no-legend --plain 'dbcage-pgunit.scope' | awk '$3 != "inactive"' | wc -l)" "0"
 systemctl stop dbcage-test-daemon4
 figure "unit = section (check, a daemon, a restart of $U): $(( $(ms) - t0 )) ms"
+
+# ---------------------------------------------------------------- release: the unit file's own settings back
+# A unit whose file sets its own CPUQuota and MemoryMax, governed by `dbcage apply` (lower
+# limits), then `dbcage release --all`: systemd and the kernel hold the unit file's values
+# again, no runtime drop-in of dbcage's properties is left in /run/systemd/system.control (a
+# property set back to a default at runtime would be one, masking the file's values until
+# reboot), the process runs on in its unit; dbcage-adhoc.scope (a sleeper from a session,
+# adopted by the apply) is left running with its process, and release says so.
+t0=$(ms)
+O=dbcage-test-own.service
+cat >/etc/systemd/system/$O <<'EOF'
+[Service]
+ExecStart=/bin/sleep infinity
+CPUQuota=200%
+MemoryMax=300M
+EOF
+# A new unit file needs no daemon-reload: systemd loads it when the start names it.
+systemctl start $O
+OCG=$(show $O ControlGroup)
+opid=$(show $O MainPID)
+cat >/etc/dbcage/dbcage.toml <<EOF
+[[tenant]]
+name = "own"
+match = [{ unit = "$O" }]
+[tenant.cpu]
+cores = 0.4
+[tenant.memory]
+max = "128MiB"
+[[tenant]]
+name = "adhoc"
+match = [{ comm = '^dbcageadhoc\$' }]
+[tenant.cpu]
+cores = 0.2
+EOF
+systemd-run --quiet --scope --unit=session-dbcagetest9.scope --slice=user.slice /usr/local/bin/dbcageadhoc 600 </dev/null >/dev/null 2>&1 &
+for _ in $(seq 50); do systemctl is-active --quiet session-dbcagetest9.scope && break; sleep 0.1; done
+mem_of() { if [ $V = 2 ]; then cat "/sys/fs/cgroup$1/memory.max" 2>&1; else cat "/sys/fs/cgroup/memory$1/memory.limit_in_bytes" 2>&1; fi; }
+out=$(dbcage apply 2>&1) || fail "apply ($O): $out"
+eq "release: governed quota" "$(show $O CPUQuotaPerSecUSec)" "400ms"
+eq "release: governed kernel quota" "$(quota_of $OCG)" "40000 100000"
+eq "release: governed kernel memory" "$(mem_of $OCG)" "134217728"
+t1=$(ms)
+out=$(dbcage release --all 2>&1) || fail "release --all: $out"
+t1=$(( $(ms) - t1 ))
+echo "$out" | sed 's/^/  release: /'
+eq "release: the unit file's quota back" "$(show $O CPUQuotaPerSecUSec)" "2s"
+eq "release: the unit file's MemoryMax back" "$(show $O MemoryMax)" "314572800"
+eq "release: kernel quota is the unit file's" "$(quota_of $OCG)" "200000 100000"
+eq "release: kernel memory is the unit file's" "$(mem_of $OCG)" "314572800"
+eq "release: runtime drop-ins left for $O" "$(ls /run/systemd/system.control/$O.d 2>/dev/null | tr '\n' ' ')" ""
+eq "release: $O still runs its process in its unit" "$(show $O MainPID) $(cg_of $opid)" "$opid $OCG"
+has "release output" "$out" "dbcage-adhoc.scope has systemd's defaults and is left running"
+eq "release: the scope's quota" "$(show dbcage-adhoc.scope CPUQuotaPerSecUSec)" "infinity"
+eq "release: the scope is still running" "$(systemctl is-active dbcage-adhoc.scope)" "active"
+systemctl stop $O
+pkill -x dbcageadhoc
+figure "release section (a unit with its own limits: apply, release --all, checks): $(( $(ms) - t0 )) ms, of which release --all (a manager reload) $t1 ms"
 cat "$SDGUEST_OUT/figures.txt"
 echo "RESULT: $fails failure(s)"
 [ $fails = 0 ]
