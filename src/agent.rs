@@ -150,6 +150,9 @@ struct Daemon {
     /// Under systemd, per tenant, what the last full plan found (its units, its scope's
     /// properties, the units it shares): what the event path decides from between plans.
     governed: BTreeMap<String, plan::Governed>,
+    /// Under systemd, the "not applied through systemd" lines already logged: each is said
+    /// once (at the first plan that finds it), not at every rescan.
+    told_not_applied: HashSet<String>,
     /// A full plan asked for by the event path (a tenant's process in a unit the last plan did
     /// not see), due at this time.
     rescan_due: Option<Instant>,
@@ -422,13 +425,20 @@ impl Daemon {
     }
 
     /// Under systemd: what a full plan found for each tenant (`plan::Governed`), for the event
-    /// path, and the units the metrics read (`Layout::units`).
+    /// path, and the units the metrics read (`Layout::units`); logs what the plan cannot apply
+    /// through systemd, once.
     fn take_governed(&mut self, plan: &Plan) {
         if self.ctx.manager != crate::systemd::Manager::Systemd {
             return;
         }
         self.ctx.layout.units = plan.units();
         self.governed = plan.governed();
+        let not_applied = crate::cgroup::systemd::NOT_APPLIED;
+        for w in plan.warnings.iter().filter(|w| w.contains(not_applied)) {
+            if self.told_not_applied.insert(w.clone()) {
+                warn!("{w}");
+            }
+        }
     }
 
     /// A tenant's process seen by the event path under systemd. In a unit the tenant is
@@ -1347,6 +1357,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         moved_at: HashMap::new(),
         rechecks: BTreeMap::new(),
         governed: BTreeMap::new(),
+        told_not_applied: HashSet::new(),
         rescan_due: None,
         rescan_asked: None,
         stats: AgentStats {

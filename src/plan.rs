@@ -1080,12 +1080,7 @@ pub fn systemd_steps(
                 .cloned()
                 .unwrap_or_else(|| format!("/dev/block/{d}"))
         });
-        for why in crate::cgroup::systemd::unexpressible(&settings, view.unified) {
-            warnings.push(format!(
-                "tenant {}: not applied through systemd: {why}",
-                summary.name
-            ));
-        }
+        let mut not_applied = crate::cgroup::systemd::unexpressible(&settings, view.unified);
         let scope = crate::systemd::scope_name(&summary.name);
         let mine: std::collections::HashSet<u32> = pids.iter().copied().collect();
         let placement = crate::systemd::plan::place(
@@ -1095,6 +1090,47 @@ pub fn systemd_steps(
             |unit| view.holds_only(unit, |p| mine.contains(&p)),
             |unit| t.names_unit(unit),
         );
+        // Exempt processes: the unit's properties bind every process in it, the IO limits too
+        // (the cgroupfs drivers give them a leaf without). Said only when there are IO limits.
+        let io_limited = props.iter().any(|p| {
+            matches!(p,
+                Property::IoReadBandwidthMax(l)
+                | Property::IoWriteBandwidthMax(l)
+                | Property::IoReadIopsMax(l)
+                | Property::IoWriteIopsMax(l) if !l.is_empty())
+        });
+        let exempt: std::collections::HashSet<u32> = placements
+            .iter()
+            .filter(|p| p.tenant == ti && p.leaf == Leaf::Exempt)
+            .map(|p| p.pid)
+            .collect();
+        if io_limited && !exempt.is_empty() {
+            for (unit, pids) in &placement.units {
+                if pids.iter().any(|p| exempt.contains(p)) {
+                    let delegated = view.resources.get(unit).is_some_and(|r| r.delegate);
+                    not_applied.push(crate::cgroup::systemd::exempt_not_applied(
+                        unit, delegated, false,
+                    ));
+                }
+            }
+            if placement
+                .adopt
+                .iter()
+                .chain(&placement.in_scope)
+                .any(|p| exempt.contains(p))
+            {
+                not_applied.push(crate::cgroup::systemd::exempt_not_applied(
+                    &scope, true, true,
+                ));
+            }
+        }
+        for why in not_applied {
+            warnings.push(format!(
+                "tenant {}: {}: {why}",
+                summary.name,
+                crate::cgroup::systemd::NOT_APPLIED
+            ));
+        }
         // The units systemd started first (the one with most of its processes first), then
         // its scope.
         let mut own: Vec<(usize, String)> = placement

@@ -254,3 +254,52 @@ fn on_v1_only_a_tenant_that_pins_cpus_is_told_systemd_cannot_pin_them() {
         "{warnings:?}"
     );
 }
+
+/// An exempt process (a WAL writer) in the tenant's unit gets the unit's IO limits under
+/// systemd: said, with the drop-in that would delegate the unit; once the unit has
+/// Delegate=yes, that dbcage makes no leaf there yet. Nothing said without IO limits.
+#[test]
+fn exempt_processes_under_the_units_io_limits_are_reported() {
+    let mut placements = placed(&[1, 2, 3]);
+    placements[1].leaf = Leaf::Exempt;
+    let (steps, warnings, _) =
+        systemd_steps(&plan_of(), &placements, &tenants(), &view(defaults()));
+    assert_eq!(steps.len(), 2, "the limits are set all the same: {steps:?}");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let w = &warnings[0];
+    assert!(
+        w.starts_with("tenant pg: not applied through systemd: exempt processes in postgresql@15-main.service run under its IO limits"),
+        "{w}"
+    );
+    assert!(
+        w.contains("/etc/systemd/system/postgresql@15-main.service.d/50-dbcage-delegate.conf with `[Service]` and `Delegate=yes`"),
+        "{w}"
+    );
+    // Delegated already: what is missing is dbcage's leaf.
+    let delegated = UnitResources {
+        delegate: true,
+        ..defaults()
+    };
+    let (_, warnings, _) = systemd_steps(&plan_of(), &placements, &tenants(), &view(delegated));
+    assert!(
+        warnings.len() == 1
+            && warnings[0]
+                .contains("has Delegate=yes, but dbcage does not make leaves under systemd yet"),
+        "{warnings:?}"
+    );
+    // An exempt process adopted into the scope: the scope's IO limits.
+    let mut placements = placed(&[1, 2, 3]);
+    placements[2].leaf = Leaf::Exempt;
+    let (_, warnings, _) = systemd_steps(&plan_of(), &placements, &tenants(), &view(defaults()));
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("exempt processes in dbcage-pg.scope"),
+        "{warnings:?}"
+    );
+    // No IO limits: an exempt process loses nothing in the unit.
+    let mut plan = plan_of();
+    plan.tenants[0].settings.io.clear();
+    let mut placements = placed(&[1, 2]);
+    placements[1].leaf = Leaf::Exempt;
+    let (_, warnings, _) = systemd_steps(&plan, &placements, &tenants(), &view(defaults()));
+    assert!(warnings.is_empty(), "{warnings:?}");
+}

@@ -223,6 +223,7 @@ fn properties_parse_what_they_print() {
         "IOWriteBandwidthMax=",
         "IOReadIOPSMax=/dev/vdc 100",
         "IOWriteIOPSMax=/dev/vdd 50",
+        "IODeviceLatencyTargetUSec=/dev/vdc 5000",
         "Delegate=yes",
     ];
     for text in texts {
