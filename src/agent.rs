@@ -691,6 +691,9 @@ impl Daemon {
         for e in &outcome.errors {
             warn!("{e}");
         }
+        for r in &outcome.recovered {
+            info!("{r}");
+        }
     }
 
     /// Classifies one process (with its ancestors when a rule passes a tenant to descendants)

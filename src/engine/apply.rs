@@ -21,6 +21,10 @@ pub struct Outcome {
     pub skipped: usize,
     #[serde(serialize_with = "errors_as_text")]
     pub errors: Vec<CgroupError>,
+    /// What went wrong and was recovered from, for the log: a scope whose start failed because
+    /// some of its processes had exited, adopted again without them (systemd's journal shows
+    /// the failed start; this says why).
+    pub recovered: Vec<String>,
 }
 
 fn errors_as_text<S: serde::Serializer>(errors: &[CgroupError], s: S) -> Result<S::Ok, S::Error> {
@@ -72,31 +76,13 @@ pub fn execute(plan: &Plan) -> Outcome {
                 properties,
                 ..
             } => match systemd.get_or_insert_with(crate::systemd::Systemd::connect) {
-                Ok(sd) => match crate::systemd::govern::adopt(sd, tenant, pids, properties) {
-                    Ok(_) => out.moved += pids.len(),
-                    // systemd refuses the whole call (UnixProcessIdUnknown), or starts the scope
-                    // and fails its job, when one process has exited since it was found: the
-                    // others are adopted without it, and it counts as vanished.
-                    Err(e) => {
-                        let alive: Vec<u32> = pids
-                            .iter()
-                            .copied()
-                            .filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
-                            .collect();
-                        if alive.len() == pids.len() {
-                            out.errors.push(e.into());
-                            continue;
-                        }
-                        out.vanished += pids.len() - alive.len();
-                        if alive.is_empty() {
-                            continue;
-                        }
-                        match crate::systemd::govern::adopt(sd, tenant, &alive, properties) {
-                            Ok(_) => out.moved += alive.len(),
-                            Err(e) => out.errors.push(e.into()),
-                        }
-                    }
-                },
+                Ok(sd) => adopt_retrying(
+                    &mut out,
+                    tenant,
+                    pids,
+                    |pid| std::path::Path::new(&format!("/proc/{pid}")).exists(),
+                    |pids| crate::systemd::govern::adopt(sd, tenant, pids, properties).map(|_| ()),
+                ),
                 Err(e) => out.errors.push(connect_error(e)),
             },
             Step::Move {
@@ -134,7 +120,112 @@ pub fn execute(plan: &Plan) -> Outcome {
     out
 }
 
+/// Adopts a tenant's `pids` (`adopt`: into its scope, through systemd). systemd refuses the
+/// whole call (UnixProcessIdUnknown), or starts the scope and fails its job, when one process
+/// has exited since it was found: the others (`alive`) are adopted again without it, it counts
+/// as vanished, and the first error goes to `recovered` with the scope and the exited pids, so
+/// that the journal's "Failed to start dbcage-T.scope" has its explanation in dbcage's log.
+fn adopt_retrying(
+    out: &mut Outcome,
+    tenant: &str,
+    pids: &[u32],
+    alive: impl Fn(u32) -> bool,
+    mut adopt: impl FnMut(&[u32]) -> Result<(), crate::systemd::Error>,
+) {
+    let e = match adopt(pids) {
+        Ok(()) => {
+            out.moved += pids.len();
+            return;
+        }
+        Err(e) => e,
+    };
+    let (left, gone): (Vec<u32>, Vec<u32>) = pids.iter().partition(|&&pid| alive(pid));
+    if gone.is_empty() {
+        out.errors.push(e.into());
+        return;
+    }
+    out.vanished += gone.len();
+    out.recovered.push(format!(
+        "tenant {tenant}: adopting pids {pids:?} into {} failed ({e}); pids {gone:?} had \
+         exited, {}",
+        crate::systemd::scope_name(tenant),
+        if left.is_empty() {
+            "none is left to adopt".to_string()
+        } else {
+            format!("adopting the others {left:?} again without them")
+        }
+    ));
+    if left.is_empty() {
+        return;
+    }
+    match adopt(&left) {
+        Ok(()) => out.moved += left.len(),
+        Err(e) => out.errors.push(e.into()),
+    }
+}
+
 /// A failed connection is reported on every systemd step it prevents (the error is not Clone).
 fn connect_error(e: &crate::systemd::Error) -> CgroupError {
     CgroupError::Layout(e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(pids: &[u32]) -> crate::systemd::Error {
+        crate::systemd::Error::Call {
+            method: "StartTransientUnit",
+            unit: "dbcage-pg.scope".into(),
+            properties: vec![format!("PIDs={pids:?}")],
+            name: "org.freedesktop.systemd1.UnixProcessIdUnknown".into(),
+            message: "PID 12 doesn't exist.".into(),
+        }
+    }
+
+    /// A pid gone between the scan and the adoption: the others are adopted on a second try,
+    /// and the first error is kept for the log with the scope and the pid that exited.
+    #[test]
+    fn an_adoption_refused_for_an_exited_pid_is_retried_and_its_error_kept() {
+        let mut out = Outcome::default();
+        let mut calls = Vec::new();
+        adopt_retrying(
+            &mut out,
+            "pg",
+            &[11, 12, 13],
+            |pid| pid != 12,
+            |pids| {
+                calls.push(pids.to_vec());
+                if pids.contains(&12) {
+                    Err(refused(pids))
+                } else {
+                    Ok(())
+                }
+            },
+        );
+        assert_eq!(calls, [vec![11, 12, 13], vec![11, 13]]);
+        assert_eq!((out.moved, out.vanished, out.errors.len()), (2, 1, 0));
+        assert_eq!(out.recovered.len(), 1);
+        let r = &out.recovered[0];
+        assert!(
+            r.starts_with("tenant pg: adopting pids [11, 12, 13] into dbcage-pg.scope failed (systemd StartTransientUnit of dbcage-pg.scope"),
+            "{r}"
+        );
+        assert!(
+            r.contains("UnixProcessIdUnknown: PID 12 doesn't exist."),
+            "{r}"
+        );
+        assert!(
+            r.ends_with("pids [12] had exited, adopting the others [11, 13] again without them"),
+            "{r}"
+        );
+
+        // Every pid alive: the error is the error, no retry.
+        let mut out = Outcome::default();
+        adopt_retrying(&mut out, "pg", &[11], |_| true, |p| Err(refused(p)));
+        assert_eq!(
+            (out.moved, out.errors.len(), out.recovered.len()),
+            (0, 1, 0)
+        );
+    }
 }

@@ -236,6 +236,9 @@ pub fn print_apply(
     for m in plan.memory_moves.iter().filter(|m| m.migrate) {
         writeln!(out, "tenant {}: {}", m.tenant, memory_move_line(m))?;
     }
+    for r in &outcome.recovered {
+        writeln!(out, "recovered: {r}")?;
+    }
     for e in &outcome.errors {
         writeln!(out, "error: {e}")?;
     }
