@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 19's scenarios with the daemon under systemd 252 (tests/sdguest/guest/systemd.sh): status
 # and metrics read from the unit, restart sampled every 100 ms, adoption from the event path
-# within 1 s, kill -9 and restart of the daemon, 100 daemon-reloads with drift repaired.
+# within 1 s, kill -9 and restart of the daemon, daemon-reloads (SDGUEST_RELOADS) with drift
+# repaired, release of a unit with its own limits.
 # usage: tests/sdguest/systemd.sh [BINARY | PACKAGE.deb]   (default: cargo build, target/debug/dbcage)
 #   With a .deb (scripts/build-deb.sh), the package is installed with dpkg in the guest and
 #   scenario 6 (tests/sdguest/guest/package.sh: the packaged unit started with `systemctl enable
@@ -9,7 +10,7 @@
 #   SDGUEST_CGROUP   v2 (default) or v1 (a RHEL 7/8 style host: systemd.unified_cgroup_hierarchy=0);
 #                    scenario 6 (the .deb) runs on v2 only
 #   SDGUEST_RELOADS  daemon-reloads in scenario 3 (default 100, the issue's number: ~4 s each
-#                    under TCG; scripts/test.sh runs 30 to stay in its time budget)
+#                    under TCG; scripts/test.sh runs 15 to stay in its time budget)
 # Exit code: the guest script's; 125 when the guest did not boot or finish (a failure, never a skip).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -10,7 +10,8 @@
 #   3. 100 daemon-reloads (the number in $SDGUEST_FILES/reloads), restarts of an unrelated unit with its own IO limits, and
 #      set-property on the database's unit by hand: within 2 s the kernel and the unit's
 #      properties are back to the plan, the repairs metric counts exactly the repairs;
-#   and a tenant matched by `unit = "postgresql@15-main.service"` alone is governed in place.
+#   and a tenant matched by `unit = "postgresql@15-main.service"` alone is governed in place;
+#   `release` gives a unit with its own CPUQuota/MemoryMax its unit file's values back.
 # With the package installed (tests/sdguest/systemd.sh DEB puts package.sh in $SDGUEST_FILES),
 # scenario 6 (guest/package.sh: the packaged unit, `systemctl enable --now dbcage`) runs first.
 # On cgroup v2, or v1 (SDGUEST_CGROUP=v1): the same checks, the kernel files read from the
