@@ -253,7 +253,19 @@ has "status lists the unit" "$json" "\"units\":[\"$CG\",\"/dbcage.slice/dbcage-p
 journalctl -b -u dbcage-test-daemon1 --no-pager -o cat | grep -E 'adopted|unit property' | sed 's/^/  daemon: /'
 
 # ---------------------------------------------------------------- 5. kill -9, restart
-snapshot() { for p in $(pg_pids | sort -n); do echo "$p $(cg_of "$p")"; done; }
+# Each long-lived postgres process with its cgroup and title. Autovacuum and parallel workers
+# come and go by themselves (the launcher starts a worker per database every naptime): a new
+# one, or one gone, says nothing about dbcage (a run under load saw a worker appear in the
+# adopted cluster's scope between two snapshots).
+snapshot() {
+	local p title
+	for p in $(pg_pids | sort -n); do
+		title=$(cat /proc/"$p"/cmdline 2>/dev/null | tr '\0' ' ')
+		[ -n "$title" ] || continue
+		case $title in *"autovacuum worker"* | *"parallel worker"*) continue ;; esac
+		echo "$p $(cg_of "$p") ${title% }"
+	done
+}
 before=$(snapshot)
 t0=$(ms)
 systemctl kill -s KILL dbcage-test-daemon1
