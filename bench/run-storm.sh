@@ -25,12 +25,27 @@
 #   change, run the same way right after the dbcage side; each logs its time to ready),
 #   BX1_LIMITS (1: the storm's tenant gets a cpu weight, a memory limit and an IO limit on the
 #   disk behind /, so its processes move into blkio, cpu, cpuacct and memory, as a governed
-#   instance's do; default 0: no limits, three hierarchies).
+#   instance's do; cgrulesengd's rules then name the same four hierarchies and its groups get
+#   the values dbcage's plan gives BX1's (copied from a `dbcage apply` of the same policy);
+#   default 0: no limits, three hierarchies for dbcage, cpu and cpuacct for cgrulesengd),
+#   FAVORDYNMODS (1: mount the controller-less named v1 hierarchy dbcage-test-favordynmods with
+#   the favordynmods option at /run/dbcage-test-favordynmods for the whole run, as
+#   `agent.favordynmods` would: the option is global to cgroup_threadgroup_rwsem, so every side
+#   runs with it; unmounted on exit, pass or fail, and checked gone; if a cgroup mount has the
+#   option already, nothing is mounted and the run says so),
+#   STORM_REPEAT (default 1: with N, the dbcage side runs N times in a row, a freshly started
+#   daemon each time, its storm right after the daemon classified its first probe; the summary
+#   at the end counts children never placed per storm),
+#   PARENT_MATCH (0, 1 or alternate; default 0: the storm's forking parent renames itself
+#   (comm) to stormlsnr_BX1, which a comm rule of BX1 matches, right before it starts to spawn,
+#   so the daemon moves the parent while it forks (issue 23's escape); alternate: the 1st, 3rd,
+#   ... of the STORM_REPEAT storms; the rule is in the policy whenever PARENT_MATCH is not 0).
 #
 # Everything it makes has dbcage-test in its name and is removed on exit, also on failure:
-# /tmp/dbcage-test-storm-run-XXXX, the cgroups dbcage-test-storm-cgred/BX1 (cpu, cpuacct only),
-# dbcage-test-storm-baseline (cpu, cpuacct, cpuset, blkio; never memory) and dbcage's
-# dbcage-test-storm root.
+# /tmp/dbcage-test-storm-run-XXXX, the cgroups dbcage-test-storm-cgred/BX1/limited (cpu,
+# cpuacct; with BX1_LIMITS=1 also blkio and memory), dbcage-test-storm-baseline (cpu, cpuacct,
+# cpuset, blkio; never memory), dbcage's dbcage-test-storm root and, with FAVORDYNMODS=1, the
+# mount /run/dbcage-test-favordynmods.
 #
 # cgrulesengd 2.0 has no option for the rules file: it reads /etc/cgrules.conf (and
 # /etc/cgrules.d). So that nothing is written to /etc, it runs in a private mount namespace with
@@ -71,6 +86,17 @@ W=$(mktemp -d /tmp/dbcage-test-storm-run-XXXX)
 STARTED=()       # pids we started, stopped by the trap
 POLICY="$W/dbcage-test-storm.toml"
 CGRED_GROUP=dbcage-test-storm-cgred
+# cgrulesengd's hierarchies: those dbcage moves the storm's processes into.
+CGRED_HIERS=(cpu cpuacct)
+[ "${BX1_LIMITS:-0}" = 1 ] && CGRED_HIERS+=(blkio memory)
+CGRED_DIRS=()    # its top group in each, below this shell's own group there (as dbcage's root)
+for h in "${CGRED_HIERS[@]}"; do
+    [ -e "$CG/$h/cgroup.procs" ] || die "BX1_LIMITS=1 needs the v1 $h hierarchy at $CG/$h"
+    CGRED_DIRS+=("$CG/$h$(self_cg "$h")/$CGRED_GROUP")
+done
+FDM_DIR=/run/dbcage-test-favordynmods   # FAVORDYNMODS=1: its mount point (and hierarchy name)
+FDM_MOUNTED=0
+PARENT_COMM=stormlsnr_BX1
 BASE_GROUP="$CG/cpu$SELF_CPU/dbcage-test-storm-baseline"
 # The 4-hierarchy baseline: the same move into cpu, cpuacct, cpuset and blkio (dbcage moves into
 # every hierarchy; memory is left out here, its groups sit inside the supervisor's subtree).
@@ -104,12 +130,23 @@ cleanup() {
     if [ -f "$POLICY" ] && [ -x "${DBCAGE_BIN:-$REPO/target/release/dbcage}" ]; then
         "${DBCAGE_BIN:-$REPO/target/release/dbcage}" -c "$POLICY" release --all >/dev/null 2>&1 || true
     fi
-    remove_tree "$CG/cpu/$CGRED_GROUP"
-    remove_tree "$CG/cpuacct/$CGRED_GROUP"
+    for d in "${CGRED_DIRS[@]}"; do remove_tree "$d"; done
     remove_tree "$BASE_GROUP"
     for d in "${BASE4[@]}"; do remove_tree "$d"; done
     # dbcage's root, wherever parent = "self" put it, if release left it.
     remove_root dbcage-test-storm
+    if [ "$FDM_MOUNTED" = 1 ]; then
+        if mountpoint -q "$FDM_DIR"; then
+            umount "$FDM_DIR" || umount -l "$FDM_DIR" || echo "run-storm: could not unmount $FDM_DIR" >&2
+        fi
+        rmdir "$FDM_DIR" 2>/dev/null || true
+        if grep -q "name=dbcage-test-favordynmods" /proc/self/mountinfo || [ -e "$FDM_DIR" ]; then
+            echo "run-storm: $FDM_DIR is still mounted or present" >&2
+            rc=1
+        else
+            note "favordynmods: $FDM_DIR unmounted and removed; cgroup mounts with the option now: $(fdm_mounts | wc -l)"
+        fi
+    fi
     rm -rf "$W"
     exit "$rc"
 }
@@ -133,6 +170,27 @@ fi
 if others=$(pgrep -a -f '^(ora_p[0-9a-z]{3}_BX1|oracleBX1)' 2>/dev/null); then
     echo "run-storm: warning: processes with the storm's names are running and would be classified too:" >&2
     echo "$others" >&2
+fi
+
+# The cgroup mounts whose super options have favordynmods: mount point and options.
+fdm_mounts() {
+    awk '{ for (i = 7; i <= NF; i++) if ($i == "-") {
+               if ($(i + 1) ~ /^cgroup2?$/ && $(i + 3) ~ /(^|,)favordynmods(,|$)/) print $5, $(i + 3)
+               break } }' /proc/self/mountinfo
+}
+if [ "${FAVORDYNMODS:-0}" = 1 ]; then
+    if grep -q "name=dbcage-test-favordynmods" /proc/self/mountinfo; then
+        die "a hierarchy named dbcage-test-favordynmods is mounted already (another run?)"
+    fi
+    if fdm=$(fdm_mounts | head -n1) && [ -n "$fdm" ]; then
+        note "favordynmods: $fdm has the option already; nothing mounted"
+    else
+        mkdir "$FDM_DIR"
+        FDM_MOUNTED=1
+        mount -t cgroup -o none,name=dbcage-test-favordynmods,favordynmods cgroup "$FDM_DIR" ||
+            die "could not mount the favordynmods hierarchy at $FDM_DIR (Linux 6.0 or later needed)"
+        note "favordynmods: mounted $(fdm_mounts)"
+    fi
 fi
 
 cd "$REPO"
@@ -168,45 +226,6 @@ if side baseline4; then
 fi
 
 # ---------------------------------------------------------------------------------------------
-if side cgrulesengd; then
-    note "cgrulesengd ($(dpkg-query -W -f '${Version}' cgroup-tools 2>/dev/null || echo '?'))"
-    # cgrulesengd 2.0 also insists on /etc/cgconfig.conf and /etc/cgconfig.d (templates): empty.
-    mkdir -p "$W/etc/cgconfig.d" "$W/etc/cgrules.d"
-    echo "# no templates" >"$W/etc/cgconfig.conf"
-    {
-        echo "# dbcage storm bench: the storm's process names only"
-        # shellcheck disable=SC2086 # STORM_ARGS is a list of options (--names N)
-        "$BENCH" --print-names $STORM_ARGS | while read -r n; do
-            echo "*:$n cpu,cpuacct $CGRED_GROUP/BX1"
-        done
-    } >"$W/etc/cgrules.conf"
-    for h in cpu cpuacct; do mkdir -p "$CG/$h/$CGRED_GROUP/BX1"; done
-    # shellcheck disable=SC2016 # $1 is expanded by the inner sh
-    unshare --mount --propagation private -- sh -c '
-        mount -t overlay dbcage-test-storm-etc -o "lowerdir=$1/etc:/etc" /etc &&
-        mount -t tmpfs dbcage-test-storm-run /run &&
-        exec nice -n "$2" cgrulesengd -n -f "$1/cgrulesengd.log"' sh "$W" "$CLASSIFIER_NICE" &
-    CGRED_PID=$!
-    STARTED+=("$CGRED_PID")
-    if wait_ready "/$CGRED_GROUP/BX1"; then
-        [ "$(cat "/proc/$CGRED_PID/comm" 2>/dev/null)" = cgrulesengd ] ||
-            die "pid $CGRED_PID is not cgrulesengd"
-        storm cgrulesengd "/$CGRED_GROUP/BX1" --classifier-pid "$CGRED_PID"
-    else
-        echo "run-storm: cgrulesengd never classified a probe; its log:" >&2
-        cat "$W/cgrulesengd.log" >&2 || true
-    fi
-    stop_pid "$CGRED_PID" TERM
-    if [ -s "$W/cgrulesengd.log" ]; then
-        note "cgrulesengd log (notices and errors, last 5 lines)"
-        tail -n5 "$W/cgrulesengd.log"
-    fi
-    remove_tree "$CG/cpu/$CGRED_GROUP"
-    remove_tree "$CG/cpuacct/$CGRED_GROUP"
-fi
-
-# ---------------------------------------------------------------------------------------------
-DBCAGE_STATS=""
 # The policy: TENANTS-1 tenants whose two rules each (cmdline and comm) match nothing the storm
 # runs, then BX1, the storm's tenant, last (so every other tenant's rules are tried first).
 write_policy() {
@@ -218,15 +237,92 @@ write_policy() {
             printf "match = [{ cmdline = '^ora_p[0-9a-z]{3}_T%04d( |\$)' }, { comm = '^oracleT%04d\$' }]\n" "$i" "$i"
         done
         printf '\n[[tenant]]\nname = "BX1"\n'
-        printf "match = [{ cmdline = '^ora_p[0-9a-z]{3}_BX1' }, { cmdline = '^oracleBX1' }]\n"
+        if [ "${PARENT_MATCH:-0}" = 0 ]; then
+            printf "match = [{ cmdline = '^ora_p[0-9a-z]{3}_BX1' }, { cmdline = '^oracleBX1' }]\n"
+        else
+            printf "match = [{ cmdline = '^ora_p[0-9a-z]{3}_BX1' }, { cmdline = '^oracleBX1' }, { comm = '^%s\$' }]\n" "$PARENT_COMM"
+        fi
         if [ "${BX1_LIMITS:-0}" = 1 ]; then
             printf 'storage = ["/"]\n[tenant.io]\nread_bps = "1GiB"\n'
             printf '[tenant.cpu]\nweight = 200\n[tenant.memory]\nmax = "8GiB"\n'
         fi
     } >"$POLICY"
 }
-dbcage_side() { # name binary
+if side cgrulesengd; then
+    note "cgrulesengd ($(dpkg-query -W -f '${Version}' cgroup-tools 2>/dev/null || echo '?'))"
+    # cgrulesengd 2.0 also insists on /etc/cgconfig.conf and /etc/cgconfig.d (templates): empty.
+    mkdir -p "$W/etc/cgconfig.d" "$W/etc/cgrules.d"
+    echo "# no templates" >"$W/etc/cgconfig.conf"
+    # Its groups mirror dbcage's for BX1 (root, BX1, BX1/limited) in the hierarchies dbcage
+    # moves BX1's processes into; with BX1_LIMITS=1 they get the values dbcage's plan writes
+    # for BX1 (`dbcage plan --json` of the same policy, fresh: only what differs from a new
+    # group's defaults), each in the mirrored group, in the plan's order.
+    CGRED_LEAF=$CGRED_GROUP/BX1/limited
+    for d in "${CGRED_DIRS[@]}"; do mkdir -p "$d/BX1/limited"; done
+    if [ "${BX1_LIMITS:-0}" = 1 ]; then
+        write_policy
+        "${DBCAGE_BIN:-$REPO/target/release/dbcage}" -c "$POLICY" plan --json >"$W/cgred-plan.json"
+        python3 - "$W/cgred-plan.json" "$CG" "${CGRED_HIERS[@]}" >"$W/cgred-values.txt" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+hiers = tuple(f"{sys.argv[2]}/{h}/" for h in sys.argv[3:])
+for w in plan["steps"]:
+    if w.get("action") != "write":
+        continue
+    path = w["path"]
+    # Only the hierarchies cgrulesengd moves into (dbcage's root in cpuset is not one).
+    if "/dbcage-test-storm/" not in path or not path.startswith(hiers):
+        continue
+    rel = path.split("/dbcage-test-storm/", 1)[1]
+    if rel.count("/") and not rel.startswith("BX1/"):
+        continue  # another tenant's
+    print(path.replace("/dbcage-test-storm/", "/dbcage-test-storm-cgred/", 1) + "\t" + w["value"])
+PY
+        [ -s "$W/cgred-values.txt" ] || die "dbcage's plan for BX1 has no values (BX1_LIMITS=1); plan in $W/cgred-plan.json"
+        while IFS=$'\t' read -r f v; do
+            printf '%s' "$v" >"$f" || die "writing $v into $f"
+            note "cgrulesengd's groups: $f = $v"
+        done <"$W/cgred-values.txt"
+    fi
+    {
+        echo "# dbcage storm bench: the storm's process names only, one line per hierarchy"
+        # shellcheck disable=SC2086 # STORM_ARGS is a list of options (--names N)
+        "$BENCH" --print-names $STORM_ARGS | while read -r n; do
+            lead="*:$n"
+            for h in "${CGRED_HIERS[@]}"; do
+                echo "$lead $h $(self_cg "$h")/$CGRED_LEAF"
+                lead="%"
+            done
+        done
+    } >"$W/etc/cgrules.conf"
+    # shellcheck disable=SC2016 # $1 is expanded by the inner sh
+    unshare --mount --propagation private -- sh -c '
+        mount -t overlay dbcage-test-storm-etc -o "lowerdir=$1/etc:/etc" /etc &&
+        mount -t tmpfs dbcage-test-storm-run /run &&
+        exec nice -n "$2" cgrulesengd -n -f "$1/cgrulesengd.log"' sh "$W" "$CLASSIFIER_NICE" &
+    CGRED_PID=$!
+    STARTED+=("$CGRED_PID")
+    if wait_ready "$SELF_CPU/$CGRED_LEAF"; then
+        [ "$(cat "/proc/$CGRED_PID/comm" 2>/dev/null)" = cgrulesengd ] ||
+            die "pid $CGRED_PID is not cgrulesengd"
+        storm cgrulesengd "$SELF_CPU/$CGRED_LEAF" --classifier-pid "$CGRED_PID"
+    else
+        echo "run-storm: cgrulesengd never classified a probe; its log:" >&2
+        cat "$W/cgrulesengd.log" >&2 || true
+    fi
+    stop_pid "$CGRED_PID" TERM
+    if [ -s "$W/cgrulesengd.log" ]; then
+        note "cgrulesengd log (notices and errors, last 5 lines)"
+        tail -n5 "$W/cgrulesengd.log"
+    fi
+    for d in "${CGRED_DIRS[@]}"; do remove_tree "$d"; done
+fi
+
+# ---------------------------------------------------------------------------------------------
+DBCAGE_STATS=""
+dbcage_side() { # name binary [storm args...]
     local name=$1 DBCAGE=$2 t0 ready_ms
+    shift 2
     if ! "$DBCAGE" run --help >/dev/null 2>&1; then
         note "$name: this build has no \`dbcage run\` (\`$DBCAGE run --help\` failed); skipping it"
         return 0
@@ -254,7 +350,7 @@ dbcage_side() { # name binary
     note "$name: ready after ${ready_ms:-?} ms; RSS then $(awk '/^VmRSS/ { print $2, $3 }' "/proc/$DB_PID/status" 2>/dev/null)"
     echo "{\"name\":\"$name\",\"tenants\":${TENANTS:-1},\"ready_ms\":${ready_ms:-null}}" >>"$W/results.jsonl"
     if wait_ready "$SELF_CPU/dbcage-test-storm/BX1/limited"; then
-        storm "$name" "$SELF_CPU/dbcage-test-storm/BX1/limited" --classifier-pid "$DB_PID"
+        storm "$name" "$SELF_CPU/dbcage-test-storm/BX1/limited" --classifier-pid "$DB_PID" "$@"
     else
         echo "run-storm: $name never classified a probe" >&2
     fi
@@ -270,8 +366,31 @@ dbcage_side() { # name binary
         DBCAGE_STATS+="$name: (no --stats-out file)"$'\n'
     fi
 }
+# The storm's parent matches BX1 (a comm rule) in storm number $1 of STORM_REPEAT?
+parent_matches() {
+    case "${PARENT_MATCH:-0}" in
+        0) return 1 ;;
+        1) return 0 ;;
+        alternate) [ $(($1 % 2)) = 1 ] ;;
+        *) die "PARENT_MATCH=$PARENT_MATCH: 0, 1 or alternate" ;;
+    esac
+}
 if side dbcage; then
-    dbcage_side dbcage "${DBCAGE_BIN:-$REPO/target/release/dbcage}"
+    if [ "${STORM_REPEAT:-1}" = 1 ]; then
+        if parent_matches 1; then
+            dbcage_side dbcage "${DBCAGE_BIN:-$REPO/target/release/dbcage}" --parent-comm "$PARENT_COMM"
+        else
+            dbcage_side dbcage "${DBCAGE_BIN:-$REPO/target/release/dbcage}"
+        fi
+    else
+        for i in $(seq "$STORM_REPEAT"); do
+            if parent_matches "$i"; then
+                dbcage_side "dbcage-$i-pm" "${DBCAGE_BIN:-$REPO/target/release/dbcage}" --parent-comm "$PARENT_COMM"
+            else
+                dbcage_side "dbcage-$i" "${DBCAGE_BIN:-$REPO/target/release/dbcage}"
+            fi
+        done
+    fi
 fi
 # The build before a change, side by side in the same run: DBCAGE_OLD_BIN=path SIDES=...,dbcage-old
 if side dbcage-old; then
@@ -300,6 +419,33 @@ if [ -n "$DBCAGE_STATS" ]; then
 fi
 note "JSON lines"
 cat "$W/results.jsonl" 2>/dev/null || true
+if [ "${STORM_REPEAT:-1}" != 1 ] && [ -f "$W/results.jsonl" ]; then
+    note "children never placed per storm (STORM_REPEAT=$STORM_REPEAT, PARENT_MATCH=${PARENT_MATCH:-0}; pm: the forking parent matched BX1)"
+    python3 - "$W/results.jsonl" "$W" <<'PY'
+import json, sys, os
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"rate_target"' in l]
+rows = [r for r in rows if r["classifier"].startswith("dbcage")]
+tot = {}
+for r in rows:
+    name = r["classifier"]
+    pm = name.endswith("-pm")
+    st = {}
+    try:
+        st = json.load(open(os.path.join(sys.argv[2], name + "-stats.json")))
+    except (OSError, ValueError):
+        pass
+    fdm = st.get("forked_during_move", "?")
+    print(f"{name:14} rate {r['rate_target']:5} spawned {r['spawned']:5} records {r['records']:5} "
+          f"never {r['never']:3} (lived >=50 ms: {r['never_lived_50ms']}) x2g p99 {r['exec_to_group_p99_ms']} ms "
+          f"cpu {r['classifier_cpu_us_per_proc'] or 0:.0f} us/proc forked_during_move {fdm}")
+    t = tot.setdefault(pm, [0, 0, 0, 0, 0])
+    t[0] += 1; t[1] += r["spawned"]; t[2] += r["records"]; t[3] += r["never"]
+    t[4] += fdm if isinstance(fdm, int) else 0
+for pm, t in sorted(tot.items()):
+    print(f"{'parent matches' if pm else 'parent does not match'}: {t[0]} storms, {t[1]} spawned, "
+          f"{t[2]} records, {t[3]} never placed, {t[4]} moved as forked during their parent's move")
+PY
+fi
 if [ -n "${STORM_RESULTS:-}" ] && [ -f "$W/results.jsonl" ]; then
     cat "$W/results.jsonl" >>"$STORM_RESULTS"
 fi

@@ -302,6 +302,7 @@ struct Opts {
     fork_cost: Option<u64>,
     exec_cycles: Option<u64>,
     self_test: bool,
+    parent_comm: Option<String>,
 }
 
 const USAGE: &str = "\
@@ -345,6 +346,11 @@ usage: cargo bench --bench storm -- [OPTIONS]
                              cycles (of this binary, which exits at once) and print per-cycle
                              mean/p50/p99/max in microseconds (--name labels the run)
   --exec-cycles M            with --fork-cost: M spawn+exec+wait cycles instead of N
+  --parent-comm NAME         right before each rate's first spawn the bench renames itself (its
+                             comm, prctl PR_SET_NAME; at most 15 bytes) to NAME, so that a
+                             classifier with a `comm` rule for NAME moves the forking parent
+                             itself while it spawns: children forked during that move must be
+                             placed too (issue 23's escape). The children's names do not change
   --self-test                run the checks of the /proc/self/cgroup and mountinfo parsers, exit
   --symlinks                 name the children by symlinks to the bench binary instead of hard
                              links to a copy (cgrulesengd cannot match symlinked names)";
@@ -375,6 +381,7 @@ fn parse_args() -> Result<Opts, String> {
         fork_cost: None,
         exec_cycles: None,
         self_test: false,
+        parent_comm: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -420,6 +427,13 @@ fn parse_args() -> Result<Opts, String> {
             "--fork-cost" => o.fork_cost = Some(int(val()?)?.max(1)),
             "--exec-cycles" => o.exec_cycles = Some(int(val()?)?.max(1)),
             "--self-test" => o.self_test = true,
+            "--parent-comm" => {
+                let c = val()?;
+                if c.is_empty() || c.len() > 15 || c.contains('\0') {
+                    return Err(format!("--parent-comm {c:?}: 1 to 15 bytes, no NUL"));
+                }
+                o.parent_comm = Some(c);
+            }
             "-h" | "--help" => return Err(USAGE.into()),
             _ => return Err(format!("unknown argument `{a}`\n{USAGE}")),
         }
@@ -716,6 +730,9 @@ struct RateResult {
     /// The watch's resolution: its time spent over its reads of /proc/PID/cgroup.
     #[serde(skip_serializing_if = "Option::is_none")]
     watch_poll_interval_us: Option<f64>,
+    /// `--parent-comm`: the name the forking parent took right before the rate's first spawn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parent_comm: Option<String>,
 }
 
 fn pct(h: &Histogram<u64>, q: f64) -> Option<f64> {
@@ -905,6 +922,9 @@ fn parent() -> Result<ExitCode, String> {
                 .collect();
             Some(files?)
         };
+        if let Some(c) = &o.parent_comm {
+            set_comm(c)?;
+        }
         let host_before = host_cpu();
         let t_begin = mono_ns();
         let threads = o.spawners.max(1);
@@ -1142,6 +1162,7 @@ fn parent() -> Result<ExitCode, String> {
             watch_missed: (o.watch_ms > 0).then_some(watch_missed),
             watch_poll_interval_us: (o.watch_ms > 0 && watch_polls.0 > 0)
                 .then(|| watch_polls.1 as f64 / watch_polls.0 as f64 / 1e3),
+            parent_comm: o.parent_comm.clone(),
         };
         if o.classifier_pid.is_some() && after.is_none() {
             eprintln!(
@@ -1161,6 +1182,21 @@ fn parent() -> Result<ExitCode, String> {
     }
     emit_json(&o, &json)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--parent-comm`: renames the calling thread (the main thread: the spawner threads started
+/// after it inherit the name), which the kernel reports as a comm event of the process.
+fn set_comm(name: &str) -> Result<(), String> {
+    let c = std::ffi::CString::new(name).map_err(|e| format!("--parent-comm: {e}"))?;
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes, which `c` is.
+    let r = unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr() as libc::c_ulong, 0, 0, 0) };
+    if r != 0 {
+        return Err(format!(
+            "prctl(PR_SET_NAME, {name}): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
 }
 
 /// `--watch-ms`: from `t_exec` (spawn() returned) until /proc/PID/cgroup shows `expect`, polled
