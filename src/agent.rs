@@ -1491,7 +1491,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     let mut balancer = crate::balance::Balancer::default();
     // [tenant.replication]: lag watchers, warnings, temporary IO raises (replication/mod.rs).
     let mut replication = crate::replication::Guard::default();
-    // io.protect_*: PSI triggers on protected tenants, lowered donor weights (protect/mod.rs).
+    // io/cpu.protect_*: PSI triggers on protected tenants, lowered donor weights (protect/mod.rs).
     let mut protection = crate::protect::Guard::default();
     loop {
         let timeout = {
@@ -1572,7 +1572,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             if ready(&fds[1]) {
                 waker.clear();
             }
-            let pressured: Vec<String> = triggers
+            let pressured: Vec<crate::protect::Key> = triggers
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| ready(&fds[triggers_at + i]))
@@ -1692,8 +1692,8 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             }
         }
         let mut lowered = false;
-        for tenant in &pressured {
-            lowered |= protection.fired(&agent.ctx.loaded.policy, tenant, woke);
+        for key in &pressured {
+            lowered |= protection.fired(&agent.ctx.loaded.policy, key, woke);
         }
         let restored = protection.active() && protection.tick(&agent.ctx.loaded.policy, now);
         if lowered || restored {

@@ -363,14 +363,16 @@ fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
         if let Some(r) = t.numa_local_share {
             numa_local.push((tenant(t), r));
         }
-        if let Some(g) = &t.protection {
-            protect_step.push((tenant(t), f64::from(g.step)));
+        for g in t.protection.iter().chain(&t.cpu_protection) {
             let mut l = tenant(t);
-            l.push(("action", "lower"));
-            protect_actions.push((l, g.lowerings as f64));
-            let mut l = tenant(t);
-            l.push(("action", "restore"));
-            protect_actions.push((l, g.restores as f64));
+            l.push(("resource", g.resource.name()));
+            protect_step.push((l, f64::from(g.step)));
+            for (action, n) in [("lower", g.lowerings), ("restore", g.restores)] {
+                let mut l = tenant(t);
+                l.push(("resource", g.resource.name()));
+                l.push(("action", action));
+                protect_actions.push((l, n as f64));
+            }
         }
         if let Some(g) = &t.replication {
             lag_bytes.push((tenant(t), g.lag_bytes as f64));
@@ -525,14 +527,14 @@ fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
     )?;
     fam(
         "dbcage_protect_step",
-        "Halvings of the donors' io.weight (or io caps, protect_lever = caps) the protection guard of a tenant holds (0: none, at most 3)",
+        "Halvings of the donors' io.weight (or io caps, protect_lever = caps; cpu.weight for resource=\"cpu\") the protection guard of a tenant holds (0: none, at most 3), by the pressure it watches (resource: io, cpu)",
         None,
         Gauge,
         &protect_step,
     )?;
     fam(
         "dbcage_protect_actions",
-        "Writes of a tenant's protection guard to its donors' io.weight or io caps since the daemon started, by action (lower, restore)",
+        "Writes of a tenant's protection guard to its donors' io.weight, io caps or cpu.weight since the daemon started, by the pressure it watches (resource: io, cpu) and action (lower, restore)",
         None,
         Counter,
         &protect_actions,

@@ -16,7 +16,7 @@ use crate::classify::{Classifier, Leaf};
 use crate::hostfs::HostFs;
 use crate::inventory::ProcInfo;
 use crate::kernel::DevNum;
-use crate::policy::{IoLimits, Policy};
+use crate::policy::{IoLimits, Policy, Resource};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Member {
@@ -129,6 +129,9 @@ pub struct TenantStatus {
     /// The protection guard's state (`io.protect_pressure`, while a daemon runs it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub protection: Option<crate::protect::GuardState>,
+    /// The cpu protection guard's state (`cpu.protect_pressure`, while a daemon runs it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_protection: Option<crate::protect::GuardState>,
 }
 
 /// One sample of every (selected) tenant.
@@ -237,13 +240,20 @@ pub fn collect(
     let protected = policy
         .tenants
         .iter()
-        .any(|t| t.io_guard.is_some())
+        .any(|t| t.io_guard.is_some() || t.cpu_guard.is_some())
         .then(|| crate::protect::read_published(&layout.root_name))
         .flatten();
     let all_nodes = crate::inventory::NumaTopology::read(fs)
         .ok()
         .map(|n| n.node_set());
     let one = |(ti, t): (usize, &crate::policy::Tenant)| -> TenantStatus {
+        let guard_of = |r: Resource| {
+            protected
+                .as_ref()
+                .and_then(|g| g.get(&t.name))
+                .and_then(|v| v.iter().find(|g| g.resource == r))
+                .cloned()
+        };
         let h_procs = h_of(Controller::Io).or(h_of(Controller::Cpu)).unwrap_or(0);
         let mut members = Vec::new();
         let mut count = 0;
@@ -358,7 +368,8 @@ pub fn collect(
             at_limit: Vec::new(),
             not_limited,
             replication: guarded.as_ref().and_then(|g| g.get(&t.name)).cloned(),
-            protection: protected.as_ref().and_then(|g| g.get(&t.name)).cloned(),
+            protection: guard_of(Resource::Io),
+            cpu_protection: guard_of(Resource::Cpu),
         };
         status.at_limit = at_limit(&status);
         status
@@ -580,6 +591,7 @@ pub(crate) mod tests {
             not_limited: Vec::new(),
             replication: None,
             protection: None,
+            cpu_protection: None,
         }
     }
 

@@ -43,6 +43,7 @@ pub const IO_COST_QOS: &str = "io.cost.qos";
 pub const IO_COST_MODEL: &str = "io.cost.model";
 /// The group's IO pressure (PSI): averages, the stall total, and where triggers are set.
 pub const IO_PRESSURE: &str = "io.pressure";
+pub const CPU_PRESSURE: &str = "cpu.pressure";
 /// io.weight's value when none is set.
 pub const DEFAULT_IO_WEIGHT: u32 = 100;
 pub const CPU_MAX: &str = "cpu.max";

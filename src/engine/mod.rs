@@ -54,12 +54,19 @@ pub struct Adjustments {
     /// The protection guard's capped donors (`protect_lever = "caps"`): per tenant, the IO
     /// totals in force while it holds them (each no higher than the tenant's own or raised).
     pub caps: BTreeMap<String, IoLimits>,
+    /// The protection guard's lowered donors on cpu pressure (`[tenant.cpu] protect_*`): per
+    /// tenant, the cpu.weight in force while it holds them.
+    pub cpu_weights: BTreeMap<String, u32>,
 }
 
 impl Adjustments {
     /// The policy as planned: the tenants' IO totals with the raises in force.
     pub fn policy<'a>(&self, policy: &'a Policy) -> Cow<'a, Policy> {
-        if self.raises.is_empty() && self.weights.is_empty() && self.caps.is_empty() {
+        if self.raises.is_empty()
+            && self.weights.is_empty()
+            && self.caps.is_empty()
+            && self.cpu_weights.is_empty()
+        {
             return Cow::Borrowed(policy);
         }
         let mut p = policy.clone();
@@ -77,6 +84,9 @@ impl Adjustments {
                     .map(|s| s.origin.clone())
                     .unwrap_or_else(|| t.origin.clone());
                 t.io_weight = Some(crate::policy::Sourced { value: w, origin });
+            }
+            if let Some(&w) = self.cpu_weights.get(&t.name) {
+                t.cpu.weight = Some(w);
             }
         }
         Cow::Owned(p)

@@ -1346,7 +1346,8 @@ fn v1_says_io_weight_and_latency_target_have_no_effect_and_writes_nothing_for_th
     assert_eq!(plan.steps, plain.steps);
     // the protection guard's keys too
     let mut t = p.tenants[0].clone();
-    t.io_guard = Some(crate::policy::IoGuard {
+    t.io_guard = Some(crate::policy::PressureGuard {
+        resource: crate::policy::Resource::Io,
         pressure: 0.4,
         window: std::time::Duration::from_secs(1),
         donors: Vec::new(),

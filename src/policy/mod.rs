@@ -133,8 +133,10 @@ pub struct Tenant {
     pub io_weight: Option<Sourced<u32>>,
     /// `io.latency_target`: the completion latency the tenant is protected at (cgroup v2).
     pub io_latency_target: Option<Sourced<std::time::Duration>>,
-    /// `io.protect_*`: the protection guard, if any.
-    pub io_guard: Option<IoGuard>,
+    /// `io.protect_*`: the protection guard on the tenant's io pressure, if any.
+    pub io_guard: Option<PressureGuard>,
+    /// `cpu.protect_*`: the protection guard on the tenant's cpu pressure, if any.
+    pub cpu_guard: Option<PressureGuard>,
     pub cpu: CpuPolicy,
     pub memory: MemoryPolicy,
     /// `[tenant.replication]`: the replication guard, if any.
@@ -143,17 +145,50 @@ pub struct Tenant {
     pub schedules: Vec<Schedule>,
 }
 
-/// `[tenant.io] protect_pressure`, `protect_window`, `protect_donors`, `protect_lever`: when
-/// this tenant's io pressure passes `pressure` of `window`, the daemon lowers the donors'
-/// io.weight or io caps.
+/// `[tenant.io] protect_pressure`, `protect_window`, `protect_donors`, `protect_lever` (or the
+/// same keys but the lever in `[tenant.cpu]`): when this tenant's io (cpu) pressure passes
+/// `pressure` of `window`, the daemon lowers the donors' io.weight or io caps (cpu.weight).
 #[derive(Debug, Clone, PartialEq)]
-pub struct IoGuard {
+pub struct PressureGuard {
+    /// Whose pressure is watched, and so which of the donors' weights is lowered.
+    pub resource: Resource,
     /// The share of the window (0 < p <= 1) the tenant's tasks may stall on IO.
     pub pressure: f64,
     pub window: std::time::Duration,
     pub donors: Vec<Sourced<String>>,
     pub lever: GuardLever,
     pub origin: Origin,
+}
+
+/// The pressure a protection guard watches (the tenant group's `io.pressure` or
+/// `cpu.pressure`); the donors' weight it lowers is the same resource's.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Resource {
+    #[default]
+    Io,
+    Cpu,
+}
+
+impl Resource {
+    /// `io`, `cpu`: the policy table and the cgroup files' prefix.
+    pub fn name(self) -> &'static str {
+        match self {
+            Resource::Io => "io",
+            Resource::Cpu => "cpu",
+        }
+    }
 }
 
 /// What the protection guard lowers on its donors (`io.protect_lever`).

@@ -249,6 +249,14 @@ pub struct RawCpu {
     pub migrate_memory: Option<Loc<bool>>,
     pub cores: Option<Loc<Quantity>>,
     pub weight: Option<Loc<Quantity>>,
+    /// `"20%"`: the cpu pressure (share of time some of the tenant's tasks wait for a cpu) at
+    /// which the protection guard lowers the donors' cpu.weight.
+    pub protect_pressure: Option<Loc<String>>,
+    /// `"1s"`: the window the pressure is measured over (a PSI trigger's window).
+    pub protect_window: Option<Loc<String>>,
+    /// The tenants whose cpu.weight the guard lowers while this one is under pressure.
+    #[serde(default)]
+    pub protect_donors: Vec<Loc<String>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -355,6 +363,11 @@ impl RawTenant {
                 take(&mut c.migrate_memory, l.migrate_memory);
                 take(&mut c.cores, l.cores);
                 take(&mut c.weight, l.weight);
+                take(&mut c.protect_pressure, l.protect_pressure);
+                take(&mut c.protect_window, l.protect_window);
+                if !l.protect_donors.is_empty() {
+                    c.protect_donors = l.protect_donors;
+                }
             }
             (slot, l) => take(slot, l),
         }

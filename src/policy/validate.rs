@@ -431,7 +431,26 @@ fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
         None => (None, None),
         Some(io) => validate_protection(ctx, &name, io),
     };
-    let io_guard = t.io.as_ref().and_then(|io| validate_guard(ctx, &name, io));
+    let io_guard = t.io.as_ref().and_then(|io| {
+        let keys = GuardKeys {
+            resource: Resource::Io,
+            pressure: io.protect_pressure.as_ref(),
+            window: io.protect_window.as_ref(),
+            donors: &io.protect_donors,
+            lever: io.protect_lever.as_ref(),
+        };
+        validate_guard(ctx, &name, keys)
+    });
+    let cpu_guard = t.cpu.as_ref().and_then(|c| {
+        let keys = GuardKeys {
+            resource: Resource::Cpu,
+            pressure: c.protect_pressure.as_ref(),
+            window: c.protect_window.as_ref(),
+            donors: &c.protect_donors,
+            lever: None,
+        };
+        validate_guard(ctx, &name, keys)
+    });
     let (io, io_devices) = match &t.io {
         None => (IoLimits::default(), Vec::new()),
         Some(io) => {
@@ -515,6 +534,7 @@ fn validate_tenant(ctx: &mut Ctx, raw: Loc<RawTenant>) -> Option<Tenant> {
         io_weight,
         io_latency_target,
         io_guard,
+        cpu_guard,
         cpu,
         memory,
         replication,
@@ -615,6 +635,17 @@ fn validate_schedules(
                     format!(
                         "{what}: cpu.numa belongs in [tenant.cpu]; a window may set cpu.numa_nodes"
                     ),
+                );
+            }
+            if let Some(l) = c
+                .protect_pressure
+                .as_ref()
+                .or(c.protect_window.as_ref())
+                .or(c.protect_donors.first())
+            {
+                ctx.error(
+                    l,
+                    format!("{what}: cpu.protect_pressure, protect_window and protect_donors belong in [tenant.cpu]"),
                 );
             }
             for (k, set) in [
@@ -747,18 +778,28 @@ const GUARD_WINDOW_RANGE: (std::time::Duration, std::time::Duration) = (
     std::time::Duration::from_secs(10),
 );
 
-/// `[tenant.io] protect_pressure`, `protect_window`, `protect_donors` (donor names are checked
-/// against the tenants in `check_donors`).
-fn validate_guard(ctx: &mut Ctx, tenant: &str, io: &super::raw::RawIo) -> Option<IoGuard> {
-    let Some(p) = &io.protect_pressure else {
-        if let Some(w) = &io.protect_window {
-            ctx.error(w, format!("tenant `{tenant}`: io.protect_window needs io.protect_pressure (the pressure that starts the guard), e.g. protect_pressure = \"20%\""));
+/// A protection guard's keys in `[tenant.io]` or `[tenant.cpu]` (`protect_lever` is io's alone).
+struct GuardKeys<'a> {
+    resource: Resource,
+    pressure: Option<&'a Loc<String>>,
+    window: Option<&'a Loc<String>>,
+    donors: &'a [Loc<String>],
+    lever: Option<&'a Loc<String>>,
+}
+
+/// `[tenant.io]` (or `[tenant.cpu]`) `protect_pressure`, `protect_window`, `protect_donors`,
+/// `protect_lever` (donor names are checked against the tenants in `check_donors`).
+fn validate_guard(ctx: &mut Ctx, tenant: &str, k: GuardKeys) -> Option<PressureGuard> {
+    let r = k.resource.name();
+    let Some(p) = k.pressure else {
+        if let Some(w) = k.window {
+            ctx.error(w, format!("tenant `{tenant}`: {r}.protect_window needs {r}.protect_pressure (the pressure that starts the guard), e.g. protect_pressure = \"20%\""));
         }
-        if let Some(d) = io.protect_donors.first() {
-            ctx.error(d, format!("tenant `{tenant}`: io.protect_donors needs io.protect_pressure (the pressure that starts the guard), e.g. protect_pressure = \"20%\""));
+        if let Some(d) = k.donors.first() {
+            ctx.error(d, format!("tenant `{tenant}`: {r}.protect_donors needs {r}.protect_pressure (the pressure that starts the guard), e.g. protect_pressure = \"20%\""));
         }
-        if let Some(l) = &io.protect_lever {
-            ctx.error(l, format!("tenant `{tenant}`: io.protect_lever needs io.protect_pressure (the pressure that starts the guard), e.g. protect_pressure = \"20%\""));
+        if let Some(l) = k.lever {
+            ctx.error(l, format!("tenant `{tenant}`: {r}.protect_lever needs {r}.protect_pressure (the pressure that starts the guard), e.g. protect_pressure = \"20%\""));
         }
         return None;
     };
@@ -770,41 +811,42 @@ fn validate_guard(ctx: &mut Ctx, tenant: &str, io: &super::raw::RawIo) -> Option
     {
         Some(Ok(v)) if v > 0.0 && v <= 100.0 => v / 100.0,
         _ => {
-            ctx.error(p, format!("tenant `{tenant}`: io.protect_pressure `{}` is not a share of time; write a percentage above 0% up to 100%, such as \"20%\"", p.value));
+            ctx.error(p, format!("tenant `{tenant}`: {r}.protect_pressure `{}` is not a share of time; write a percentage above 0% up to 100%, such as \"20%\"", p.value));
             return None;
         }
     };
-    let window = match &io.protect_window {
+    let window = match k.window {
         None => std::time::Duration::from_secs(1),
         Some(w) => {
             let (lo, hi) = GUARD_WINDOW_RANGE;
             match parse_duration(&w.value) {
                 Some(d) if d >= lo && d <= hi => d,
                 _ => {
-                    ctx.error(w, format!("tenant `{tenant}`: io.protect_window `{}` must be a duration from 500ms to 10s (the kernel's range for a pressure trigger), such as \"1s\"", w.value));
+                    ctx.error(w, format!("tenant `{tenant}`: {r}.protect_window `{}` must be a duration from 500ms to 10s (the kernel's range for a pressure trigger), such as \"1s\"", w.value));
                     return None;
                 }
             }
         }
     };
-    if io.protect_donors.is_empty() {
-        ctx.error(p, format!("tenant `{tenant}`: io.protect_pressure needs io.protect_donors, the tenants whose io.weight the guard lowers, e.g. protect_donors = [\"batch\"]"));
+    if k.donors.is_empty() {
+        ctx.error(p, format!("tenant `{tenant}`: {r}.protect_pressure needs {r}.protect_donors, the tenants whose {r}.weight the guard lowers, e.g. protect_donors = [\"batch\"]"));
         return None;
     }
-    let lever = match io.protect_lever.as_ref().map(|l| l.value.as_str()) {
+    let lever = match k.lever.map(|l| l.value.as_str()) {
         None | Some("weight") => GuardLever::Weight,
         Some("caps") => GuardLever::Caps,
         Some(other) => {
-            let l = io.protect_lever.as_ref().expect("matched Some");
+            let l = k.lever.expect("matched Some");
             ctx.error(l, format!("tenant `{tenant}`: io.protect_lever `{other}` is not valid; use \"weight\" (the default: the donors' io.weight, which acts under iocost) or \"caps\" (the donors' own IO caps, halved: io.max acts on every disk)"));
             return None;
         }
     };
-    Some(IoGuard {
+    Some(PressureGuard {
+        resource: k.resource,
         pressure,
         window,
-        donors: io
-            .protect_donors
+        donors: k
+            .donors
             .iter()
             .map(|d| Sourced {
                 value: d.value.clone(),
@@ -820,20 +862,29 @@ fn validate_guard(ctx: &mut Ctx, tenant: &str, io: &super::raw::RawIo) -> Option
 /// "caps"` it has IO caps of its own to lower.
 fn check_donors(ctx: &mut Ctx, tenants: &[Tenant]) {
     for t in tenants {
-        let Some(g) = &t.io_guard else { continue };
-        for d in &g.donors {
-            let donor = tenants.iter().find(|o| o.name == d.value);
-            let msg = if d.value == t.name {
-                format!("tenant `{}`: io.protect_donors names the tenant itself; name the tenants that give way to it", t.name)
-            } else if donor.is_none() {
-                format!("tenant `{}`: io.protect_donors names `{}`, which is not a tenant of this policy", t.name, d.value)
-            } else if g.lever == GuardLever::Caps && donor.is_some_and(|o| o.io.is_empty()) {
-                format!("tenant `{}`: io.protect_lever = \"caps\" lowers the donors' own IO caps, and `{}` has none; give it the caps it may use when nobody is under pressure (e.g. [tenant.io] read_bps = \"400MiB\" in `{}`), or use protect_lever = \"weight\"", t.name, d.value, d.value)
-            } else {
-                continue;
-            };
-            ctx.problems.push(Problem::at(&d.origin, msg));
+        for g in t.io_guard.iter().chain(&t.cpu_guard) {
+            check_guard_donors(ctx, tenants, t, g);
         }
+    }
+}
+
+fn check_guard_donors(ctx: &mut Ctx, tenants: &[Tenant], t: &Tenant, g: &PressureGuard) {
+    let r = g.resource.name();
+    for d in &g.donors {
+        let donor = tenants.iter().find(|o| o.name == d.value);
+        let msg = if d.value == t.name {
+            format!("tenant `{}`: {r}.protect_donors names the tenant itself; name the tenants that give way to it", t.name)
+        } else if donor.is_none() {
+            format!(
+                "tenant `{}`: {r}.protect_donors names `{}`, which is not a tenant of this policy",
+                t.name, d.value
+            )
+        } else if g.lever == GuardLever::Caps && donor.is_some_and(|o| o.io.is_empty()) {
+            format!("tenant `{}`: io.protect_lever = \"caps\" lowers the donors' own IO caps, and `{}` has none; give it the caps it may use when nobody is under pressure (e.g. [tenant.io] read_bps = \"400MiB\" in `{}`), or use protect_lever = \"weight\"", t.name, d.value, d.value)
+        } else {
+            continue;
+        };
+        ctx.problems.push(Problem::at(&d.origin, msg));
     }
 }
 

@@ -2,10 +2,13 @@
 //! `protect_lever`): when a protected tenant's tasks stall on IO for more than
 //! `protect_pressure` of `protect_window`, the daemon lowers the io.weight (or, with
 //! `protect_lever = "caps"`, the IO caps) of the donor tenants, step by step, and puts it back
-//! once the pressure has stayed low (seed 001: protection instead of caps).
+//! once the pressure has stayed low (seed 001: protection instead of caps). The same keys in
+//! `[tenant.cpu]` watch the tenant's cpu pressure (its tasks waiting for a cpu) and lower the
+//! donors' cpu.weight the same way: a tenant may have both guards, each its own watch.
 //!
 //! It is event-driven: for each protected tenant it holds a PSI trigger on the tenant group's
-//! `io.pressure` (Documentation/accounting/psi.rst: write `some STALL_US WINDOW_US` to the open
+//! `io.pressure` (or `cpu.pressure`) (Documentation/accounting/psi.rst: write
+//! `some STALL_US WINDOW_US` to the open
 //! file, then poll it for POLLPRI); the kernel wakes the daemon's poll at most once per window
 //! while the stall exceeds the threshold. Each wake-up while below `MAX_STEPS` halves the donors'
 //! weights once more (never below 1, never more often than once per window). Restoring uses the
@@ -14,10 +17,13 @@
 //! one write each. The halving and the hysteresis keep the writes few: at most `MAX_STEPS` per
 //! episode and one restore. Lowered caps take the pressure away while the flood goes on, so with
 //! that lever a quiet tick counts only when no donor uses 3/4 or more of a lowered cap (its
-//! io.stat over the tick): the caps come back when the flood ends, not when they worked.
+//! io.stat over the tick): the caps come back when the flood ends, not when they worked. A
+//! lowered cpu.weight relieves the protected tenant the same way, so a cpu guard's quiet tick
+//! also needs every donor under 3/4 of the cpu it used over the first tick after the lowering.
 //!
 //! The weights are an adjustment the daemon lays over the policy when it plans
-//! (`engine::Adjustments::weights`), as the replication guard's raises are; the policy is never
+//! (`engine::Adjustments::weights`, `caps`, `cpu_weights`), as the replication guard's raises
+//! are; the policy is never
 //! edited. It needs cgroup v2 with PSI; where it cannot arm a trigger it says why, once, and
 //! the rest of the daemon goes on. It never kills anything.
 
@@ -36,7 +42,7 @@ use tracing::{info, warn};
 use crate::cgroup::stats::parse_pressure;
 use crate::cgroup::stats::IoCounters;
 use crate::cgroup::{Layout, Version};
-use crate::policy::{GuardLever, IoGuard, IoLimits, Policy};
+use crate::policy::{GuardLever, IoLimits, Policy, PressureGuard, Resource};
 
 /// Halvings at most: a donor keeps at least an eighth of its weight.
 pub const MAX_STEPS: u32 = 3;
@@ -84,7 +90,7 @@ impl Episode {
         &mut self,
         now: Instant,
         total_seconds: f64,
-        g: &IoGuard,
+        g: &PressureGuard,
         donors_busy: bool,
     ) -> bool {
         let prev = self.last_total.replace((now, total_seconds));
@@ -171,6 +177,23 @@ fn presses_on(caps: &IoLimits, grown: &IoCounters, dt: f64) -> bool {
         || near(caps.write_iops, grown.write_ios)
 }
 
+/// Whether some donor's cpu rate is still `BUSY_SHARE` of its reference (and above a
+/// hundredth of a cpu: an idle donor never holds the guard).
+fn still_spinning(reference: &[f64], now: &[f64]) -> bool {
+    reference
+        .iter()
+        .zip(now)
+        .any(|(r, n)| *r > 0.01 && *n >= BUSY_SHARE * r)
+}
+
+/// A group's cpu time in µs (`usage_usec` of its cpu.stat).
+fn cpu_usage_us(stat: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(stat).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("usage_usec "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// A group's io.stat summed over its devices.
 fn io_totals(stat: &Path) -> Option<IoCounters> {
     let text = std::fs::read_to_string(stat).ok()?;
@@ -184,37 +207,60 @@ fn io_totals(stat: &Path) -> Option<IoCounters> {
     Some(sum)
 }
 
-/// What a donor has after some halvings of its configured io.weight or IO caps.
+/// What a donor has after some halvings of its configured io.weight, IO caps or cpu.weight.
 enum Level {
     Weight(u32),
     Caps(IoLimits),
+    CpuWeight(u32),
 }
 
 impl Level {
-    fn of(policy: &Policy, lever: GuardLever, donor: &str, steps: u32) -> Level {
-        match lever {
-            GuardLever::Weight => Level::Weight(lowered(base_weight(policy, donor), steps)),
-            GuardLever::Caps => Level::Caps(lowered_caps(&base_caps(policy, donor), steps)),
+    fn of(policy: &Policy, g: &PressureGuard, donor: &str, steps: u32) -> Level {
+        match (g.resource, g.lever) {
+            (Resource::Cpu, _) => Level::CpuWeight(lowered(base_cpu_weight(policy, donor), steps)),
+            (Resource::Io, GuardLever::Weight) => {
+                Level::Weight(lowered(base_weight(policy, donor), steps))
+            }
+            (Resource::Io, GuardLever::Caps) => {
+                Level::Caps(lowered_caps(&base_caps(policy, donor), steps))
+            }
         }
     }
 
     /// `50` or `read_iops 1000`, for the log.
     fn text(&self) -> String {
         match self {
-            Level::Weight(w) => w.to_string(),
+            Level::Weight(w) | Level::CpuWeight(w) => w.to_string(),
             Level::Caps(c) => caps_text(c),
         }
     }
 }
 
-/// What the guards hold lowered, per donor the lowest any asks for: weights and caps.
-type Held = (BTreeMap<String, u32>, BTreeMap<String, IoLimits>);
+/// What the guards hold lowered, per donor the lowest any asks for.
+#[derive(Default, PartialEq)]
+struct Held {
+    weights: BTreeMap<String, u32>,
+    caps: BTreeMap<String, IoLimits>,
+    cpu_weights: BTreeMap<String, u32>,
+}
 
-fn lever_name(lever: GuardLever) -> &'static str {
-    match lever {
-        GuardLever::Weight => "io.weight",
-        GuardLever::Caps => "io caps",
+/// What a guard lowers: `io.weight`, `io caps`, `cpu.weight`.
+fn lever_name(g: &PressureGuard) -> &'static str {
+    match (g.resource, g.lever) {
+        (Resource::Cpu, _) => "cpu.weight",
+        (Resource::Io, GuardLever::Weight) => "io.weight",
+        (Resource::Io, GuardLever::Caps) => "io caps",
     }
+}
+
+/// The configured cpu.weight of a tenant (the kernel's 100 when none).
+fn base_cpu_weight(policy: &Policy, tenant: &str) -> u32 {
+    policy
+        .tenants
+        .iter()
+        .find(|t| t.name == tenant)
+        .and_then(|t| t.cpu.weight)
+        .unwrap_or(100)
 }
 
 /// The configured io.weight of a tenant (the kernel's 100 when none).
@@ -231,11 +277,14 @@ fn base_weight(policy: &Policy, tenant: &str) -> u32 {
 /// What `status` and the metrics read about one protected tenant's guard.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GuardState {
-    /// The trigger is set on the tenant's io.pressure.
+    /// The pressure watched: io (`[tenant.io] protect_*`) or cpu (`[tenant.cpu]`).
+    #[serde(default)]
+    pub resource: Resource,
+    /// The trigger is set on the tenant's io.pressure (cpu.pressure).
     pub armed: bool,
     /// Halvings in force (0: the donors have their configured weight).
     pub step: u32,
-    /// Each donor's io.weight while lowered (lever `weight`).
+    /// Each donor's io.weight (cpu.weight for a cpu guard) while lowered (lever `weight`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub lowered: BTreeMap<String, u32>,
     /// What the guard lowers.
@@ -249,14 +298,14 @@ pub struct GuardState {
     pub restores: u64,
 }
 
-/// Where the daemon publishes each protected tenant's `GuardState`:
-/// `/run/dbcage/<root>.protect.json`.
+/// Where the daemon publishes each protected tenant's `GuardState`s (one per resource
+/// watched): `/run/dbcage/<root>.protect.json`.
 pub fn published_path(root_name: &str) -> PathBuf {
     crate::rundir::state_path(root_name, "protect")
 }
 
-/// Each protected tenant's state, if a running daemon published it.
-pub fn read_published(root_name: &str) -> Option<BTreeMap<String, GuardState>> {
+/// Each protected tenant's guards' states, if a running daemon published them.
+pub fn read_published(root_name: &str) -> Option<BTreeMap<String, Vec<GuardState>>> {
     crate::rundir::read_owned(&published_path(root_name))
 }
 
@@ -265,13 +314,21 @@ pub fn unpublish(root_name: &str) {
     let _ = std::fs::remove_file(published_path(root_name));
 }
 
+/// A guard's watch: the protected tenant and the resource whose pressure it watches.
+pub type Key = (String, Resource);
+
 struct Watch {
-    config: IoGuard,
+    config: PressureGuard,
     lowerings: u64,
     restores: u64,
     pressure_file: PathBuf,
-    /// The donors' io.stat files (lever `caps`: whether they still press on their caps).
+    /// The donors' io.stat files (lever `caps`: whether they still press on their caps), or
+    /// their cpu.stat files (a cpu guard: whether they still spin).
     donor_stats: Vec<(String, PathBuf)>,
+    /// A cpu guard: the donors' cpu time (µs) at the last tick, and their cpu rates (cpus) over
+    /// the first tick after the lowering, what "still spinning" is measured against.
+    donor_cpu: Option<(Instant, Vec<Option<u64>>)>,
+    donor_cpu_ref: Option<Vec<f64>>,
     /// The donors' io.stat sums at the last tick.
     donor_last: Option<(Instant, Vec<Option<IoCounters>>)>,
     trigger: Option<File>,
@@ -280,6 +337,61 @@ struct Watch {
 }
 
 impl Watch {
+    fn new(
+        config: PressureGuard,
+        pressure_file: PathBuf,
+        donor_stats: Vec<(String, PathBuf)>,
+    ) -> Self {
+        Watch {
+            config,
+            pressure_file,
+            donor_stats,
+            donor_last: None,
+            donor_cpu: None,
+            donor_cpu_ref: None,
+            trigger: None,
+            failed_at: None,
+            episode: Episode::default(),
+            lowerings: 0,
+            restores: 0,
+        }
+    }
+
+    /// A cpu guard: whether some donor still uses `BUSY_SHARE` of the cpu it used over the
+    /// first tick after the lowering (the hogs still run: a lowered cpu.weight relieves the
+    /// protected tenant while they do, and restoring then would only lower it again). The first
+    /// two ticks after a lowering only take the counters and the reference, and count as busy.
+    fn donors_spin(&mut self, now: Instant) -> bool {
+        let used: Vec<Option<u64>> = self
+            .donor_stats
+            .iter()
+            .map(|(_, p)| cpu_usage_us(p))
+            .collect();
+        let prev = self.donor_cpu.replace((now, used.clone()));
+        let Some((t0, before)) = prev else {
+            return true;
+        };
+        let dt = now.saturating_duration_since(t0).as_secs_f64();
+        if dt <= 0.0 {
+            return true;
+        }
+        let rates: Vec<f64> = before
+            .iter()
+            .zip(&used)
+            .map(|(b, a)| match (b, a) {
+                (Some(b), Some(a)) => a.saturating_sub(*b) as f64 / 1e6 / dt,
+                _ => 0.0,
+            })
+            .collect();
+        match &self.donor_cpu_ref {
+            None => {
+                self.donor_cpu_ref = Some(rates);
+                true
+            }
+            Some(reference) => still_spinning(reference, &rates),
+        }
+    }
+
     /// Whether some donor used `BUSY_SHARE` of a lowered cap since the last tick (the first
     /// tick after a lowering only takes the counters, and counts as busy).
     fn donors_press(&mut self, policy: &Policy, now: Instant) -> bool {
@@ -315,11 +427,10 @@ impl Watch {
 /// The guards of all protected tenants, kept in step with the policy by `sync`.
 #[derive(Default)]
 pub struct Guard {
-    watches: BTreeMap<String, Watch>,
+    watches: BTreeMap<Key, Watch>,
 }
-
 /// Opens the PSI trigger: `some STALL_US WINDOW_US` written to the pressure file, kept open.
-pub fn arm_trigger(path: &Path, g: &IoGuard) -> std::io::Result<File> {
+pub fn arm_trigger(path: &Path, g: &PressureGuard) -> std::io::Result<File> {
     let window_us = g.window.as_micros() as u64;
     let stall_us = ((window_us as f64 * g.pressure) as u64).max(1);
     let mut f = std::fs::OpenOptions::new()
@@ -331,9 +442,9 @@ pub fn arm_trigger(path: &Path, g: &IoGuard) -> std::io::Result<File> {
 }
 
 impl Guard {
-    /// Follows the policy: a watch per tenant with `protect_pressure` on cgroup v2; triggers are
-    /// armed (or re-armed after `RETRY`) here. A watch whose tenant left the policy is dropped,
-    /// and its donors go back to their configured weight with the next plan.
+    /// Follows the policy: a watch per tenant and resource with `protect_pressure` on cgroup v2;
+    /// triggers are armed (or re-armed after `RETRY`) here. A watch whose tenant left the policy
+    /// is dropped, and its donors go back to their configured weight with the next plan.
     pub fn sync(&mut self, policy: &Policy, layout: &Layout, now: Instant) -> bool {
         let hv = layout
             .setup
@@ -341,42 +452,39 @@ impl Guard {
             .iter()
             .position(|h| h.version == Version::V2);
         let before = self.held(policy);
-        let wanted: BTreeMap<&str, &IoGuard> = policy
+        let wanted: BTreeMap<Key, &PressureGuard> = policy
             .tenants
             .iter()
-            .filter_map(|t| Some((t.name.as_str(), t.io_guard.as_ref()?)))
+            .flat_map(|t| t.io_guard.iter().chain(&t.cpu_guard).map(move |g| (t, g)))
+            .map(|(t, g)| ((t.name.clone(), g.resource), g))
             .collect();
         self.watches
-            .retain(|name, w| wanted.get(name.as_str()).is_some_and(|g| **g == w.config));
-        for (name, g) in wanted {
+            .retain(|key, w| wanted.get(key).is_some_and(|g| **g == w.config));
+        for ((name, resource), g) in wanted {
+            let name = name.as_str();
+            let r = resource.name();
+            let (file, stat_file) = match resource {
+                Resource::Io => (crate::cgroup::v2::IO_PRESSURE, "io.stat"),
+                Resource::Cpu => (crate::cgroup::v2::CPU_PRESSURE, "cpu.stat"),
+            };
             let w = self
                 .watches
-                .entry(name.to_string())
-                .or_insert_with(|| Watch {
-                    config: g.clone(),
-                    pressure_file: hv
-                        .map(|h| {
-                            layout
-                                .tenant_dir(h, name)
-                                .join(crate::cgroup::v2::IO_PRESSURE)
-                        })
-                        .unwrap_or_default(),
-                    donor_stats: g
+                .entry((name.to_string(), resource))
+                .or_insert_with(|| {
+                    let pressure_file = hv
+                        .map(|h| layout.tenant_dir(h, name).join(file))
+                        .unwrap_or_default();
+                    let donor_stats = g
                         .donors
                         .iter()
                         .map(|d| {
                             let stat = hv
-                                .map(|h| layout.tenant_dir(h, &d.value).join("io.stat"))
+                                .map(|h| layout.tenant_dir(h, &d.value).join(stat_file))
                                 .unwrap_or_default();
                             (d.value.clone(), stat)
                         })
-                        .collect(),
-                    donor_last: None,
-                    trigger: None,
-                    failed_at: None,
-                    episode: Episode::default(),
-                    lowerings: 0,
-                    restores: 0,
+                        .collect();
+                    Watch::new(g.clone(), pressure_file, donor_stats)
                 });
             if w.trigger.is_some()
                 || w.failed_at
@@ -386,7 +494,7 @@ impl Guard {
             }
             if hv.is_none() {
                 if w.failed_at.is_none() {
-                    warn!(tenant = name, "io.protect_pressure has no effect: the io controller is not on cgroup v2 here, which alone keeps io pressure per group");
+                    warn!(tenant = name, "{r}.protect_pressure has no effect: the {r} controller is not on cgroup v2 here, which alone keeps {r} pressure per group");
                 }
                 w.failed_at = Some(now);
                 continue;
@@ -395,10 +503,10 @@ impl Guard {
                 Ok(f) => {
                     info!(
                         tenant = name,
-                        "protection guard armed: io pressure above {:.0}% of {} lowers the {} of {}",
+                        "protection guard armed: {r} pressure above {:.0}% of {} lowers the {} of {}",
                         g.pressure * 100.0,
                         humantime::format_duration(g.window),
-                        lever_name(g.lever),
+                        lever_name(g),
                         donors(g)
                     );
                     w.trigger = Some(f);
@@ -414,11 +522,11 @@ impl Guard {
         self.held(policy) != before
     }
 
-    /// The armed triggers, to poll for POLLPRI, with their tenant.
-    pub fn triggers(&self) -> Vec<(String, BorrowedFd<'_>)> {
+    /// The armed triggers, to poll for POLLPRI, with their tenant and resource.
+    pub fn triggers(&self) -> Vec<(Key, BorrowedFd<'_>)> {
         self.watches
             .iter()
-            .filter_map(|(n, w)| Some((n.clone(), w.trigger.as_ref()?.as_fd())))
+            .filter_map(|(k, w)| Some((k.clone(), w.trigger.as_ref()?.as_fd())))
             .collect()
     }
 
@@ -427,11 +535,13 @@ impl Guard {
         self.watches.values().any(|w| w.episode.steps > 0)
     }
 
-    /// A trigger of `tenant` fired. Returns whether the weights change (and logs why).
-    pub fn fired(&mut self, policy: &Policy, tenant: &str, now: Instant) -> bool {
-        let Some(w) = self.watches.get_mut(tenant) else {
+    /// The trigger of `key` (a tenant, a resource) fired. Returns whether the weights change
+    /// (and logs why).
+    pub fn fired(&mut self, policy: &Policy, key: &Key, now: Instant) -> bool {
+        let Some(w) = self.watches.get_mut(key) else {
             return false;
         };
+        let (tenant, r) = (key.0.as_str(), key.1.name());
         if !w.episode.fired(now, w.config.window) {
             return false;
         }
@@ -442,17 +552,17 @@ impl Guard {
             .donors
             .iter()
             .map(|d| {
-                let level = |n| Level::of(policy, w.config.lever, &d.value, n).text();
+                let level = |n| Level::of(policy, &w.config, &d.value, n).text();
                 format!("{} {} -> {}", d.value, level(steps - 1), level(steps))
             })
             .collect();
         info!(
             tenant,
             step = steps,
-            "protection guard: io pressure of `{tenant}` passed {:.0}% of {}: {} {}",
+            "protection guard: {r} pressure of `{tenant}` passed {:.0}% of {}: {} {}",
             w.config.pressure * 100.0,
             humantime::format_duration(w.config.window),
-            lever_name(w.config.lever),
+            lever_name(&w.config),
             changes.join(", ")
         );
         true
@@ -462,7 +572,8 @@ impl Guard {
     /// Returns whether the weights change.
     pub fn tick(&mut self, policy: &Policy, now: Instant) -> bool {
         let mut changed = false;
-        for (name, w) in &mut self.watches {
+        for ((name, resource), w) in &mut self.watches {
+            let r = resource.name();
             if w.episode.steps == 0 {
                 continue;
             }
@@ -473,25 +584,31 @@ impl Guard {
             else {
                 continue;
             };
-            let busy = w.config.lever == GuardLever::Caps && w.donors_press(policy, now);
+            let busy = match (*resource, w.config.lever) {
+                (Resource::Cpu, _) => w.donors_spin(now),
+                (Resource::Io, GuardLever::Caps) => w.donors_press(policy, now),
+                (Resource::Io, GuardLever::Weight) => false,
+            };
             if w.episode.observe(now, total, &w.config, busy) {
                 w.restores += 1;
                 w.donor_last = None;
+                w.donor_cpu = None;
+                w.donor_cpu_ref = None;
                 let back: Vec<String> = w
                     .config
                     .donors
                     .iter()
                     .map(|d| {
-                        let level = Level::of(policy, w.config.lever, &d.value, 0);
+                        let level = Level::of(policy, &w.config, &d.value, 0);
                         format!("{} {}", d.value, level.text())
                     })
                     .collect();
                 info!(
                     tenant = name.as_str(),
-                    "protection guard: io pressure of `{name}` stayed under {:.0}% for {}: {} restored: {}",
+                    "protection guard: {r} pressure of `{name}` stayed under {:.0}% for {}: {} restored: {}",
                     w.config.pressure * 50.0,
                     humantime::format_duration(w.config.window * QUIET_WINDOWS),
-                    lever_name(w.config.lever),
+                    lever_name(&w.config),
                     back.join(", ")
                 );
                 changed = true;
@@ -502,60 +619,62 @@ impl Guard {
 
     /// The donors' weights and caps in force: per donor the lowest any guard asks for.
     fn held(&self, policy: &Policy) -> Held {
-        let (mut weights, mut caps): Held = Default::default();
+        let mut held = Held::default();
+        let lowest = |m: &mut BTreeMap<String, u32>, d: &str, v: u32| {
+            let x = m.entry(d.to_string()).or_insert(v);
+            *x = (*x).min(v);
+        };
         for w in self.watches.values().filter(|w| w.episode.steps > 0) {
             for d in &w.config.donors {
-                match Level::of(policy, w.config.lever, &d.value, w.episode.steps) {
-                    Level::Weight(v) => {
-                        let x = weights.entry(d.value.clone()).or_insert(v);
-                        *x = (*x).min(v);
-                    }
+                match Level::of(policy, &w.config, &d.value, w.episode.steps) {
+                    Level::Weight(v) => lowest(&mut held.weights, &d.value, v),
+                    Level::CpuWeight(v) => lowest(&mut held.cpu_weights, &d.value, v),
                     Level::Caps(v) => {
-                        let x = caps.entry(d.value.clone()).or_insert(v);
+                        let x = held.caps.entry(d.value.clone()).or_insert(v);
                         *x = x.min_each(&v);
                     }
                 }
             }
         }
-        (weights, caps)
+        held
     }
 
     /// Lays the guards' lowered weights and caps over the plan's adjustments.
     pub fn adjust(&self, policy: &Policy, adjust: &mut crate::engine::Adjustments) {
-        (adjust.weights, adjust.caps) = self.held(policy);
+        let held = self.held(policy);
+        adjust.weights = held.weights;
+        adjust.caps = held.caps;
+        adjust.cpu_weights = held.cpu_weights;
     }
 
-    /// Per protected tenant: its state, for status and the metrics.
-    pub fn state(&self, policy: &Policy) -> BTreeMap<String, GuardState> {
-        self.watches
-            .iter()
-            .map(|(n, w)| {
-                let steps = w.episode.steps;
-                let (mut lowered, mut capped) = (BTreeMap::new(), BTreeMap::new());
-                for d in w.config.donors.iter().filter(|_| steps > 0) {
-                    match Level::of(policy, w.config.lever, &d.value, steps) {
-                        Level::Weight(v) => {
-                            lowered.insert(d.value.clone(), v);
-                        }
-                        Level::Caps(c) => {
-                            capped.insert(d.value.clone(), caps_text(&c));
-                        }
+    /// Per protected tenant: its guards' states (io before cpu), for status and the metrics.
+    pub fn state(&self, policy: &Policy) -> BTreeMap<String, Vec<GuardState>> {
+        let mut out: BTreeMap<String, Vec<GuardState>> = BTreeMap::new();
+        for ((n, resource), w) in &self.watches {
+            let steps = w.episode.steps;
+            let (mut lowered, mut capped) = (BTreeMap::new(), BTreeMap::new());
+            for d in w.config.donors.iter().filter(|_| steps > 0) {
+                match Level::of(policy, &w.config, &d.value, steps) {
+                    Level::Weight(v) | Level::CpuWeight(v) => {
+                        lowered.insert(d.value.clone(), v);
+                    }
+                    Level::Caps(c) => {
+                        capped.insert(d.value.clone(), caps_text(&c));
                     }
                 }
-                (
-                    n.clone(),
-                    GuardState {
-                        armed: w.trigger.is_some(),
-                        step: steps,
-                        lowered,
-                        lever: w.config.lever,
-                        capped,
-                        lowerings: w.lowerings,
-                        restores: w.restores,
-                    },
-                )
-            })
-            .collect()
+            }
+            out.entry(n.clone()).or_default().push(GuardState {
+                resource: *resource,
+                armed: w.trigger.is_some(),
+                step: steps,
+                lowered,
+                lever: w.config.lever,
+                capped,
+                lowerings: w.lowerings,
+                restores: w.restores,
+            });
+        }
+        out
     }
 
     /// Publishes the state for `status` and the metrics (only while some tenant is protected).
@@ -571,7 +690,7 @@ impl Guard {
     }
 }
 
-fn donors(g: &IoGuard) -> String {
+fn donors(g: &PressureGuard) -> String {
     g.donors
         .iter()
         .map(|d| format!("`{}`", d.value))

@@ -1,13 +1,14 @@
 use super::*;
 use crate::policy::{Origin, Sourced};
 
-fn guard(pressure: f64) -> IoGuard {
+fn guard(pressure: f64) -> PressureGuard {
     let origin = Origin {
         file: std::sync::Arc::new(PathBuf::from("dbcage.toml")),
         line: 1,
         col: 1,
     };
-    IoGuard {
+    PressureGuard {
+        resource: Resource::Io,
         pressure,
         window: Duration::from_secs(1),
         donors: vec![Sourced {
@@ -135,4 +136,172 @@ fn caps_halve_each_set_key_and_keep_at_least_one() {
     assert!(presses_on(&c, &grown, 1.0), "400 IO/s on a 500 cap");
     assert!(!presses_on(&c, &grown, 2.0), "200 IO/s on a 500 cap");
     assert!(!presses_on(&IoLimits::default(), &grown, 1.0), "no caps");
+}
+
+fn policy(text: &str) -> Policy {
+    match crate::policy::from_str("dbcage.toml", text, &crate::policy::FakeAccounts) {
+        Ok(l) => l.policy,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// A tenant's io.pressure or cpu.pressure with `total` µs stalled.
+fn pressure_text(total: u64) -> String {
+    format!("some avg10=0.00 avg60=0.00 avg300=0.00 total={total}\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+}
+
+#[test]
+fn a_cpu_guard_halves_the_donors_cpu_weight_apart_from_the_io_guard_and_restores_it() {
+    let p = policy(
+        r#"
+[[tenant]]
+name = "db"
+match = [{ comm = "db" }]
+storage = ["/data"]
+[tenant.io]
+protect_pressure = "20%"
+protect_donors = ["batch"]
+[tenant.cpu]
+protect_pressure = "30%"
+protect_donors = ["batch"]
+
+[[tenant]]
+name = "batch"
+match = [{ comm = "batch" }]
+storage = ["/data"]
+[tenant.io]
+weight = 200
+[tenant.cpu]
+weight = 400
+"#,
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let (io_file, cpu_file) = (
+        tmp.path().join("io.pressure"),
+        tmp.path().join("cpu.pressure"),
+    );
+    std::fs::write(&io_file, pressure_text(0)).unwrap();
+    std::fs::write(&cpu_file, pressure_text(0)).unwrap();
+    let (io_key, cpu_key) = (
+        ("db".to_string(), Resource::Io),
+        ("db".to_string(), Resource::Cpu),
+    );
+    let mut guard = Guard::default();
+    let io = p.tenants[0].io_guard.clone().unwrap();
+    let cpu = p.tenants[0].cpu_guard.clone().unwrap();
+    assert_eq!((io.resource, cpu.resource), (Resource::Io, Resource::Cpu));
+    guard
+        .watches
+        .insert(io_key.clone(), Watch::new(io, io_file.clone(), Vec::new()));
+    guard.watches.insert(
+        cpu_key.clone(),
+        Watch::new(cpu, cpu_file.clone(), Vec::new()),
+    );
+    let t0 = Instant::now();
+    let s = |n: u64| t0 + Duration::from_millis(n);
+    // cpu pressure twice, io once: each lever follows its own guard
+    assert!(guard.fired(&p, &cpu_key, s(0)));
+    assert!(!guard.fired(&p, &cpu_key, s(300)), "within the window");
+    assert!(guard.fired(&p, &cpu_key, s(1000)));
+    assert!(guard.fired(&p, &io_key, s(1000)));
+    let mut adjust = crate::engine::Adjustments::default();
+    guard.adjust(&p, &mut adjust);
+    assert_eq!(adjust.cpu_weights, [("batch".to_string(), 100)].into());
+    assert_eq!(adjust.weights, [("batch".to_string(), 100)].into());
+    assert!(adjust.caps.is_empty());
+    let planned = adjust.policy(&p);
+    assert_eq!(planned.tenants[1].cpu.weight, Some(100));
+    assert_eq!(
+        planned.tenants[0].cpu.weight, None,
+        "the protected tenant keeps its own"
+    );
+    let st = guard.state(&p);
+    let (io_st, cpu_st) = (&st["db"][0], &st["db"][1]);
+    assert_eq!((io_st.resource, io_st.step), (Resource::Io, 1));
+    assert_eq!(
+        (cpu_st.resource, cpu_st.step, cpu_st.lowerings),
+        (Resource::Cpu, 2, 2)
+    );
+    assert_eq!(cpu_st.lowered, [("batch".to_string(), 100)].into());
+
+    assert_eq!(
+        base_cpu_weight(&p, "db"),
+        100,
+        "no cpu.weight: the kernel's 100"
+    );
+    let mut restored = Vec::new();
+    // cpu pressure stalls 50% for a while: nothing restored; then quiet: the cpu.weight comes
+    // back QUIET_WINDOWS windows after the first quiet tick, in one change, and the io guard's
+    // weight stays lowered (its io pressure stays at 50%)
+    let (mut cpu_total, mut io_total) = (0u64, 0u64);
+    for i in 2..30u64 {
+        io_total += 250_000;
+        cpu_total += if i < 6 { 250_000 } else { 1_000 }; // 50%, then 0.2% of each tick
+        std::fs::write(&io_file, pressure_text(io_total)).unwrap();
+        std::fs::write(&cpu_file, pressure_text(cpu_total)).unwrap();
+        let changed = guard.tick(&p, s(i * 500));
+        if i < 6 {
+            assert!(!changed, "restored under pressure at {i}");
+        } else if changed {
+            restored.push(i * 500);
+        }
+    }
+    assert_eq!(restored, vec![3000 + 1000 * u64::from(QUIET_WINDOWS)]);
+    let mut adjust = crate::engine::Adjustments::default();
+    guard.adjust(&p, &mut adjust);
+    assert!(adjust.cpu_weights.is_empty());
+    assert_eq!(adjust.weights, [("batch".to_string(), 100)].into());
+    assert_eq!(adjust.policy(&p).tenants[1].cpu.weight, Some(400));
+    let st = guard.state(&p);
+    assert_eq!((st["db"][1].step, st["db"][1].restores), (0, 1));
+}
+
+#[test]
+fn a_cpu_guard_watches_cpu_pressure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("cpu.pressure");
+    std::fs::write(&f, "").unwrap();
+    let mut g = guard(0.3);
+    g.resource = Resource::Cpu;
+    arm_trigger(&f, &g).unwrap();
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "some 300000 1000000");
+    assert_eq!(lever_name(&g), "cpu.weight");
+    assert_eq!(lowered(400, 3), 50);
+}
+
+#[test]
+fn a_cpu_guard_holds_the_weight_down_while_the_donors_still_spin() {
+    assert!(still_spinning(&[1.6], &[1.3]), "the hogs run on");
+    assert!(!still_spinning(&[1.6], &[0.1]), "the hogs stopped");
+    assert!(
+        !still_spinning(&[0.0], &[0.0]),
+        "an idle donor never holds it"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let stat = tmp.path().join("cpu.stat");
+    let mut g = guard(0.2);
+    g.resource = Resource::Cpu;
+    let mut w = Watch::new(
+        g.clone(),
+        tmp.path().join("cpu.pressure"),
+        vec![("batch".into(), stat.clone())],
+    );
+    w.episode.fired(Instant::now(), g.window);
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    let mut used = 0u64;
+    let mut at = |w: &mut Watch, n: u64, cpus: f64| {
+        used += (cpus * 500_000.0) as u64;
+        std::fs::write(
+            &stat,
+            format!("usage_usec {used}\nuser_usec 0\nsystem_usec 0\n"),
+        )
+        .unwrap();
+        w.donors_spin(ms(n))
+    };
+    assert!(at(&mut w, 0, 1.6), "first tick: the counters");
+    assert!(at(&mut w, 500, 1.6), "second tick: the reference");
+    assert!(at(&mut w, 1000, 1.5), "still 94% of the reference");
+    assert!(!at(&mut w, 1500, 0.05), "the hogs stopped");
+    assert_eq!(cpu_usage_us(&tmp.path().join("none")), None);
 }

@@ -23,6 +23,12 @@
 # - with protect_lever = "caps" (batch's own read_iops cap, on io.max: no iocost), the guard lowers
 #   the cap within 1 s of the trigger, the lowered cap relieves db under the flood, the cap stays
 #   lowered while batch still presses on it, and comes back in one write once the flood ends.
+# - on cpu ([tenant.cpu] protect_*, section 3): db runs a periodic cpu task (fio's cpuio engine,
+#   40% of one cpu in 20 ms chunks; protected at 20% of 1 s), batch 4 cpu hogs on the VM's 2
+#   vcpus (db then waits for a cpu about a quarter of the time, alone 2-11%); the guard lowers
+#   batch's cpu.weight (100 -> 50 -> ...) within 1 s of the trigger, holds it while the hogs run
+#   (the lowered weight relieves db, but batch still spins), restores it in one write after the
+#   hogs stop, at most 3 lowerings and 1 restore; status shows it.
 # iocost stays off: what is checked is the guard (trigger, writes, restore), not what the
 # weights then do (protect.sh and iocost.sh check that). Needs DBCAGE_VM_MODULES=null_blk.
 # Prints PASS/FAIL lines and "N passed, N failed"; exits non-zero when a check failed.
@@ -248,6 +254,108 @@ for p in $(cat $ROOT/db/limited/cgroup.procs 2>/dev/null); do kill "$p" 2>/dev/n
 kill "$DAEMON" 2>/dev/null
 wait 2>/dev/null
 /bin/dbcage -c /tmp/guard-caps.toml release --all >/dev/null 2>&1
+
+# (3) [tenant.cpu] protect_*: the same guard on cpu pressure, lowering the donors' cpu.weight.
+cat >/tmp/guard-cpu.toml <<EOF2
+[agent]
+parent = "root"
+root = "dbcage-test"
+metrics = "off"
+
+[[tenant]]
+name = "db"
+match = [{ cmdline = "^dbcage-test-db" }]
+[tenant.cpu]
+protect_pressure = "20%"
+protect_window = "1s"
+protect_donors = ["batch"]
+
+[[tenant]]
+name = "batch"
+match = [{ cmdline = "^/tmp/dbcage-test-batch" }]
+[tenant.cpu]
+weight = 100
+EOF2
+DP="/bin/dbcage -c /tmp/guard-cpu.toml"
+out=$($DP check 2>&1) || info "check: $out"
+/bin/dbcage -c /tmp/guard-cpu.toml run >/tmp/guard-cpu.log 2>&1 &
+DAEMON=$!
+wait_for 100 "grep -q 'protection guard armed' /tmp/guard-cpu.log" >/dev/null
+cpuw() { cat $ROOT/batch/cpu.weight 2>/dev/null; }
+cpu_stall_us() { sed -n 's/^some .*total=\([0-9]*\)/\1/p' $ROOT/db/cpu.pressure; }
+cpu_lowerings() { grep -c "protection guard: cpu pressure of .* passed" "$1"; }
+cpu_restores() { grep -c "protection guard: cpu pressure of .* restored" "$1"; }
+if grep -q "protection guard armed: cpu pressure above 20% of 1s lowers the cpu.weight of \`batch\`" /tmp/guard-cpu.log &&
+    [ "$(cpuw)" = 100 ]; then
+    pass cpu_armed "armed on db's cpu.pressure; batch's cpu.weight $(cpuw)"
+else
+    fail cpu_armed "cpu.weight [$(cpuw)]; log: $(cat /tmp/guard-cpu.log)"
+fi
+$DP exec db -- /tmp/dbcage-test-db --name=dbcage-test-db --ioengine=cpuio --cpuload=40 \
+    --cpuchunks=20000 --time_based --runtime=300 >/dev/null 2>&1 &
+DB=$!
+# the daemon's first scans and this script's own processes make db wait too: settle first
+/bin/sleep 8
+s0=$(cpu_stall_us)
+/bin/sleep 4
+s1=$(cpu_stall_us)
+alone=$(awk -v d="$((s1 - s0))" 'BEGIN { printf "%.1f", d / 40000 }')
+if [ "$(cpuw)" = 100 ] && [ "$(cpu_lowerings /tmp/guard-cpu.log)" -eq 0 ]; then
+    pass cpu_quiet_alone "db alone: waits for a cpu $alone% of the time; batch keeps cpu.weight 100, no action"
+else
+    fail cpu_quiet_alone "db alone ($alone% waiting): batch cpu.weight [$(cpuw)], $(cpu_lowerings /tmp/guard-cpu.log) actions"
+fi
+# started as is, the daemon places them by their cmdline: `dbcage exec` would apply the policy's
+# plan as it starts, which writes the donors' configured weight over what the guard holds
+HOG_T0=$(now_ms)
+/tmp/dbcage-test-batch --name=dbcage-test-batch --ioengine=cpuio --cpuload=100 \
+    --numjobs=4 --time_based --runtime=120 >/dev/null 2>&1 &
+BATCH=$!
+t_low=$(wait_for 300 '[ "$(cpuw)" -lt 100 ] 2>/dev/null')
+info "batch holds [$(cat $ROOT/batch/limited/cgroup.procs 2>/dev/null | wc -l)] processes (the hogs and fio's main)"
+s0=$(cpu_stall_us)
+/bin/sleep 6
+s1=$(cpu_stall_us)
+react=$(react_ms /tmp/guard-cpu.log)
+grep "protection guard" /tmp/guard-cpu.log | sed 's/^/INFO | /'
+under=$(awk -v d="$((s1 - s0))" 'BEGIN { printf "%.1f", d / 60000 }')
+if [ -n "$t_low" ] && [ -n "$react" ] && [ "$react" -le 1000 ] && [ $((t_low - HOG_T0)) -le 10000 ]; then
+    pass cpu_lowered "batch's cpu.weight lowered $((t_low - HOG_T0)) ms after the hogs started (now $(cpuw)); trigger to write: $react ms; db then waits $under% of the time"
+else
+    fail cpu_lowered "cpu.weight [$(cpuw)], trigger to write [$react] ms, seen after [$t_low - $HOG_T0] (want <= 10 s)"
+fi
+st=$($DP status --interval 0 db 2>&1)
+if echo "$st" | grep -q "protecting: batch cpu.weight $(cpuw) (step [123] of 3), [123] lowerings 0 restores"; then
+    pass cpu_status_lowered "status: $(echo "$st" | grep -o 'protecting: [^|]*restores')"
+else
+    fail cpu_status_lowered "$st"
+fi
+# fio's cpuio jobs spin between checks of their stop flag: kill them outright
+kill -KILL "$BATCH" 2>/dev/null
+for p in $(cat $ROOT/batch/limited/cgroup.procs $ROOT/batch/exempt/cgroup.procs 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+FLOOD_T1=$(now_ms)
+t_back=$(wait_for 600 '[ "$(cpu_restores /tmp/guard-cpu.log)" -ge 1 ] && [ "$(cpuw)" = 100 ]')
+info "hogs stopped: batch holds [$(cat $ROOT/batch/limited/cgroup.procs 2>/dev/null | wc -l)] processes; db cpu.pressure [$(head -1 $ROOT/db/cpu.pressure)]"
+/bin/sleep 3
+lowerings=$(cpu_lowerings /tmp/guard-cpu.log)
+restores=$(cpu_restores /tmp/guard-cpu.log)
+grep "protection guard" /tmp/guard-cpu.log | tail -1 | sed 's/^/INFO | /'
+if [ -n "$t_back" ] && [ "$lowerings" -ge 1 ] && [ "$lowerings" -le 3 ] && [ "$restores" -eq 1 ]; then
+    pass cpu_restored "cpu.weight back to 100 $((t_back - FLOOD_T1)) ms after the hogs stopped; $lowerings lowering(s), $restores restore"
+else
+    fail cpu_restored "cpu.weight [$(cpuw)] 60 s after the hogs stopped; $lowerings lowerings, $restores restores"
+fi
+st=$($DP status --interval 0 db 2>&1)
+if echo "$st" | grep -q "cpu protection armed, donors at their cpu.weight, $lowerings lowerings 1 restores"; then
+    pass cpu_status_restored "status: $(echo "$st" | grep -o 'cpu protection armed[^|]*restores')"
+else
+    fail cpu_status_restored "$st"
+fi
+kill "$DB" 2>/dev/null
+for p in $(cat $ROOT/db/limited/cgroup.procs 2>/dev/null); do kill "$p" 2>/dev/null; done
+kill "$DAEMON" 2>/dev/null
+wait 2>/dev/null
+/bin/dbcage -c /tmp/guard-cpu.toml release --all >/dev/null 2>&1
 rmmod null_blk 2>/dev/null
 echo "$P passed, $F failed"
 [ "$F" -eq 0 ]

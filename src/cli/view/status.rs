@@ -112,7 +112,7 @@ pub fn print_status_table(
         if let Some(g) = &r.replication {
             notes.push(replication_note(g));
         }
-        if let Some(g) = &r.protection {
+        for g in r.protection.iter().chain(&r.cpu_protection) {
             notes.push(protection_note(g));
         }
         writeln!(
@@ -191,21 +191,28 @@ pub fn print_status_table(
 }
 
 /// The protection guard's state in one `status` note: `protecting: batch io.weight 25 (step 2
-/// of 3), 2 lowerings 0 restores`.
+/// of 3), 2 lowerings 0 restores` (a cpu guard's: `cpu protection armed, ...`, `protecting:
+/// batch cpu.weight 50 ...`).
 pub fn protection_note(g: &crate::protect::GuardState) -> String {
+    let cpu = g.resource == crate::policy::Resource::Cpu;
     let now = if !g.armed {
-        "protection guard not armed (see the daemon's log)".to_string()
+        let what = if cpu { "cpu protection" } else { "protection" };
+        format!("{what} guard not armed (see the daemon's log)")
     } else if g.lowered.is_empty() && g.capped.is_empty() {
-        match g.lever {
-            crate::policy::GuardLever::Weight => "protection armed, donors at their weight",
-            crate::policy::GuardLever::Caps => "protection armed, donors at their caps",
+        match (cpu, g.lever) {
+            (true, _) => "cpu protection armed, donors at their cpu.weight",
+            (false, crate::policy::GuardLever::Weight) => {
+                "protection armed, donors at their weight"
+            }
+            (false, crate::policy::GuardLever::Caps) => "protection armed, donors at their caps",
         }
         .to_string()
     } else {
+        let weight = if cpu { "cpu.weight" } else { "io.weight" };
         let donors: Vec<String> = g
             .lowered
             .iter()
-            .map(|(d, w)| format!("{d} io.weight {w}"))
+            .map(|(d, w)| format!("{d} {weight} {w}"))
             .chain(g.capped.iter().map(|(d, c)| format!("{d} io caps {c}")))
             .collect();
         format!(
@@ -347,6 +354,27 @@ mod tests {
         );
         g.armed = false;
         assert!(protection_note(&g).starts_with("protection guard not armed"));
+        let mut c = crate::protect::GuardState {
+            resource: crate::policy::Resource::Cpu,
+            armed: true,
+            step: 1,
+            lowered: [("batch".to_string(), 50)].into(),
+            lowerings: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            protection_note(&c),
+            "protecting: batch cpu.weight 50 (step 1 of 3), 1 lowerings 0 restores"
+        );
+        c.step = 0;
+        c.lowered.clear();
+        c.restores = 1;
+        assert_eq!(
+            protection_note(&c),
+            "cpu protection armed, donors at their cpu.weight, 1 lowerings 1 restores"
+        );
+        c.armed = false;
+        assert!(protection_note(&c).starts_with("cpu protection guard not armed"));
     }
 
     /// No tenant with pressure: the reason is v1 (no per-group PSI) or PSI off (v2, no files).

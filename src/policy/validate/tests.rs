@@ -1634,3 +1634,81 @@ fn protection_guard_keys_parse_and_their_errors_are_located() {
         "{e:?}"
     );
 }
+
+#[test]
+fn cpu_protection_guard_keys_parse_and_their_errors_are_located() {
+    let t = |name: &str, extra: &str| {
+        format!("[[tenant]]\nname = \"{name}\"\nmatch = [{{ comm = \"{name}\" }}]\n[tenant.cpu]\n{extra}")
+    };
+    let l = ok(&format!(
+        "{}{}",
+        t(
+            "db",
+            "protect_pressure = \"30%\"\nprotect_window = \"2s\"\nprotect_donors = [\"batch\"]\n"
+        ),
+        t("batch", "weight = 200\n")
+    ));
+    let g = l.policy.tenants[0].cpu_guard.as_ref().unwrap();
+    assert_eq!(g.resource, Resource::Cpu);
+    assert_eq!(g.pressure, 0.3);
+    assert_eq!(g.window, std::time::Duration::from_secs(2));
+    assert_eq!(g.donors[0].value, "batch");
+    assert!(l.policy.tenants[0].io_guard.is_none());
+    assert!(l.policy.tenants[1].cpu_guard.is_none());
+
+    let e = errors(&format!(
+        "{}{}",
+        t(
+            "db",
+            "protect_pressure = \"30\"\nprotect_donors = [\"batch\"]\n"
+        ),
+        t("batch", "")
+    ));
+    assert!(
+        e[0].starts_with("dbcage.toml:5:20:")
+            && e[0].contains("cpu.protect_pressure `30` is not a share of time"),
+        "{e:?}"
+    );
+    let e = errors(&t(
+        "db",
+        "protect_pressure = \"30%\"\nprotect_window = \"50ms\"\nprotect_donors = [\"batch\"]\n",
+    ));
+    assert!(
+        e[0].starts_with("dbcage.toml:6:") && e[0].contains("cpu.protect_window `50ms`"),
+        "{e:?}"
+    );
+    let e = errors(&t("db", "protect_pressure = \"30%\"\n"));
+    assert!(
+        e[0].contains("needs cpu.protect_donors, the tenants whose cpu.weight"),
+        "{e:?}"
+    );
+    let e = errors(&t("db", "protect_window = \"1s\"\n"));
+    assert!(
+        e[0].contains("cpu.protect_window needs cpu.protect_pressure"),
+        "{e:?}"
+    );
+    let e = errors(&t(
+        "db",
+        "protect_pressure = \"30%\"\nprotect_donors = [\"nobody\"]\n",
+    ));
+    assert!(
+        e[0].starts_with("dbcage.toml:6:")
+            && e[0].contains("cpu.protect_donors names `nobody`, which is not a tenant"),
+        "{e:?}"
+    );
+    // io's lever is io's alone
+    let e = errors(&t(
+        "db",
+        "protect_pressure = \"30%\"\nprotect_donors = [\"db\"]\nprotect_lever = \"caps\"\n",
+    ));
+    assert!(e.iter().any(|m| m.contains("protect_lever")), "{e:?}");
+    // a schedule window may not set them
+    let e = errors(&format!(
+        "{}[[tenant.schedule]]\ndays = \"Mon-Fri\"\nfrom = \"09:00\"\nto = \"17:00\"\ncpu.protect_pressure = \"30%\"\n",
+        t("db", "weight = 100\n")
+    ));
+    assert!(
+        e.iter().any(|m| m.contains("belong in [tenant.cpu]")),
+        "{e:?}"
+    );
+}
