@@ -70,7 +70,9 @@ printf '%s\n' "${filters[@]}" >"$stage/it-filters"
 # list differs from the other guest tests' (sharing would rebuild the layer on every switch).
 export SDGUEST_WORK=${SDGUEST_WORK:-/var/tmp/dbcage-test-sdguest-it}
 work=$SDGUEST_WORK
-loop=$(find "$work/base/kroot/lib/modules" -path '*/kernel/drivers/block/loop.ko*' 2>/dev/null | head -n1)
+# (`|| true`: on a fresh machine the work dir does not exist yet and find fails, which pipefail
+# and set -e would turn into a silent exit of this script.)
+loop=$(find "$work/base/kroot/lib/modules" -path '*/kernel/drivers/block/loop.ko*' 2>/dev/null | head -n1 || true)
 if [ -n "$loop" ]; then cp "$loop" "$stage/"; else export GUEST_MODULES=1; fi
 
 results=${SDGUEST_RESULTS:-$work/results/it-$(date +%Y%m%d-%H%M%S)}
