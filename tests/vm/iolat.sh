@@ -6,8 +6,9 @@
 # with fsync in another, on one disk: >= 99% of what fio issued in the right tenant; on v2
 # writeback is charged to the pages' owner), the throttle's shape at read_iops = 200 and depth
 # 1 (most of the time spent waiting in the throttle, a p99 of at least one IOPS period and
-# ten times the p50: seed 000's fast bulk under a peak of waits), fio's clat p50/p99 against the
-# histogram within 10% on a null_blk disk with a 10 ms timer, and the throughput the program costs
+# ten times the p50: seed 000's fast bulk under a peak of waits), accuracy on a null_blk disk
+# with a 10 ms timer (p50 within 10% of the timer, p99 between it and fio's p99; fio's clat
+# percentiles printed beside), and the throughput the program costs
 # on the fastest disk (null_blk completing at once): <= 25% under TCG (2% on real hardware:
 # bench/iolat.sh).
 # Needs DBCAGE_VM_MODULES=null_blk (scripts/test.sh sets it).
@@ -125,13 +126,15 @@ in_range "$share" 50 100 && pass "throttle-share ${share}%" || fail "throttle-sh
 awk -v a="$p50" -v b="$p99" 'BEGIN { exit !(b >= 0.004 && b >= 10 * a) }' \
     && pass "throttle-peak p50 ${p50}s p99 ${p99}s" || fail "throttle-peak p50 ${p50}s p99 ${p99}s"
 
-# 3. Accuracy: fio's completion latency against the histogram, no limit. On a virtio disk under
-# TCG the device answers in tens of microseconds and fio's clat adds the emulated syscall and
-# wake-up path (the histogram read p50 31% below fio there), so the comparison that says whether
-# the program measures the request's time uses a null_blk disk whose requests complete on a
-# timer 10 ms after they are queued: both sides then see the same device time and fio's own path
-# is a small share of it. The virtio figure is kept as information. 10 ms, not 2: with 2 ms on a
-# quiet host fio's p99 stood 0.4-0.7 ms above the histogram's (its own wake-up under TCG), 7-13%.
+# 3. Accuracy: the histogram against the request's known time, no limit. A null_blk disk whose
+# requests complete on a timer 10 ms after they are queued is a device with a fixed service
+# time: the histogram's p50 must be within 10% of it, and its p99 no lower than it and no higher
+# than fio's own p99 (+10%: the histogram's eighths of a slot). fio's clat percentiles are
+# printed beside it. They are the issue's reference, but under TCG they carry fio's emulated
+# syscall and wake-up: on a virtio disk the histogram read p50 31% below fio; on this null_blk
+# disk fio's p50 stood 0.3-1.5 ms above the timer and its p99 2-4 ms above the histogram's, more
+# on some boots than others (2026-11-27: fio p50 10.9-11.5 ms for the 10-ms timer, the
+# histogram's 10.03-10.22 ms), so a within-10%-of-fio check judged the emulator, not the program.
 start_iolat /tmp/acc.txt --duration 30s --device vdb --op read --stage total
 dbcage -c /tmp/iolat.toml exec reader -- fio --name=a --filename=/dev/vdb --rw=randread \
     --direct=1 --bs=4k --size=100M --runtime=8 --time_based --output-format=json >/tmp/a.json
@@ -150,10 +153,13 @@ null_blk() {
 }
 # within A B PCT: A is within PCT percent of B
 within() { awk -v a="$1" -v b="$2" -v p="$3" 'BEGIN { d = a / b - 1; if (d < 0) d = -d; exit !(b > 0 && d * 100 <= p) }'; }
+# pct_off A B: how far A is from B, in percent of B (signed)
+pct_off() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.1f%%", (a / b - 1) * 100 }'; }
 
-# Up to three tries: on a busy host the emulated CPU is sometimes not run for milliseconds, and
-# fio's tail then also holds its own late wake-ups; each try is reported.
-if null_blk irqmode=2 completion_nsec=10000000; then
+# Up to three tries: on a busy host the emulated CPU is sometimes not run for milliseconds; each
+# try is reported.
+timer_us=10000
+if null_blk irqmode=2 completion_nsec=$((timer_us * 1000)); then
     try=1
     while :; do
         start_iolat /tmp/nacc.txt --duration 30s --device nullb0 --op read --stage total
@@ -166,13 +172,13 @@ if null_blk irqmode=2 completion_nsec=10000000; then
         f99=$(fio_pct /tmp/n.json 99.000000)
         h50=$(awk -v s="$(secs "$(echo "$line" | awk '{ print $7 }')")" 'BEGIN { print s * 1e6 }')
         h99=$(awk -v s="$(secs "$(echo "$line" | awk '{ print $8 }')")" 'BEGIN { print s * 1e6 }')
-        info "null_blk 10 ms timer, try $try: fio clat p50 ${f50}us p99 ${f99}us; dbcage iolat p50 ${h50}us p99 ${h99}us ($(echo "$line" | awk '{ print $4 }') requests)"
-        if within "$h50" "$f50" 10 && within "$h99" "$f99" 10; then
-            pass "accuracy p50 ${h50}us vs fio ${f50}us, p99 ${h99}us vs fio ${f99}us (within 10%)"
+        info "null_blk ${timer_us} us timer, try $try: dbcage iolat p50 ${h50}us p99 ${h99}us ($(echo "$line" | awk '{ print $4 }') requests); fio clat p50 ${f50}us p99 ${f99}us (histogram $(pct_off "$h50" "$f50") / $(pct_off "$h99" "$f99") of fio's)"
+        if within "$h50" "$timer_us" 10 && in_range "$h99" "$timer_us" "$(awk -v f="$f99" 'BEGIN { print f * 1.1 }')"; then
+            pass "accuracy p50 ${h50}us for a ${timer_us}us device (within 10%), p99 ${h99}us between it and fio's p99 ${f99}us"
             break
         fi
         if [ $try -ge 3 ]; then
-            fail "accuracy p50 ${h50}us vs fio ${f50}us, p99 ${h99}us vs fio ${f99}us (more than 10% apart in 3 tries)"
+            fail "accuracy p50 ${h50}us for a ${timer_us}us device (want within 10%), p99 ${h99}us (want ${timer_us}us .. fio's p99 ${f99}us + 10%), in 3 tries"
             break
         fi
         try=$((try + 1))
