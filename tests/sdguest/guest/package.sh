@@ -29,8 +29,18 @@ metric() { # metric NAME TENANT: its value (or without labels when TENANT is emp
 	sed -n "s/^$1\(_total\)\?\(${2:+\{tenant=\"$2\"\}}\)\? \([0-9.e+]*\)$/\3/p" <<<"$m" | head -n1
 }
 pg_pids() { pgrep -f '^/usr/lib/postgresql/15/bin/postgres|^postgres: '; }
-# Every postgres process and the dbcagepinned process with its cgroup: nothing may be killed or moved.
-snapshot() { for p in $(pg_pids) $(pgrep -x dbcagepinned); do echo "$p $(cg_of "$p")"; done | sort -n; }
+# Every long-lived postgres process and the dbcagepinned process with its cgroup and title:
+# nothing may be killed or moved. Autovacuum and parallel workers come and go by themselves (a
+# run failed "after the upgrade" on a worker that had started since the snapshot before).
+snapshot() {
+	local p title
+	for p in $(pg_pids) $(pgrep -x dbcagepinned); do
+		title=$(cat /proc/"$p"/cmdline 2>/dev/null | tr '\0' ' ')
+		[ -n "$title" ] || continue
+		case $title in *"autovacuum worker"* | *"parallel worker"*) continue ;; esac
+		echo "$p $(cg_of "$p") ${title% }"
+	done | sort -n
+}
 # Permission errors in dbcage's journal since $1 (epoch s): the unit's sandbox or capabilities.
 denials() {
 	journalctl -b -u dbcage.service --no-pager -o cat --since "@$1" |
@@ -106,9 +116,13 @@ d=$(denials "$since")
 for _ in $(seq 50); do [ "$(cg_of "$pin")" = "/dbcage.slice/$PIN" ] && break; sleep 0.1; done
 
 check_limited() { # check_limited WHEN: both tenants limited, in the kernel and on their units
-	local w=$1 p bad=0
+	local w=$1 p c bad=0
 	# postgres: every process in its unit, the unit's properties and cgroup files hold the plan.
-	for p in $(pg_pids); do [ "$(cg_of "$p")" = "$CG" ] || { bad=$((bad + 1)); echo "  pid $p in $(cg_of "$p")"; }; done
+	# (A process that exited between pgrep and the read has no cgroup left to judge.)
+	for p in $(pg_pids); do
+		c=$(cg_of "$p")
+		[ -z "$c" ] || [ "$c" = "$CG" ] || { bad=$((bad + 1)); echo "  pid $p in $c"; }
+	done
 	eq "$w: postgres processes outside $U" "$bad" "0"
 	eq "$w: $U CPUQuotaPerSecUSec" "$(show $U CPUQuotaPerSecUSec)" "500ms"
 	eq "$w: $U MemoryMax" "$(show $U MemoryMax)" "536870912"
