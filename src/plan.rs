@@ -1056,15 +1056,24 @@ pub fn systemd_steps(
     let mut steps = Vec::new();
     let mut warnings = Vec::new();
     let mut governed = BTreeMap::new();
+    // Each tenant's processes, and which of them are exempt: one pass over the placements, not
+    // one per tenant.
+    let mut by_tenant: Vec<(Vec<u32>, std::collections::HashSet<u32>)> =
+        vec![Default::default(); tenants.len()];
+    for p in placements {
+        let Some((pids, exempt)) = by_tenant.get_mut(p.tenant) else {
+            continue;
+        };
+        pids.push(p.pid);
+        if p.leaf == Leaf::Exempt {
+            exempt.insert(p.pid);
+        }
+    }
     for summary in &plan.tenants {
         let Some(ti) = tenants.iter().position(|t| t.name == summary.name) else {
             continue;
         };
-        let pids: Vec<u32> = placements
-            .iter()
-            .filter(|p| p.tenant == ti)
-            .map(|p| p.pid)
-            .collect();
+        let (pids, exempt) = &by_tenant[ti];
         let t = &tenants[ti];
         let mut settings = summary.settings.clone();
         if t.cpu.cpus.is_none() && t.cpu.numa_nodes.is_none() {
@@ -1085,7 +1094,7 @@ pub fn systemd_steps(
         let mine: std::collections::HashSet<u32> = pids.iter().copied().collect();
         let placement = crate::systemd::plan::place(
             &scope,
-            &pids,
+            pids,
             |pid| view.unit_of.get(&pid).cloned(),
             |unit| view.holds_only(unit, |p| mine.contains(&p)),
             |unit| t.names_unit(unit),
@@ -1099,11 +1108,6 @@ pub fn systemd_steps(
                 | Property::IoReadIopsMax(l)
                 | Property::IoWriteIopsMax(l) if !l.is_empty())
         });
-        let exempt: std::collections::HashSet<u32> = placements
-            .iter()
-            .filter(|p| p.tenant == ti && p.leaf == Leaf::Exempt)
-            .map(|p| p.pid)
-            .collect();
         if io_limited && !exempt.is_empty() {
             for (unit, pids) in &placement.units {
                 if pids.iter().any(|p| exempt.contains(p)) {
