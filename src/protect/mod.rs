@@ -186,12 +186,10 @@ fn still_spinning(reference: &[f64], now: &[f64]) -> bool {
         .any(|(r, n)| *r > 0.01 && *n >= BUSY_SHARE * r)
 }
 
-/// A group's cpu time in µs (`usage_usec` of its cpu.stat).
-fn cpu_usage_us(stat: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(stat).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("usage_usec "))
-        .and_then(|v| v.trim().parse().ok())
+/// A group's cpu time in seconds (its cpu.stat, read by the v2 driver's parser).
+fn cpu_seconds(stat: &Path) -> Option<f64> {
+    let text = crate::hostfs::read_text(stat).ok()?;
+    crate::cgroup::v2::parse_v2_cpu_stat(&text).usage_seconds
 }
 
 /// A group's io.stat summed over its devices.
@@ -325,9 +323,9 @@ struct Watch {
     /// The donors' io.stat files (lever `caps`: whether they still press on their caps), or
     /// their cpu.stat files (a cpu guard: whether they still spin).
     donor_stats: Vec<(String, PathBuf)>,
-    /// A cpu guard: the donors' cpu time (µs) at the last tick, and their cpu rates (cpus) over
+    /// A cpu guard: the donors' cpu time (s) at the last tick, and their cpu rates (cpus) over
     /// the first tick after the lowering, what "still spinning" is measured against.
-    donor_cpu: Option<(Instant, Vec<Option<u64>>)>,
+    donor_cpu: Option<(Instant, Vec<Option<f64>>)>,
     donor_cpu_ref: Option<Vec<f64>>,
     /// The donors' io.stat sums at the last tick.
     donor_last: Option<(Instant, Vec<Option<IoCounters>>)>,
@@ -362,10 +360,10 @@ impl Watch {
     /// protected tenant while they do, and restoring then would only lower it again). The first
     /// two ticks after a lowering only take the counters and the reference, and count as busy.
     fn donors_spin(&mut self, now: Instant) -> bool {
-        let used: Vec<Option<u64>> = self
+        let used: Vec<Option<f64>> = self
             .donor_stats
             .iter()
-            .map(|(_, p)| cpu_usage_us(p))
+            .map(|(_, p)| cpu_seconds(p))
             .collect();
         let prev = self.donor_cpu.replace((now, used.clone()));
         let Some((t0, before)) = prev else {
@@ -379,7 +377,7 @@ impl Watch {
             .iter()
             .zip(&used)
             .map(|(b, a)| match (b, a) {
-                (Some(b), Some(a)) => a.saturating_sub(*b) as f64 / 1e6 / dt,
+                (Some(b), Some(a)) => (a - b).max(0.0) / dt,
                 _ => 0.0,
             })
             .collect();

@@ -303,5 +303,5 @@ fn a_cpu_guard_holds_the_weight_down_while_the_donors_still_spin() {
     assert!(at(&mut w, 500, 1.6), "second tick: the reference");
     assert!(at(&mut w, 1000, 1.5), "still 94% of the reference");
     assert!(!at(&mut w, 1500, 0.05), "the hogs stopped");
-    assert_eq!(cpu_usage_us(&tmp.path().join("none")), None);
+    assert_eq!(cpu_seconds(&tmp.path().join("none")), None);
 }
