@@ -284,7 +284,8 @@ pub fn systemd_release(
     let view = systemd_view(p, &plan, &pids)?;
     let sd = crate::systemd::Systemd::connect()?;
     let mut released = Vec::new();
-    for summary in plan
+    let mut failed = None;
+    'tenants: for summary in plan
         .tenants
         .iter()
         .filter(|t| only.is_empty() || only.contains(&t.name))
@@ -316,13 +317,21 @@ pub fn systemd_release(
                 view.device_nodes.get(&d).cloned().unwrap_or_default()
             });
         for unit in units {
-            let how = crate::systemd::govern::release(&sd, &p.fs, &unit, &managed)
-                .with_context(|| format!("releasing tenant `{}`", summary.name))?;
-            released.push((summary.name.clone(), unit, how));
+            match crate::systemd::govern::release(&sd, &p.fs, &unit, &managed) {
+                Ok(how) => released.push((summary.name.clone(), unit, how)),
+                Err(e) => {
+                    failed = Some(
+                        anyhow::Error::new(e)
+                            .context(format!("releasing tenant `{}`", summary.name)),
+                    );
+                    break 'tenants;
+                }
+            }
         }
     }
     // The removed drop-ins still hold until the manager reads the units again; the reload
-    // also writes the units' own values into their cgroups.
+    // also writes the units' own values into their cgroups. Done also when a later unit
+    // failed, so that the units released before it do not wait for someone's daemon-reload.
     let removed = released.iter().any(|(_, _, how)| {
         matches!(how, crate::systemd::govern::Released::DropinsRemoved(files) if !files.is_empty())
     });
@@ -330,5 +339,8 @@ pub fn systemd_release(
         sd.reload()
             .context("the units' runtime drop-ins were removed, but systemd still holds dbcage's values until a reload; run `systemctl daemon-reload`")?;
     }
-    Ok(released)
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(released),
+    }
 }

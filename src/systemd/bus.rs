@@ -78,7 +78,11 @@ pub enum Error {
         property: &'static str,
         why: String,
     },
-    #[error("systemd unit {unit}: cannot remove the runtime drop-in {}: {source}", .path.display())]
+    #[error(
+        "systemd unit {unit}: cannot remove the runtime drop-in {}: {source}; remove it by hand \
+         and run `systemctl daemon-reload` to give {unit} its own settings back",
+        .path.display()
+    )]
     Dropin {
         unit: String,
         path: std::path::PathBuf,
