@@ -191,6 +191,30 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// `setpriv` and its arguments (ending in `--`) that run a command without the capabilities
+/// `drop` (e.g. `"-net_admin"`, `"-bpf,-perfmon"`): out of the bounding, inheritable and ambient
+/// sets, so that not even a root process gets them back at exec.
+pub fn setpriv_without(drop: &str) -> Vec<String> {
+    vec![
+        "setpriv".into(),
+        format!("--bounding-set={drop}"),
+        format!("--inh-caps={drop}"),
+        format!("--ambient-caps={drop}"),
+        "--".into(),
+    ]
+}
+
+/// The effective capabilities of `pid` (`CapEff` in /proc/PID/status).
+pub fn cap_eff(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(|v| u64::from_str_radix(v.trim(), 16).expect("CapEff is hex"))
+        .expect("CapEff in /proc/PID/status")
+}
+
 // ---------------------------------------------------------------------------------------------
 // cgroups
 

@@ -1470,21 +1470,14 @@ fn daemon_rescan_only_without_connector() {
     let args = ["--fallback-interval", "200ms"];
 
     // Without CAP_NET_ADMIN. Since Linux 6.6 the kernel lets such a process listen too.
-    let setpriv = [
-        "setpriv",
-        "--bounding-set=-net_admin",
-        "--inh-caps=-net_admin",
-        "--ambient-caps=-net_admin",
-        "--",
-    ];
+    let setpriv = setpriv_without("-net_admin");
+    let setpriv: Vec<&str> = setpriv.iter().map(String::as_str).collect();
     let d = Daemon::start_wrapped(&t, &setpriv, &args);
-    let status = std::fs::read_to_string(format!("/proc/{}/status", d.pid)).unwrap_or_default();
-    let eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
-        .unwrap();
-    assert_eq!(eff & (1 << 12), 0, "the daemon still has CAP_NET_ADMIN");
+    assert_eq!(
+        cap_eff(d.pid) & (1 << 12),
+        0,
+        "the daemon still has CAP_NET_ADMIN"
+    );
     let kernel = read_trim(Path::new("/proc/sys/kernel/osrelease"));
     if d.log().contains("rescan-only mode") {
         rescan_only_places(&t, d, &main);

@@ -809,22 +809,11 @@ fn io_latency_without_bpf_capabilities_goes_on() {
         name_rule(&name)
     );
     let t = Tenancy::new("iolat-nocap", &body);
-    let drop = "-bpf,-perfmon,-sys_admin";
-    let setpriv = [
-        "setpriv",
-        &format!("--bounding-set={drop}"),
-        &format!("--inh-caps={drop}"),
-        &format!("--ambient-caps={drop}"),
-        "--",
-    ];
+    let setpriv = setpriv_without("-bpf,-perfmon,-sys_admin");
+    let setpriv: Vec<&str> = setpriv.iter().map(String::as_str).collect();
     let addr = format!("127.0.0.1:{}", 20000 + (std::process::id() + 11) % 20000);
     let d = Daemon::start_wrapped(&t, &setpriv, &["--metrics", &addr]);
-    let status = std::fs::read_to_string(format!("/proc/{}/status", d.pid)).unwrap_or_default();
-    let eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
-        .expect("CapEff in /proc/PID/status");
+    let eff = cap_eff(d.pid);
     // CAP_SYS_ADMIN 21, CAP_PERFMON 38, CAP_BPF 39.
     assert_eq!(eff & (1 << 21 | 1 << 38 | 1 << 39), 0, "CapEff {eff:#x}");
 
@@ -865,8 +854,8 @@ fn io_latency_without_bpf_capabilities_goes_on() {
         "{log}"
     );
 
-    let out = Command::new("setpriv")
-        .args(&setpriv[1..setpriv.len() - 1])
+    let out = Command::new(setpriv[0])
+        .args(&setpriv[1..])
         .arg(DBCAGE)
         .arg("-c")
         .arg(&t.policy)
