@@ -111,8 +111,25 @@ stop_flood() { # sets FLOOD_T1
     FLOOD_T1=$(now_ms)
 }
 react_ms() { sed -n "s/.*donors' limits written \([0-9]*\) ms after the pressure trigger.*/\1/p" "$1" | head -1; }
-lowerings() { grep -c "protection guard: io pressure of .* passed" "$1"; }
-restores() { grep -c "protection guard: io pressure of .* restored" "$1"; }
+# lowerings LOG [RESOURCE], restores LOG [RESOURCE]: the guard's writes in a daemon's log (io
+# by default, or cpu)
+lowerings() { grep -c "protection guard: ${2:-io} pressure of .* passed" "$1"; }
+restores() { grep -c "protection guard: ${2:-io} pressure of .* restored" "$1"; }
+# stall_share RESOURCE SECONDS: the share of SECONDS (%) in which some of db's tasks stalled on
+# RESOURCE (io, cpu), from the running total of its pressure file
+stall_share() {
+    s0=$(sed -n 's/^some .*total=\([0-9]*\)/\1/p' "$ROOT/db/$1.pressure")
+    /bin/sleep "$2"
+    s1=$(sed -n 's/^some .*total=\([0-9]*\)/\1/p' "$ROOT/db/$1.pressure")
+    awk -v d="$((s1 - s0))" -v t="$2" 'BEGIN { printf "%.1f", d / (t * 10000) }'
+}
+stop_all() { # stop_all POLICY: db's load, the daemon, and the policy's groups
+    kill "$DB" 2>/dev/null
+    for p in $(cat $ROOT/db/limited/cgroup.procs 2>/dev/null); do kill "$p" 2>/dev/null; done
+    kill "$DAEMON" 2>/dev/null
+    wait 2>/dev/null
+    /bin/dbcage -c "$1" release --all >/dev/null 2>&1
+}
 
 policy /tmp/guard.toml weight "weight = 100"
 D="/bin/dbcage -c /tmp/guard.toml"
@@ -205,7 +222,6 @@ policy /tmp/guard-caps.toml caps "read_iops = 800"
 DC="/bin/dbcage -c /tmp/guard-caps.toml"
 start_daemon /tmp/guard-caps.toml /tmp/guard-caps.log
 riops() { sed -n 's/.*riops=\([0-9a-z]*\).*/\1/p' $ROOT/batch/limited/io.max 2>/dev/null; }
-stall_us() { sed -n 's/^some .*total=\([0-9]*\)/\1/p' $ROOT/db/io.pressure; }
 if grep -q "protection guard armed: .* lowers the io caps of \`batch\`" /tmp/guard-caps.log && [ "$(riops)" = 800 ]; then
     pass caps_armed "armed on the io caps; batch's io.max riops=$(riops)"
 else
@@ -221,10 +237,7 @@ if [ -n "$t_low" ] && [ -n "$react" ] && [ "$react" -le 1000 ]; then
 else
     fail caps_lowered "riops [$(riops)], trigger to write [$react] ms, seen after [$t_low - $FLOOD_T0]"
 fi
-s0=$(stall_us)
-/bin/sleep 5
-s1=$(stall_us)
-share=$(awk -v d="$((s1 - s0))" 'BEGIN { printf "%.1f", d / 50000 }')
+share=$(stall_share io 5)
 if awk -v s="$share" 'BEGIN { exit !(s < 10) }'; then
     pass caps_relieve "under the flood with batch at riops=$(riops): db stalls $share% of the time (threshold 10%; 40-45% uncapped)"
 else
@@ -249,11 +262,7 @@ else
     fail caps_restored "riops [$(riops)] 30 s after the flood stopped; $lowerings lowerings, $restores restores"
 fi
 
-kill "$DB" 2>/dev/null
-for p in $(cat $ROOT/db/limited/cgroup.procs 2>/dev/null); do kill "$p" 2>/dev/null; done
-kill "$DAEMON" 2>/dev/null
-wait 2>/dev/null
-/bin/dbcage -c /tmp/guard-caps.toml release --all >/dev/null 2>&1
+stop_all /tmp/guard-caps.toml
 
 # (3) [tenant.cpu] protect_*: the same guard on cpu pressure, lowering the donors' cpu.weight.
 cat >/tmp/guard-cpu.toml <<EOF2
@@ -278,13 +287,8 @@ weight = 100
 EOF2
 DP="/bin/dbcage -c /tmp/guard-cpu.toml"
 out=$($DP check 2>&1) || info "check: $out"
-/bin/dbcage -c /tmp/guard-cpu.toml run >/tmp/guard-cpu.log 2>&1 &
-DAEMON=$!
-wait_for 100 "grep -q 'protection guard armed' /tmp/guard-cpu.log" >/dev/null
+start_daemon /tmp/guard-cpu.toml /tmp/guard-cpu.log
 cpuw() { cat $ROOT/batch/cpu.weight 2>/dev/null; }
-cpu_stall_us() { sed -n 's/^some .*total=\([0-9]*\)/\1/p' $ROOT/db/cpu.pressure; }
-cpu_lowerings() { grep -c "protection guard: cpu pressure of .* passed" "$1"; }
-cpu_restores() { grep -c "protection guard: cpu pressure of .* restored" "$1"; }
 if grep -q "protection guard armed: cpu pressure above 20% of 1s lowers the cpu.weight of \`batch\`" /tmp/guard-cpu.log &&
     [ "$(cpuw)" = 100 ]; then
     pass cpu_armed "armed on db's cpu.pressure; batch's cpu.weight $(cpuw)"
@@ -296,14 +300,11 @@ $DP exec db -- /tmp/dbcage-test-db --name=dbcage-test-db --ioengine=cpuio --cpul
 DB=$!
 # the daemon's first scans and this script's own processes make db wait too: settle first
 /bin/sleep 8
-s0=$(cpu_stall_us)
-/bin/sleep 4
-s1=$(cpu_stall_us)
-alone=$(awk -v d="$((s1 - s0))" 'BEGIN { printf "%.1f", d / 40000 }')
-if [ "$(cpuw)" = 100 ] && [ "$(cpu_lowerings /tmp/guard-cpu.log)" -eq 0 ]; then
+alone=$(stall_share cpu 4)
+if [ "$(cpuw)" = 100 ] && [ "$(lowerings /tmp/guard-cpu.log cpu)" -eq 0 ]; then
     pass cpu_quiet_alone "db alone: waits for a cpu $alone% of the time; batch keeps cpu.weight 100, no action"
 else
-    fail cpu_quiet_alone "db alone ($alone% waiting): batch cpu.weight [$(cpuw)], $(cpu_lowerings /tmp/guard-cpu.log) actions"
+    fail cpu_quiet_alone "db alone ($alone% waiting): batch cpu.weight [$(cpuw)], $(lowerings /tmp/guard-cpu.log cpu) actions"
 fi
 # started as is, the daemon places them by their cmdline: `dbcage exec` would apply the policy's
 # plan as it starts, which writes the donors' configured weight over what the guard holds
@@ -313,12 +314,9 @@ HOG_T0=$(now_ms)
 BATCH=$!
 t_low=$(wait_for 300 '[ "$(cpuw)" -lt 100 ] 2>/dev/null')
 info "batch holds [$(cat $ROOT/batch/limited/cgroup.procs 2>/dev/null | wc -l)] processes (the hogs and fio's main)"
-s0=$(cpu_stall_us)
-/bin/sleep 6
-s1=$(cpu_stall_us)
+under=$(stall_share cpu 6)
 react=$(react_ms /tmp/guard-cpu.log)
 grep "protection guard" /tmp/guard-cpu.log | sed 's/^/INFO | /'
-under=$(awk -v d="$((s1 - s0))" 'BEGIN { printf "%.1f", d / 60000 }')
 if [ -n "$t_low" ] && [ -n "$react" ] && [ "$react" -le 1000 ] && [ $((t_low - HOG_T0)) -le 10000 ]; then
     pass cpu_lowered "batch's cpu.weight lowered $((t_low - HOG_T0)) ms after the hogs started (now $(cpuw)); trigger to write: $react ms; db then waits $under% of the time"
 else
@@ -334,11 +332,11 @@ fi
 kill -KILL "$BATCH" 2>/dev/null
 for p in $(cat $ROOT/batch/limited/cgroup.procs $ROOT/batch/exempt/cgroup.procs 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
 FLOOD_T1=$(now_ms)
-t_back=$(wait_for 600 '[ "$(cpu_restores /tmp/guard-cpu.log)" -ge 1 ] && [ "$(cpuw)" = 100 ]')
+t_back=$(wait_for 600 '[ "$(restores /tmp/guard-cpu.log cpu)" -ge 1 ] && [ "$(cpuw)" = 100 ]')
 info "hogs stopped: batch holds [$(cat $ROOT/batch/limited/cgroup.procs 2>/dev/null | wc -l)] processes; db cpu.pressure [$(head -1 $ROOT/db/cpu.pressure)]"
 /bin/sleep 3
-lowerings=$(cpu_lowerings /tmp/guard-cpu.log)
-restores=$(cpu_restores /tmp/guard-cpu.log)
+lowerings=$(lowerings /tmp/guard-cpu.log cpu)
+restores=$(restores /tmp/guard-cpu.log cpu)
 grep "protection guard" /tmp/guard-cpu.log | tail -1 | sed 's/^/INFO | /'
 if [ -n "$t_back" ] && [ "$lowerings" -ge 1 ] && [ "$lowerings" -le 3 ] && [ "$restores" -eq 1 ]; then
     pass cpu_restored "cpu.weight back to 100 $((t_back - FLOOD_T1)) ms after the hogs stopped; $lowerings lowering(s), $restores restore"
@@ -351,11 +349,7 @@ if echo "$st" | grep -q "cpu protection armed, donors at their cpu.weight, $lowe
 else
     fail cpu_status_restored "$st"
 fi
-kill "$DB" 2>/dev/null
-for p in $(cat $ROOT/db/limited/cgroup.procs 2>/dev/null); do kill "$p" 2>/dev/null; done
-kill "$DAEMON" 2>/dev/null
-wait 2>/dev/null
-/bin/dbcage -c /tmp/guard-cpu.toml release --all >/dev/null 2>&1
+stop_all /tmp/guard-cpu.toml
 rmmod null_blk 2>/dev/null
 echo "$P passed, $F failed"
 [ "$F" -eq 0 ]
