@@ -39,6 +39,9 @@ quota_of() { # quota_of CGROUP: its CPU quota as cpu.max says it ("50000 100000"
 	[ "$q" = -1 ] && q=max
 	echo "$q $(cat "/sys/fs/cgroup/cpu$1/cpu.cfs_period_us" 2>&1)"
 }
+mem_of() { # mem_of CGROUP: its memory limit in bytes (memory.max, v1 memory.limit_in_bytes)
+	if [ $V = 2 ]; then cat "/sys/fs/cgroup$1/memory.max" 2>&1; else cat "/sys/fs/cgroup/memory$1/memory.limit_in_bytes" 2>&1; fi
+}
 procs_in() { cat "$SD$1/cgroup.procs" 2>/dev/null; }
 metric() { # metric NAME: its value for tenant pg (or without labels)
 	local m
@@ -159,11 +162,10 @@ eq "kernel cpu.max of the unit" "$(quota_of $CG)" "50000 100000"
 # unit's own groups: systemd writes io.max and memory.max on v2, blkio and memory.limit_in_bytes
 # in its groups of the v1 hierarchies.
 VDC=$(cat /sys/block/vdc/dev)
+eq "kernel memory limit of the unit (v$V)" "$(mem_of $CG)" "536870912"
 if [ $V = 2 ]; then
-	eq "kernel memory.max of the unit" "$(cat /sys/fs/cgroup$CG/memory.max)" "536870912"
 	has "kernel io.max of the unit" "$(cat /sys/fs/cgroup$CG/io.max)" "$VDC rbps=2097152"
 else
-	eq "kernel memory.limit_in_bytes of the unit" "$(cat /sys/fs/cgroup/memory$CG/memory.limit_in_bytes 2>&1)" "536870912"
 	has "kernel blkio.throttle.read_bps_device of the unit" "$(cat /sys/fs/cgroup/blkio$CG/blkio.throttle.read_bps_device 2>&1)" "$VDC 2097152"
 fi
 json=$(dbcage status --json | tr -d ' \n')
@@ -419,7 +421,6 @@ cores = 0.2
 EOF
 systemd-run --quiet --scope --unit=session-dbcagetest9.scope --slice=user.slice /usr/local/bin/dbcageadhoc 600 </dev/null >/dev/null 2>&1 &
 for _ in $(seq 50); do systemctl is-active --quiet session-dbcagetest9.scope && break; sleep 0.1; done
-mem_of() { if [ $V = 2 ]; then cat "/sys/fs/cgroup$1/memory.max" 2>&1; else cat "/sys/fs/cgroup/memory$1/memory.limit_in_bytes" 2>&1; fi; }
 out=$(dbcage apply 2>&1) || fail "apply ($O): $out"
 eq "release: governed quota" "$(show $O CPUQuotaPerSecUSec)" "400ms"
 eq "release: governed kernel quota" "$(quota_of $OCG)" "40000 100000"
