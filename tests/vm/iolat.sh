@@ -8,9 +8,9 @@
 # 1 (most of the time spent waiting in the throttle, a p99 of at least one IOPS period and
 # ten times the p50: seed 000's fast bulk under a peak of waits), accuracy on a null_blk disk
 # with a 10 ms timer (p50 within 10% of the timer, p99 between it and fio's p99; fio's clat
-# percentiles printed beside), and the throughput the program costs
-# on the fastest disk (null_blk completing at once): <= 25% under TCG (2% on real hardware:
-# bench/iolat.sh).
+# percentiles printed beside), and what the program costs on the fastest disk (null_blk
+# completing at once): the kernel's timing of it <= 25% of a request's time under TCG, the
+# throughput not halved (2% on real hardware: bench/iolat.sh).
 # Needs DBCAGE_VM_MODULES=null_blk (scripts/test.sh sets it).
 # Prints PASS/FAIL/INFO lines and "N passed, N failed"; exits non-zero when a check failed.
 
@@ -187,42 +187,58 @@ fi
 
 # 4. Overhead: null_blk completing in the submitter's context (irqmode=0, no delay: the fastest
 # disk this guest has, so the program's cost is the largest share it can be), fio 4 KiB random
-# direct reads at depth 1, five rounds alternating without and with `dbcage iolat` attached.
-# The per-IO cost from the kernel's BPF run statistics on this emulated CPU is reported (measured
-# in a round of its own: the statistics cost more than the program under TCG).
+# direct reads at depth 1. Judged by the kernel's own timing of the program (BPF run statistics,
+# a round of its own) as a share of the time a request takes without it, both in guest time, so
+# the host's speed cancels out. Throughput under TCG scatters too much to judge 2% (pairs of the
+# same run from -21% to +44% on a quiet host, -74% to +45% in one CI run): five rounds of
+# without-with-with-without (drift within a round cancels), the median loss printed and bounded
+# only against a gross failure. The issue's 2% is judged on the host (bench/iolat.sh).
 if null_blk irqmode=0; then
     fio_iops() {
         dbcage -c /tmp/iolat.toml exec reader -- fio --name=o --filename=/dev/nullb0 \
-            --rw=randread --direct=1 --bs=4k --runtime=5 --time_based --output-format=json >/tmp/o.json
-        awk -v n="$(fio_ios /tmp/o.json 1)" 'BEGIN { printf "%d", n / 5 }'
+            --rw=randread --direct=1 --bs=4k --runtime=3 --time_based --output-format=json >/tmp/o.json
+        awk -v n="$(fio_ios /tmp/o.json 1)" 'BEGIN { printf "%d", n / 3 }'
     }
     off=""
     on=""
     for round in 1 2 3 4 5; do
-        off="$off $(fio_iops)"
+        a=$(fio_iops)
         start_iolat /tmp/ov.txt --duration 60s --device nullb0
-        on="$on $(fio_iops)"
+        b=$(fio_iops)
+        c=$(fio_iops)
         kill -INT $IOLAT 2>/dev/null
         wait $IOLAT
+        d=$(fio_iops)
+        off="$off $((a + d))"
+        on="$on $((b + c))"
     done
-    # Each round's pair compared (the host's load drifts between rounds), the median of the five.
     loss=$(echo "$off|$on" | awk -F'|' '{ n = split($1, a, " "); split($2, b, " ");
         for (i = 1; i <= n; i++) r[i] = (1 - b[i] / a[i]) * 100;
         for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
         printf "%.2f", r[int((n + 1) / 2)] }')
-    info "overhead: IOPS without:$off, with:$on: median loss of the pairs ${loss}%"
-    # The kernel's own timing of the program (BPF run statistics), one more round.
+    without=$(echo "$off" | awk '{ for (i = 1; i <= NF; i++) v[i] = $i; n = NF;
+        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+        printf "%d", v[int((n + 1) / 2)] / 2 }')
+    info "overhead: IOPS per round without (two runs):$off, with (two runs):$on: median loss ${loss}%"
     start_iolat /tmp/ov.txt --duration 60s --device nullb0 --cost
     fio_iops >/dev/null
     kill -INT $IOLAT 2>/dev/null
     wait $IOLAT
     grep "program cost" /tmp/ov.txt | sed 's/^/INFO /'
-    # The issue's target (<= 2%) is judged on real hardware (bench/iolat.sh). Under TCG the
-    # program costs about four times its share on hardware (quiet host: 57,000 IOPS without,
-    # 49,000 with, 12.6%; 1.5 us per request by the kernel's timing against 0.46 us natively),
-    # so the bound here catches a program that became twice as expensive.
-    awk -v l="$loss" 'BEGIN { exit !(l <= 25) }' && pass "overhead-throughput median loss ${loss}% (<= 25% under TCG)" \
-        || fail "overhead-throughput median loss ${loss}% (> 25% under TCG): without$off, with$on"
+    per_io=$(grep -o '; [0-9]* ns per completed request' /tmp/ov.txt | awk '{ print $2 }')
+    # Per request without the program: 1e9 / IOPS ns. On hardware the program's share is 0.3%
+    # (291 ns at ~100,000 IOPS, bench/iolat.sh); under TCG 8.5-9.4% (1.5 us at 57,000 IOPS,
+    # 5.1 us at 17,600, 5.2 us at 18,000; 4.3 us at 14,200: 6.1%), so the bound catches a program
+    # 2.5 times as costly.
+    share=$(awk -v c="$per_io" -v n="$without" 'BEGIN { if (c == "" || n <= 0) print "none"; else printf "%.1f", c * n / 1e7 }')
+    if [ "$share" = none ]; then
+        fail "overhead-cost no per-request cost (${per_io:-none} ns) or throughput ($without IOPS)"
+    else
+        in_range "$share" 0.01 25 && pass "overhead-cost ${per_io} ns per request = ${share}% of a request's time at $without IOPS (<= 25% under TCG)" \
+            || fail "overhead-cost ${per_io} ns per request = ${share}% of a request's time at $without IOPS (> 25% under TCG)"
+    fi
+    awk -v l="$loss" 'BEGIN { exit !(l <= 50) }' && pass "overhead-throughput median loss ${loss}% (<= 50% under TCG: not halved)" \
+        || fail "overhead-throughput median loss ${loss}% (> 50% under TCG): without$off, with$on"
 fi
 rmmod null_blk 2>/dev/null
 
