@@ -226,9 +226,9 @@ if null_blk irqmode=0; then
     wait $IOLAT
     grep "program cost" /tmp/ov.txt | sed 's/^/INFO /'
     per_io=$(grep -o '; [0-9]* ns per completed request' /tmp/ov.txt | awk '{ print $2 }')
-    # Per request without the program: 1e9 / IOPS ns. On hardware the program's share is 0.3%
-    # (291 ns at ~100,000 IOPS, bench/iolat.sh); under TCG 8.5-9.4% (1.5 us at 57,000 IOPS,
-    # 5.1 us at 17,600, 5.2 us at 18,000; 4.3 us at 14,200: 6.1%), so the bound catches a program
+    # Per request without the program: 1e9 / IOPS ns. On the host the program takes 291 ns of a
+    # loop device's 33 us request (0.9%, bench/iolat.sh); under TCG 6.1-9.4% (1.5 us at 57,000
+    # IOPS, 5.1 us at 17,600, 5.2 us at 18,000, 4.3 us at 14,200), so the bound catches a program
     # 2.5 times as costly.
     share=$(awk -v c="$per_io" -v n="$without" 'BEGIN { if (c == "" || n <= 0) print "none"; else printf "%.1f", c * n / 1e7 }')
     if [ "$share" = none ]; then
