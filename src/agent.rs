@@ -366,6 +366,9 @@ impl Daemon {
                     .corrections
                     .fetch_add(written as u64, Ordering::Relaxed);
                 self.refresh_members();
+                // A full plan's paths and values are the daemon's peak after the first; freed,
+                // they would stay in its RSS (1,000 tenants: 24 -> 32 MiB over 20 rescans).
+                release_freed_memory();
             }
             Err(e) => warn!("rescan ({why}) failed, keeping the previous state: {e:#}"),
         }

@@ -68,7 +68,7 @@ pub struct PolicyState {
 #[derive(Debug)]
 pub struct Shared {
     pub fs: HostFs,
-    pub view: RwLock<(Policy, Layout)>,
+    pub view: RwLock<(Arc<Policy>, Layout)>,
     pub health: Health,
     pub policy: RwLock<PolicyState>,
     /// The IO latency program, once the daemon has loaded it (`crate::iolat`): set after the
@@ -77,7 +77,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(fs: HostFs, policy: Policy, layout: Layout) -> Shared {
+    pub fn new(fs: HostFs, policy: Arc<Policy>, layout: Layout) -> Shared {
         Shared {
             fs,
             view: RwLock::new((policy, layout)),

@@ -223,7 +223,8 @@ mod tests {
         let t = crate::policy::from_str("t.toml", text, &crate::policy::FakeAccounts)
             .unwrap()
             .policy
-            .tenants;
+            .tenants
+            .clone();
         let n = |i: usize| needed_by_policy(&t[i]).into_iter().collect::<Vec<_>>();
         assert_eq!(n(0), [Controller::Cpuset, Controller::Memory]);
         assert_eq!(n(1), [Controller::Cpu]);

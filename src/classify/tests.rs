@@ -8,7 +8,7 @@ use crate::policy::FakeAccounts;
 
 fn tenants(text: &str) -> Vec<Tenant> {
     match crate::policy::from_str("test.toml", text, &FakeAccounts) {
-        Ok(l) => l.policy.tenants,
+        Ok(l) => std::sync::Arc::unwrap_or_clone(l.policy).tenants,
         Err(e) => panic!("bad test policy:\n{e}"),
     }
 }

@@ -313,7 +313,7 @@ fn tenant_candidates() -> Vec<CompletionCandidate> {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(policy::DEFAULT_POLICY));
     let mut names: Vec<String> = match policy::load(&config, &policy::SystemAccounts) {
-        Ok(l) => l.policy.tenants.into_iter().map(|t| t.name).collect(),
+        Ok(l) => l.policy.tenants.iter().map(|t| t.name.clone()).collect(),
         Err(_) => [
             "/sys/fs/cgroup/*/dbcage/*/limited",
             "/sys/fs/cgroup/dbcage/*/limited",

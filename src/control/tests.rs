@@ -284,8 +284,8 @@ fn only_root_and_the_control_group_are_authorized() {
 /// A governor that records what it would apply.
 struct Recorder {
     live: Live,
-    policy: Policy,
-    applied: Vec<Policy>,
+    policy: std::sync::Arc<Policy>,
+    applied: Vec<std::sync::Arc<Policy>>,
 }
 
 impl Governor for Recorder {

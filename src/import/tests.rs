@@ -78,7 +78,7 @@ fn expect(name: &str, got: &str) {
 
 fn valid(policy: &str) -> crate::policy::Policy {
     match crate::policy::from_str("imported.toml", policy, &AnyAccounts) {
-        Ok(l) => l.policy,
+        Ok(l) => std::sync::Arc::unwrap_or_clone(l.policy),
         Err(e) => panic!("the output is not a valid policy:\n{e}\n{policy}"),
     }
 }

@@ -15,7 +15,7 @@ const FILE: &str = "dbcage.toml";
 
 fn policy(text: &str) -> Policy {
     match crate::policy::from_str(FILE, text, &FakeAccounts) {
-        Ok(l) => l.policy,
+        Ok(l) => std::sync::Arc::unwrap_or_clone(l.policy),
         Err(e) => panic!("bad test policy:\n{e}"),
     }
 }

@@ -15,6 +15,7 @@ fn tenants() -> Vec<Tenant> {
         .unwrap()
         .policy
         .tenants
+        .clone()
 }
 
 fn settings() -> TenantSettings {
@@ -195,7 +196,8 @@ fn a_unit_named_in_the_policy_is_governed_in_place() {
     )
     .unwrap()
     .policy
-    .tenants;
+    .tenants
+    .clone();
     let (steps, warnings, units) = systemd_steps(&plan_of(), &placed(&[1, 2]), &named, &v);
     assert!(warnings.is_empty(), "{warnings:?}");
     let [Step::SetUnitProperties { unit, .. }] = steps.as_slice() else {
@@ -247,7 +249,8 @@ fn on_v1_only_a_tenant_that_pins_cpus_is_told_systemd_cannot_pin_them() {
     )
     .unwrap()
     .policy
-    .tenants;
+    .tenants
+    .clone();
     let (_, warnings, _) = systemd_steps(&plan_of(), &placed(&[1, 2]), &pinned, &v);
     assert!(
         warnings.len() == 1 && warnings[0].contains("no cpuset on cgroup v1"),

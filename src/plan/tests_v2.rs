@@ -39,7 +39,7 @@ max = "32MiB"
 
 fn policy(text: &str) -> Policy {
     match crate::policy::from_str("dbcage.toml", text, &NoAccounts) {
-        Ok(l) => l.policy,
+        Ok(l) => std::sync::Arc::unwrap_or_clone(l.policy),
         Err(e) => panic!("bad test policy:\n{e}"),
     }
 }

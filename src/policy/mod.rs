@@ -569,7 +569,9 @@ impl std::error::Error for PolicyErrors {}
 /// A validated policy and the warnings found on the way (things that work but may surprise).
 #[derive(Debug, Clone)]
 pub struct Loaded {
-    pub policy: Policy,
+    /// Shared, not copied: the daemon's every rescan and the metrics view hold the same policy
+    /// until a reload replaces it (at 1,000 tenants a copy is megabytes of rules and strings).
+    pub policy: std::sync::Arc<Policy>,
     pub warnings: Vec<Problem>,
 }
 

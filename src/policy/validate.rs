@@ -241,12 +241,12 @@ pub(super) fn from_sources_with(
     check_donors(&mut ctx, &out);
     if ctx.problems.is_empty() {
         Ok(Loaded {
-            policy: Policy {
+            policy: std::sync::Arc::new(Policy {
                 agent,
                 matcher: std::sync::Arc::new(super::ruleset::RuleSet::new(&out)),
                 tenants: out,
                 files: map.paths().map(Path::to_path_buf).collect(),
-            },
+            }),
             warnings: ctx.warnings,
         })
     } else {

@@ -140,7 +140,7 @@ fn caps_halve_each_set_key_and_keep_at_least_one() {
 
 fn policy(text: &str) -> Policy {
     match crate::policy::from_str("dbcage.toml", text, &crate::policy::FakeAccounts) {
-        Ok(l) => l.policy,
+        Ok(l) => std::sync::Arc::unwrap_or_clone(l.policy),
         Err(e) => panic!("{e}"),
     }
 }

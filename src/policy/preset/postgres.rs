@@ -156,7 +156,7 @@ mod tests {
 
     fn policy(text: &str) -> crate::policy::Policy {
         match crate::policy::from_str("p.toml", text, &FakeAccounts) {
-            Ok(l) => l.policy,
+            Ok(l) => std::sync::Arc::unwrap_or_clone(l.policy),
             Err(e) => panic!("bad policy:\n{e}"),
         }
     }

@@ -566,7 +566,11 @@ mod tests {
                 );
                 let l = crate::policy::from_str(&format!("t{i}.toml"), &text, &FakeAccounts)
                     .unwrap_or_else(|e| panic!("{text}\n{e}"));
-                l.policy.tenants.into_iter().next().unwrap()
+                std::sync::Arc::unwrap_or_clone(l.policy)
+                    .tenants
+                    .into_iter()
+                    .next()
+                    .unwrap()
             })
             .collect()
     }
