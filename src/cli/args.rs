@@ -158,6 +158,8 @@ pub enum Command {
     /// any error the running policy stays and the errors are printed (file:line:col).
     Reload,
     /// Start a command already inside a tenant's group (as cgexec does), so no window is left.
+    /// Creates the groups and writes the policy's values first, unless a daemon is running and
+    /// the tenant's groups exist: then it only joins them (the daemon holds the values).
     Exec {
         /// The tenant to start the command in (its `name` in the policy).
         #[arg(add = ArgValueCandidates::new(tenant_candidates))]

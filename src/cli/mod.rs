@@ -695,16 +695,24 @@ fn exec_in(
         ))
         .into());
     }
-    let mut plan = engine::plan(&ctx, &Adjustments::default())?;
-    plan.steps.retain(|s| !matches!(s, Step::Move { .. }));
-    let outcome = engine::execute(&plan);
-    if let Some(e) = outcome.errors.into_iter().next() {
-        return Err(e).context(format!("preparing the groups of tenant `{tenant}`"));
-    }
     let leaf = if exempt { Leaf::Exempt } else { Leaf::Limited };
-    let me = std::process::id().to_string();
     let t = ctx.loaded.policy.tenants.iter().find(|t| t.name == tenant);
     let grouped = t.map(|t| ctx.layout.grouped(t)).unwrap_or_default();
+    let leaves_exist = (0..grouped.len())
+        .filter(|h| grouped[*h])
+        .all(|h| ctx.layout.leaf_dir(h, tenant, leaf).is_dir());
+    // A running daemon holds the values, with its adjustments (a guard's lowered weights, a
+    // replication raise, the demand split): applying the policy file here would put every
+    // tenant back to the file's values until its next plan. Join its groups and write nothing.
+    if !(leaves_exist && daemon_serving(&config.path)) {
+        let mut plan = engine::plan(&ctx, &Adjustments::default())?;
+        plan.steps.retain(|s| !matches!(s, Step::Move { .. }));
+        let outcome = engine::execute(&plan);
+        if let Some(e) = outcome.errors.into_iter().next() {
+            return Err(e).context(format!("preparing the groups of tenant `{tenant}`"));
+        }
+    }
+    let me = std::process::id().to_string();
     // only where the tenant has groups: elsewhere it stays where it was started
     for h in (0..grouped.len()).filter(|h| grouped[*h]) {
         let procs = ctx.layout.leaf_procs(h, tenant, leaf);
@@ -809,6 +817,13 @@ fn release(
 /// A running daemon puts a released tenant's processes back at its next rescan, so `release`
 /// of a tenant the policy names (or `--all`) is refused while one answers on the socket, with
 /// what to do instead. A tenant the policy no longer names (a leftover group) is released.
+/// Whether a daemon answers on the policy's control socket.
+fn daemon_serving(config: &Path) -> bool {
+    use crate::control::{client, Op, Request};
+    client::send(&socket_for(config, None), &Request::new(Op::Health {}))
+        .is_ok_and(|reply| reply.daemon.is_some())
+}
+
 fn refuse_release_under_daemon(
     config: &Path,
     socket: Option<&Path>,

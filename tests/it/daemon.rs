@@ -1414,6 +1414,76 @@ fn exec_starts_inside_tenant() {
     println!("exec into an unknown tenant: exit 2: {}", err.trim());
 }
 
+/// `dbcage exec` beside a running daemon joins the tenant's groups and writes nothing: a value
+/// the daemon holds (a cpu weight changed by hand, as a protection guard's lowering leaves it)
+/// stays, in the tenant exec starts in and in another. Without the daemon exec writes the
+/// policy's values as `apply` does, which is what it did with the daemon too before.
+#[test]
+fn exec_beside_a_running_daemon_writes_nothing() {
+    if skip() {
+        return;
+    }
+    let sid = sid();
+    let body = format!(
+        "{}{}",
+        tenant(
+            "BX1",
+            &[cmd_rule(&format!("ora_none_{sid}"))],
+            &[],
+            "[tenant.cpu]\nweight = 50\n"
+        ),
+        tenant(
+            "BX2",
+            &[cmd_rule(&format!("ora_nix_{sid}"))],
+            &[],
+            "[tenant.cpu]\nweight = 200\n"
+        )
+    );
+    let t = Tenancy::new("dexecd", &body);
+    let held = cpu_weight_text(30);
+    let weights = |t: &Tenancy| ["BX1", "BX2"].map(|n| read_trim(&t.knob_path(n, Knob::CpuWeight)));
+    {
+        let mut d = Daemon::start(&t, &["--rescan-interval", "1h"]);
+        for n in ["BX1", "BX2"] {
+            std::fs::write(t.knob_path(n, Knob::CpuWeight), &held).expect("write cpu weight");
+        }
+        let out = t.ok(&["exec", "BX1", "--", "cat", "/proc/self/cgroup"]);
+        let v2 = cgroup_version() == Version::V2;
+        let m = t.marker("BX1", "limited");
+        for c in t.grouped("BX1") {
+            let joined = out.lines().any(|l| {
+                let mut parts = l.splitn(3, ':');
+                let (_, Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next())
+                else {
+                    return false;
+                };
+                (if v2 {
+                    ctrls.is_empty()
+                } else {
+                    ctrls.split(',').any(|x| x == c)
+                }) && path.ends_with(&m)
+            });
+            assert!(joined, "{c}: exec's command was not in {m}:\n{out}");
+        }
+        assert_eq!(
+            weights(&t),
+            [held.clone(), held.clone()],
+            "exec beside the daemon wrote the policy's weights over the daemon's"
+        );
+        let (status, _) = d.stop(Duration::from_secs(10));
+        assert!(status.is_some_and(|s| s.success()), "{}", d.log());
+    }
+    t.ok(&["exec", "BX1", "--", "true"]);
+    assert_eq!(
+        weights(&t),
+        [cpu_weight_text(50), cpu_weight_text(200)],
+        "exec without a daemon writes the policy's values"
+    );
+    println!(
+        "exec beside the daemon: joined BX1, weights {held} kept; without it: 50 and 200 written"
+    );
+}
+
 /// Places three processes one after another with a daemon in rescan-only mode (every 200 ms),
 /// then stops it and checks its statistics: the placement delays in ms.
 fn rescan_only_places(t: &Tenancy, mut d: Daemon, name: &str) -> Vec<f64> {

@@ -306,8 +306,7 @@ if [ "$(cpuw)" = 100 ] && [ "$(lowerings /tmp/guard-cpu.log cpu)" -eq 0 ]; then
 else
     fail cpu_quiet_alone "db alone ($alone% waiting): batch cpu.weight [$(cpuw)], $(lowerings /tmp/guard-cpu.log cpu) actions"
 fi
-# started as is, the daemon places them by their cmdline: `dbcage exec` would apply the policy's
-# plan as it starts, which writes the donors' configured weight over what the guard holds
+# started as is, as a service's processes would be: the daemon places them by their cmdline
 HOG_T0=$(now_ms)
 /tmp/dbcage-test-batch --name=dbcage-test-batch --ioengine=cpuio --cpuload=100 \
     --numjobs=4 --time_based --runtime=120 >/dev/null 2>&1 &
