@@ -19,7 +19,8 @@
 //! that lever a quiet tick counts only when no donor uses 3/4 or more of a lowered cap (its
 //! io.stat over the tick): the caps come back when the flood ends, not when they worked. A
 //! lowered cpu.weight relieves the protected tenant the same way, so a cpu guard's quiet tick
-//! also needs every donor under 3/4 of the cpu it used over the first tick after the lowering.
+//! also needs every donor under 3/4 of the cpu it used over the first tick after the lowering,
+//! and a lowered io.weight (where iocost honours it) the same with the donor's IO requests.
 //!
 //! The weights are an adjustment the daemon lays over the policy when it plans
 //! (`engine::Adjustments::weights`, `caps`, `cpu_weights`), as the replication guard's raises
@@ -177,19 +178,48 @@ fn presses_on(caps: &IoLimits, grown: &IoCounters, dt: f64) -> bool {
         || near(caps.write_iops, grown.write_ios)
 }
 
-/// Whether some donor's cpu rate is still `BUSY_SHARE` of its reference (and above a
-/// hundredth of a cpu: an idle donor never holds the guard).
-fn still_spinning(reference: &[f64], now: &[f64]) -> bool {
+/// Whether some donor's rate is still `BUSY_SHARE` of its reference (and above `idle`: an idle
+/// donor never holds the guard).
+fn still_busy(reference: &[f64], now: &[f64], idle: f64) -> bool {
     reference
         .iter()
         .zip(now)
-        .any(|(r, n)| *r > 0.01 && *n >= BUSY_SHARE * r)
+        .any(|(r, n)| *r > idle && *n >= BUSY_SHARE * r)
 }
 
 /// A group's cpu time in seconds (its cpu.stat, read by the v2 driver's parser).
 fn cpu_seconds(stat: &Path) -> Option<f64> {
     let text = crate::hostfs::read_text(stat).ok()?;
     crate::cgroup::v2::parse_v2_cpu_stat(&text).usage_seconds
+}
+
+/// A group's IO requests (reads and writes, all devices) so far.
+fn io_requests(stat: &Path) -> Option<f64> {
+    io_totals(stat).map(|c| (c.read_ios + c.write_ios) as f64)
+}
+
+/// What a donor's rate is measured in while a lowered weight is held: cpu seconds (a cpu guard,
+/// idle under a hundredth of a cpu) or IO requests (the io.weight lever, idle under one a
+/// second).
+#[derive(Clone, Copy)]
+enum Usage {
+    Cpu,
+    IoRequests,
+}
+
+impl Usage {
+    fn read(self, stat: &Path) -> Option<f64> {
+        match self {
+            Usage::Cpu => cpu_seconds(stat),
+            Usage::IoRequests => io_requests(stat),
+        }
+    }
+    fn idle(self) -> f64 {
+        match self {
+            Usage::Cpu => 0.01,
+            Usage::IoRequests => 1.0,
+        }
+    }
 }
 
 /// A group's io.stat summed over its devices.
@@ -320,13 +350,14 @@ struct Watch {
     lowerings: u64,
     restores: u64,
     pressure_file: PathBuf,
-    /// The donors' io.stat files (lever `caps`: whether they still press on their caps), or
-    /// their cpu.stat files (a cpu guard: whether they still spin).
+    /// The donors' io.stat files (an io guard: whether they still press on their caps, or
+    /// still flood under a lowered io.weight), or their cpu.stat files (a cpu guard: whether
+    /// they still spin).
     donor_stats: Vec<(String, PathBuf)>,
-    /// A cpu guard: the donors' cpu time (s) at the last tick, and their cpu rates (cpus) over
-    /// the first tick after the lowering, what "still spinning" is measured against.
-    donor_cpu: Option<(Instant, Vec<Option<f64>>)>,
-    donor_cpu_ref: Option<Vec<f64>>,
+    /// A lowered weight (cpu, or io): the donors' usage (`Usage`) at the last tick, and their
+    /// rates over the first tick after the lowering, what "still busy" is measured against.
+    donor_usage: Option<(Instant, Vec<Option<f64>>)>,
+    donor_usage_ref: Option<Vec<f64>>,
     /// The donors' io.stat sums at the last tick.
     donor_last: Option<(Instant, Vec<Option<IoCounters>>)>,
     trigger: Option<File>,
@@ -345,8 +376,8 @@ impl Watch {
             pressure_file,
             donor_stats,
             donor_last: None,
-            donor_cpu: None,
-            donor_cpu_ref: None,
+            donor_usage: None,
+            donor_usage_ref: None,
             trigger: None,
             failed_at: None,
             episode: Episode::default(),
@@ -355,17 +386,18 @@ impl Watch {
         }
     }
 
-    /// A cpu guard: whether some donor still uses `BUSY_SHARE` of the cpu it used over the
-    /// first tick after the lowering (the hogs still run: a lowered cpu.weight relieves the
-    /// protected tenant while they do, and restoring then would only lower it again). The first
-    /// two ticks after a lowering only take the counters and the reference, and count as busy.
-    fn donors_spin(&mut self, now: Instant) -> bool {
+    /// A lowered weight: whether some donor still uses `BUSY_SHARE` of the cpu (or IO
+    /// requests) it used over the first tick after the lowering (the hogs or the flood go on: a
+    /// lowered weight relieves the protected tenant while they do, and restoring then would only
+    /// lower it again). The first two ticks after a lowering only take the counters and the
+    /// reference, and count as busy.
+    fn donors_busy(&mut self, usage: Usage, now: Instant) -> bool {
         let used: Vec<Option<f64>> = self
             .donor_stats
             .iter()
-            .map(|(_, p)| cpu_seconds(p))
+            .map(|(_, p)| usage.read(p))
             .collect();
-        let prev = self.donor_cpu.replace((now, used.clone()));
+        let prev = self.donor_usage.replace((now, used.clone()));
         let Some((t0, before)) = prev else {
             return true;
         };
@@ -381,12 +413,12 @@ impl Watch {
                 _ => 0.0,
             })
             .collect();
-        match &self.donor_cpu_ref {
+        match &self.donor_usage_ref {
             None => {
-                self.donor_cpu_ref = Some(rates);
+                self.donor_usage_ref = Some(rates);
                 true
             }
-            Some(reference) => still_spinning(reference, &rates),
+            Some(reference) => still_busy(reference, &rates, usage.idle()),
         }
     }
 
@@ -583,15 +615,15 @@ impl Guard {
                 continue;
             };
             let busy = match (*resource, w.config.lever) {
-                (Resource::Cpu, _) => w.donors_spin(now),
+                (Resource::Cpu, _) => w.donors_busy(Usage::Cpu, now),
                 (Resource::Io, GuardLever::Caps) => w.donors_press(policy, now),
-                (Resource::Io, GuardLever::Weight) => false,
+                (Resource::Io, GuardLever::Weight) => w.donors_busy(Usage::IoRequests, now),
             };
             if w.episode.observe(now, total, &w.config, busy) {
                 w.restores += 1;
                 w.donor_last = None;
-                w.donor_cpu = None;
-                w.donor_cpu_ref = None;
+                w.donor_usage = None;
+                w.donor_usage_ref = None;
                 let back: Vec<String> = w
                     .config
                     .donors

@@ -271,10 +271,10 @@ fn a_cpu_guard_watches_cpu_pressure() {
 
 #[test]
 fn a_cpu_guard_holds_the_weight_down_while_the_donors_still_spin() {
-    assert!(still_spinning(&[1.6], &[1.3]), "the hogs run on");
-    assert!(!still_spinning(&[1.6], &[0.1]), "the hogs stopped");
+    assert!(still_busy(&[1.6], &[1.3], 0.01), "the hogs run on");
+    assert!(!still_busy(&[1.6], &[0.1], 0.01), "the hogs stopped");
     assert!(
-        !still_spinning(&[0.0], &[0.0]),
+        !still_busy(&[0.0], &[0.0], 0.01),
         "an idle donor never holds it"
     );
     let tmp = tempfile::tempdir().unwrap();
@@ -297,11 +297,50 @@ fn a_cpu_guard_holds_the_weight_down_while_the_donors_still_spin() {
             format!("usage_usec {used}\nuser_usec 0\nsystem_usec 0\n"),
         )
         .unwrap();
-        w.donors_spin(ms(n))
+        w.donors_busy(Usage::Cpu, ms(n))
     };
     assert!(at(&mut w, 0, 1.6), "first tick: the counters");
     assert!(at(&mut w, 500, 1.6), "second tick: the reference");
     assert!(at(&mut w, 1000, 1.5), "still 94% of the reference");
     assert!(!at(&mut w, 1500, 0.05), "the hogs stopped");
     assert_eq!(cpu_seconds(&tmp.path().join("none")), None);
+}
+
+#[test]
+fn an_io_weight_guard_holds_the_weight_down_while_the_donors_still_flood() {
+    let tmp = tempfile::tempdir().unwrap();
+    let stat = tmp.path().join("io.stat");
+    let g = guard(0.2);
+    assert_eq!(g.lever, GuardLever::Weight);
+    let mut w = Watch::new(
+        g.clone(),
+        tmp.path().join("io.pressure"),
+        vec![("batch".into(), stat.clone())],
+    );
+    w.episode.fired(Instant::now(), g.window);
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    let (mut reads, mut writes) = (0u64, 0u64);
+    // IOPS over each 500-ms tick, split over two devices' lines
+    let mut at = |w: &mut Watch, n: u64, iops: u64| {
+        reads += iops / 2 * 3 / 4;
+        writes += iops / 2 / 4;
+        std::fs::write(
+            &stat,
+            format!(
+                "8:0 rbytes=0 wbytes=0 rios={reads} wios={writes} dbytes=0 dios=0\n\
+                 8:16 rbytes=0 wbytes=0 rios={reads} wios={writes} dbytes=0 dios=0\n"
+            ),
+        )
+        .unwrap();
+        w.donors_busy(Usage::IoRequests, ms(n))
+    };
+    assert!(at(&mut w, 0, 4000), "first tick: the counters");
+    assert!(at(&mut w, 500, 4000), "second tick: the reference");
+    assert!(
+        at(&mut w, 1000, 3600),
+        "still 90% of the reference: the flood goes on"
+    );
+    assert!(!at(&mut w, 1500, 400), "the flood ended");
+    assert_eq!(io_requests(&tmp.path().join("none")), None);
 }
