@@ -436,6 +436,7 @@ impl std::str::FromStr for Property {
             "CPUWeight" => Property::CpuWeight(num()?),
             "AllowedCPUs" => Property::AllowedCpus(set()?),
             "AllowedMemoryNodes" => Property::AllowedMemoryNodes(set()?),
+            "IOWeight" => Property::IoWeight(num()?),
             "MemoryMax" => Property::MemoryMax(num()?),
             "MemoryHigh" => Property::MemoryHigh(num()?),
             "MemoryLow" => Property::MemoryLow(num()?),

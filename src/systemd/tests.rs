@@ -213,6 +213,7 @@ fn properties_parse_what_they_print() {
         "CPUQuotaPerSecUSec=infinity",
         "CPUWeight=[not set]",
         "CPUWeight=50",
+        "IOWeight=300",
         "AllowedCPUs=0-1",
         "AllowedMemoryNodes=0",
         "MemoryMax=268435456",
