@@ -1069,8 +1069,13 @@ pub fn systemd_steps(
             exempt.insert(p.pid);
         }
     }
+    let index: std::collections::HashMap<&str, usize> = tenants
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.as_str(), i))
+        .collect();
     for summary in &plan.tenants {
-        let Some(ti) = tenants.iter().position(|t| t.name == summary.name) else {
+        let Some(&ti) = index.get(summary.name.as_str()) else {
             continue;
         };
         let (pids, exempt) = &by_tenant[ti];

@@ -704,7 +704,7 @@ fn exec_in(
     // A running daemon holds the values, with its adjustments (a guard's lowered weights, a
     // replication raise, the demand split): applying the policy file here would put every
     // tenant back to the file's values until its next plan. Join its groups and write nothing.
-    if !(leaves_exist && daemon_serving(&config.path)) {
+    if !(leaves_exist && daemon_health(&socket_for(&config.path, None)).is_some()) {
         let mut plan = engine::plan(&ctx, &Adjustments::default())?;
         plan.steps.retain(|s| !matches!(s, Step::Move { .. }));
         let outcome = engine::execute(&plan);
@@ -814,16 +814,17 @@ fn release(
     Ok(ExitCode::SUCCESS)
 }
 
+/// The health of the daemon that answers on `socket`, if one does.
+fn daemon_health(socket: &Path) -> Option<crate::control::DaemonHealth> {
+    use crate::control::{client, Op, Request};
+    client::send(socket, &Request::new(Op::Health {}))
+        .ok()?
+        .daemon
+}
+
 /// A running daemon puts a released tenant's processes back at its next rescan, so `release`
 /// of a tenant the policy names (or `--all`) is refused while one answers on the socket, with
 /// what to do instead. A tenant the policy no longer names (a leftover group) is released.
-/// Whether a daemon answers on the policy's control socket.
-fn daemon_serving(config: &Path) -> bool {
-    use crate::control::{client, Op, Request};
-    client::send(&socket_for(config, None), &Request::new(Op::Health {}))
-        .is_ok_and(|reply| reply.daemon.is_some())
-}
-
 fn refuse_release_under_daemon(
     config: &Path,
     socket: Option<&Path>,
@@ -831,12 +832,8 @@ fn refuse_release_under_daemon(
     names: &[String],
     all: bool,
 ) -> Result<()> {
-    use crate::control::{client, Op, Request};
     let path = socket_for(config, socket);
-    let Ok(reply) = client::send(&path, &Request::new(Op::Health {})) else {
-        return Ok(());
-    };
-    let Some(daemon) = reply.daemon else {
+    let Some(daemon) = daemon_health(&path) else {
         return Ok(());
     };
     let governed: Vec<&str> = names

@@ -224,7 +224,7 @@ impl Usage {
 
 /// A group's io.stat summed over its devices.
 fn io_totals(stat: &Path) -> Option<IoCounters> {
-    let text = std::fs::read_to_string(stat).ok()?;
+    let text = crate::hostfs::read_text(stat).ok()?;
     let mut sum = IoCounters::default();
     for c in crate::cgroup::v2::parse_v2_io_stat(&text).values() {
         sum.read_bytes += c.read_bytes;
@@ -397,14 +397,9 @@ impl Watch {
             .iter()
             .map(|(_, p)| usage.read(p))
             .collect();
-        let prev = self.donor_usage.replace((now, used.clone()));
-        let Some((t0, before)) = prev else {
+        let Some((dt, before)) = since_last(&mut self.donor_usage, now, &used) else {
             return true;
         };
-        let dt = now.saturating_duration_since(t0).as_secs_f64();
-        if dt <= 0.0 {
-            return true;
-        }
         let rates: Vec<f64> = before
             .iter()
             .zip(&used)
@@ -427,14 +422,9 @@ impl Watch {
     fn donors_press(&mut self, policy: &Policy, now: Instant) -> bool {
         let sums: Vec<Option<IoCounters>> =
             self.donor_stats.iter().map(|(_, p)| io_totals(p)).collect();
-        let prev = self.donor_last.replace((now, sums.clone()));
-        let Some((t0, before)) = prev else {
+        let Some((dt, before)) = since_last(&mut self.donor_last, now, &sums) else {
             return true;
         };
-        let dt = now.saturating_duration_since(t0).as_secs_f64();
-        if dt <= 0.0 {
-            return true;
-        }
         self.donor_stats
             .iter()
             .zip(before.iter().zip(&sums))
@@ -452,6 +442,18 @@ impl Watch {
                 presses_on(&caps, &grown, dt)
             })
     }
+}
+
+/// Keeps `fresh` as the donors' last reading and returns the one before it with the seconds
+/// between the two; `None` for a first reading (or when no time passed).
+fn since_last<T: Clone>(
+    last: &mut Option<(Instant, Vec<T>)>,
+    now: Instant,
+    fresh: &[T],
+) -> Option<(f64, Vec<T>)> {
+    let (t0, before) = last.replace((now, fresh.to_vec()))?;
+    let dt = now.saturating_duration_since(t0).as_secs_f64();
+    (dt > 0.0).then_some((dt, before))
 }
 
 /// The guards of all protected tenants, kept in step with the policy by `sync`.

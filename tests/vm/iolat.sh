@@ -212,13 +212,16 @@ if null_blk irqmode=0; then
         off="$off $((a + d))"
         on="$on $((b + c))"
     done
-    loss=$(echo "$off|$on" | awk -F'|' '{ n = split($1, a, " "); split($2, b, " ");
-        for (i = 1; i <= n; i++) r[i] = (1 - b[i] / a[i]) * 100;
-        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
-        printf "%.2f", r[int((n + 1) / 2)] }')
-    without=$(echo "$off" | awk '{ for (i = 1; i <= NF; i++) v[i] = $i; n = NF;
-        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
-        printf "%d", v[int((n + 1) / 2)] / 2 }')
+    # median N...: the middle one of an odd count
+    median() { echo "$@" | awk '{ for (i = 1; i <= NF; i++) v[i] = $i + 0
+        for (i = 1; i <= NF; i++) for (j = i + 1; j <= NF; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+        print v[int((NF + 1) / 2)] }'; }
+    losses=$(echo "$off|$on" | awk -F'|' '{ n = split($1, a, " "); split($2, b, " ");
+        for (i = 1; i <= n; i++) printf "%.2f ", (1 - b[i] / a[i]) * 100 }')
+    # shellcheck disable=SC2086 # word splitting wanted: one number per round
+    loss=$(median $losses)
+    # shellcheck disable=SC2086
+    without=$(($(median $off) / 2))
     info "overhead: IOPS per round without (two runs):$off, with (two runs):$on: median loss ${loss}%"
     start_iolat /tmp/ov.txt --duration 60s --device nullb0 --cost
     fio_iops >/dev/null
