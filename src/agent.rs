@@ -90,6 +90,8 @@ pub struct AgentStats {
     /// Children forked while their parent was being moved, moved after it (see
     /// `forked_during_move`).
     pub forked_during_move: u64,
+    /// How plans read dbcage's groups: in full, files only (written since), from the watch.
+    pub groups: crate::cgroup::watch::WatchStats,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -338,6 +340,13 @@ impl Daemon {
         self.deferred_moves = deferred;
     }
 
+    /// The host read again for a policy, with the daemon's watched groups.
+    fn read_host(&self, loaded: crate::policy::Loaded) -> Result<Prepared> {
+        let mut ctx = engine::read_host(loaded, Scan::Rules)?;
+        ctx.groups = self.ctx.groups.clone();
+        Ok(ctx)
+    }
+
     fn rescan(&mut self, why: &str) {
         let start = Instant::now();
         self.stats.rescans += 1;
@@ -349,7 +358,7 @@ impl Daemon {
         // Re-read the host (devices and processes) so that device changes are picked up too,
         // but not the policy file: that changes on SIGHUP only, and a broken file must not stop
         // the safety net.
-        match engine::read_host(self.ctx.loaded.clone(), Scan::Rules).and_then(|c| {
+        match self.read_host(self.ctx.loaded.clone()).and_then(|c| {
             let plan = engine::plan(&c, &self.adjust)?;
             Ok((c, plan))
         }) {
@@ -567,6 +576,11 @@ impl Daemon {
             }
         }
         let outcome = engine::execute(plan);
+        if let Some(g) = &self.ctx.groups {
+            g.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .absorb_events_if_due();
+        }
         let _ = self
             .write_hist
             .record(write_start.elapsed().as_micros().max(1) as u64);
@@ -694,8 +708,19 @@ impl Daemon {
         for e in &outcome.errors {
             warn!("{e}");
         }
+        if !outcome.errors.is_empty() {
+            // A write the kernel refused raises no inotify event: the groups it went to (a
+            // vanished disk's IO lines, a cpuset the kernel narrowed) are read again next time.
+            self.forget_groups();
+        }
         for r in &outcome.recovered {
             info!("{r}");
+        }
+    }
+
+    fn forget_groups(&self) {
+        if let Some(g) = &self.ctx.groups {
+            g.lock().unwrap_or_else(|p| p.into_inner()).forget_all();
         }
     }
 
@@ -982,7 +1007,7 @@ impl crate::control::Governor for Daemon {
         &self.ctx.loaded.policy
     }
     fn stage(&mut self, loaded: crate::policy::Loaded) -> Result<Self::Staged> {
-        let ctx = engine::read_host(loaded, Scan::Rules)?;
+        let ctx = self.read_host(loaded)?;
         // a request is one-off: `set` says how much memory a NUMA move would take
         let adjust = engine::Adjustments {
             skip_move_sizes: false,
@@ -1307,7 +1332,16 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             );
         }
     }
-    let ctx = engine::read_host(loaded, Scan::Rules)?;
+    let mut ctx = engine::read_host(loaded, Scan::Rules)?;
+    // Plans reread only the groups written since the last one (inotify); without a watch (no
+    // inotify instance left for root: fs.inotify.max_user_instances) every plan reads them all.
+    ctx.groups = match crate::cgroup::GroupWatch::new() {
+        Ok(w) => Some(Arc::new(std::sync::Mutex::new(w))),
+        Err(e) => {
+            warn!("cannot watch dbcage's groups (inotify: {e}); every rescan reads all of them");
+            None
+        }
+    };
     // The IO latency histograms exist only for the metrics endpoint; said once if unavailable.
     if metrics_addr.is_some() && !ctx.loaded.policy.agent.io_latency {
         info!("IO latency histograms off (agent.io_latency = false): no eBPF program loaded");
@@ -1764,6 +1798,10 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     ));
     crate::replication::unpublish(&agent.ctx.loaded.policy.agent.root_name);
     crate::protect::unpublish(&agent.ctx.loaded.policy.agent.root_name);
+    if let Some(g) = &agent.ctx.groups {
+        let w = g.lock().unwrap_or_else(|p| p.into_inner());
+        agent.stats.groups = w.stats;
+    }
     if let Some(path) = &agent.opts.stats_out {
         let line = serde_json::to_string(&agent.stats)? + "\n";
         std::fs::write(path, line)

@@ -14,12 +14,13 @@ use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
 
-use crate::cgroup::{Layout, Setup, Snapshot};
+use crate::cgroup::{GroupWatch, Layout, Setup, Snapshot};
 use crate::classify::Classifier;
 use crate::hostfs::HostFs;
 use crate::inventory::{self, Inventory};
 use crate::plan::{self, Plan, Shares};
 use crate::policy::{IoLimits, Loaded, Policy, PolicyErrors, PolicyPath};
+use std::sync::{Arc, Mutex};
 
 pub use apply::{execute, Outcome};
 
@@ -31,6 +32,9 @@ pub struct Prepared {
     /// `agent.manager` resolved against the host.
     pub manager: crate::systemd::Manager,
     pub fs: HostFs,
+    /// The daemon's watched copy of its groups (`cgroup::watch`): plans reread only the groups
+    /// written since the last one. `None` (one-shot commands): every plan reads them all.
+    pub groups: Option<Arc<Mutex<GroupWatch>>>,
 }
 
 /// What the daemon lays over the policy when it plans, each decided by one of its loops.
@@ -133,6 +137,7 @@ pub fn read_host(loaded: Loaded, scan: Scan) -> Result<Prepared> {
         layout,
         manager,
         fs,
+        groups: None,
     })
 }
 
@@ -166,7 +171,11 @@ pub fn plan(p: &Prepared, adjust: &Adjustments) -> Result<Plan> {
     let policy = adjust.policy(&p.loaded.policy);
     let placements = policy.matcher.classify(&p.inventory.procs);
     let pids: Vec<u32> = placements.iter().map(|x| x.pid).collect();
-    let mut snap = Snapshot::read(&p.fs, &p.layout, &pids);
+    let mut watch = p
+        .groups
+        .as_ref()
+        .map(|g| g.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    let mut snap = Snapshot::read_watched(&p.fs, &p.layout, &pids, watch.as_deref_mut());
     let build = |snap: &Snapshot| {
         plan::build_with(
             &policy,
@@ -190,6 +199,10 @@ pub fn plan(p: &Prepared, adjust: &Adjustments) -> Result<Plan> {
         snap.proc_nodes = inventory::numa::read_process_nodes(&p.fs, &unread);
         plan = build(&snap)?;
     }
+    if let Some(w) = watch.as_deref_mut() {
+        w.keep(&mut snap);
+    }
+    drop(watch);
     if p.manager != crate::systemd::Manager::Systemd {
         for t in policy.tenants.iter() {
             let named: Vec<&str> = t

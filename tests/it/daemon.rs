@@ -1058,6 +1058,108 @@ fn daemon_reload() {
     t.set_policy(&body2); // a valid policy for the cleanup's `release --all`
 }
 
+/// The daemon's rescans take its groups from an inotify watch (`cgroup::watch`) and reread only
+/// those written since: a value written behind its back, a leaf removed and a tenant's group
+/// removed are still repaired at the next rescan, and most groups come from the watch (the
+/// stats say how many were read and how many were not).
+#[test]
+fn daemon_rescans_reread_only_written_groups() {
+    if skip() {
+        return;
+    }
+    let _m = measure_lock(); // timing bounds: not next to the tests that load the machine
+    let sid = sid();
+    let body = format!(
+        "{}{}",
+        tenant(
+            "db",
+            &[cmd_rule(&format!("ora_w001_{sid}"))],
+            &[],
+            "[tenant.cpu]\ncores = 1\n"
+        ),
+        tenant(
+            "db2",
+            &[cmd_rule(&format!("ora_w002_{sid}"))],
+            &[],
+            "[tenant.cpu]\ncores = 0.5\n"
+        )
+    );
+    let t = Tenancy::new("dwatch", &body);
+    let mut d = Daemon::start(&t, &["--rescan-interval", "200ms"]);
+    let quota = t.knob_path("db", Knob::CpuQuota);
+    let quota2 = t.knob_path("db2", Knob::CpuQuota);
+    assert_eq!(read_trim(&quota), cpu_quota_text(1.0));
+    std::thread::sleep(Duration::from_secs(1)); // rescans with nothing to reread
+
+    // A value written behind the daemon's back: back within 1 s, the other tenant untouched.
+    let t0 = Instant::now();
+    std::fs::write(&quota, cpu_quota_text(2.0)).unwrap();
+    let repaired = wait_until(Duration::from_secs(1), || {
+        read_trim(&quota) == cpu_quota_text(1.0)
+    });
+    let value_ms = ms(t0.elapsed());
+    assert!(
+        repaired,
+        "a quota written behind the daemon's back was not repaired within 1 s (it is {}); log:\n{}",
+        read_trim(&quota),
+        d.log()
+    );
+    assert_eq!(read_trim(&quota2), cpu_quota_text(0.5));
+
+    // A removed leaf (empty: db2 has no process) and a removed tenant group: made again.
+    let leaf = t.leaf_dir("cpu", "db2", "limited");
+    std::fs::remove_dir(&leaf).unwrap();
+    let t1 = Instant::now();
+    let leaf_back = wait_until(Duration::from_secs(1), || leaf.is_dir());
+    let leaf_ms = ms(t1.elapsed());
+    assert!(
+        leaf_back,
+        "{} was not made again within 1 s; log:\n{}",
+        leaf.display(),
+        d.log()
+    );
+    let group = t.tenant_dir("cpu", "db2");
+    for sub in subdirs(&group) {
+        std::fs::remove_dir(group.join(sub)).unwrap();
+    }
+    std::fs::remove_dir(&group).unwrap();
+    let t2 = Instant::now();
+    let group_back = wait_until(Duration::from_secs(1), || {
+        std::fs::read_to_string(&quota2).is_ok_and(|q| q.trim() == cpu_quota_text(0.5))
+            && leaf.is_dir()
+    });
+    let group_ms = ms(t2.elapsed());
+    assert!(
+        group_back,
+        "{} was not made again with its quota within 1 s; log:\n{}",
+        group.display(),
+        d.log()
+    );
+    std::thread::sleep(Duration::from_millis(600)); // more rescans with nothing written
+
+    let (status, _) = d.stop(Duration::from_secs(5));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    let stats = d.stats();
+    let g = &stats["groups"];
+    let (read, reread, cached) = (
+        g["read"].as_u64().unwrap(),
+        g["reread_files"].as_u64().unwrap(),
+        g["cached"].as_u64().unwrap(),
+    );
+    let rescans = stats["rescans"].as_u64().unwrap();
+    println!(
+        "rescans every 200 ms: {rescans} rescans; groups read in full {read}, files reread {reread}, \
+         from the watch {cached}; repaired: a value in {value_ms:.0} ms, a leaf in {leaf_ms:.0} ms, \
+         a tenant's group in {group_ms:.0} ms"
+    );
+    assert!(rescans >= 8, "{stats}");
+    // Without the watch every group is read in full at every rescan (cached would be 0).
+    assert!(
+        cached > 2 * (read + reread),
+        "most groups should come from the watch: {stats}"
+    );
+}
+
 #[test]
 fn daemon_sigterm_keeps_limits() {
     if skip() {

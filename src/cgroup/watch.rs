@@ -1,0 +1,310 @@
+//! The daemon's memory of dbcage's groups between two plans: the control files it read last
+//! time, kept valid by inotify, so that a rescan rereads only the groups someone wrote to.
+//!
+//! A write to a cgroup control file raises IN_MODIFY on its directory (kernfs files go through
+//! `vfs_write` like any other), and mkdir, rmdir and rename of a group raise IN_CREATE,
+//! IN_DELETE and IN_MOVED_* on its parent; so a group whose directory saw no event since it
+//! was read holds what was read. At 1,000 tenants that is some 9,000 groups and 21,000 files a
+//! plan would otherwise open and read: about half of an idle rescan's CPU.
+//!
+//! What the kernel changes without a write is not seen by inotify: on v2 a child's control
+//! files appear and vanish with its parent's `cgroup.subtree_control` (a write to the parent:
+//! the whole subtree is read again), v1 cpusets shrink when a CPU goes offline, and a disk that
+//! vanishes takes its lines out of the IO files. For those, everything is read again after
+//! `FULL_SWEEP`, after an overrun of the event queue, when dbcage's parent group changes, and
+//! whenever the owner asks (`forget_all`: the daemon does after a plan's write failed).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rustix::fs::inotify::{self, ReadFlags, WatchFlags};
+
+/// Everything is read again at least this often, whatever the events said.
+pub const FULL_SWEEP: Duration = Duration::from_secs(300);
+
+/// How often the daemon's writes make it take in the queued events (see
+/// `absorb_events_if_due`).
+const ABSORB_EVERY: Duration = Duration::from_millis(250);
+
+/// Events on a group directory that make its listing (and its files) stale.
+const LISTING: ReadFlags = ReadFlags::CREATE
+    .union(ReadFlags::DELETE)
+    .union(ReadFlags::MOVED_FROM)
+    .union(ReadFlags::MOVED_TO)
+    .union(ReadFlags::DELETE_SELF)
+    .union(ReadFlags::MOVE_SELF);
+
+/// How fresh a group directory's cached reading is, as the walk sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// Its files and its list of subgroups are as read last time.
+    Fresh,
+    /// Its subgroups are as listed last time, its files must be read again.
+    FilesStale,
+    /// Never read, or its subgroups changed: read everything.
+    Unknown,
+}
+
+/// The cache: the group files and directories of the last reading, the inotify watches that
+/// keep them valid, and what the events since said is stale.
+#[derive(Debug)]
+pub struct GroupWatch {
+    inotify: OwnedFd,
+    /// Watch descriptor → the directory it watches.
+    watched: HashMap<i32, PathBuf>,
+    /// Watch descriptors of dbcage's parent groups, and the name of dbcage's root in them: an
+    /// event there about the root or a file its groups inherit from makes everything stale.
+    parents: HashMap<i32, std::ffi::OsString>,
+    /// Group directories read and watched, and the files read in them (what the last snapshot
+    /// had; only dbcage's own groups, not the parent's or the hierarchy root's files).
+    pub(super) dirs: BTreeSet<PathBuf>,
+    pub(super) files: HashMap<PathBuf, String>,
+    /// Directories whose subgroups changed since they were read.
+    listing_stale: HashSet<PathBuf>,
+    /// Directories written to since they were read: their files and their subgroups' files.
+    subtree_stale: HashSet<PathBuf>,
+    /// Directories that could not be watched (no watches left): read every time.
+    unwatched: HashSet<PathBuf>,
+    swept_at: Option<Instant>,
+    absorbed_at: Instant,
+    /// Files of the last snapshot outside dbcage's groups (the parent's, the hierarchy root's).
+    pub(super) extra: Vec<PathBuf>,
+    /// What the walks did, for tests and benchmarks: groups read in full, groups whose files
+    /// were read again, groups taken from the cache.
+    pub stats: WatchStats,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WatchStats {
+    pub read: u64,
+    pub reread_files: u64,
+    pub cached: u64,
+    pub overruns: u64,
+    pub sweeps: u64,
+}
+
+impl GroupWatch {
+    pub fn new() -> std::io::Result<GroupWatch> {
+        let inotify =
+            inotify::init(inotify::CreateFlags::NONBLOCK | inotify::CreateFlags::CLOEXEC)?;
+        Ok(GroupWatch {
+            inotify,
+            watched: HashMap::new(),
+            parents: HashMap::new(),
+            dirs: BTreeSet::new(),
+            files: HashMap::new(),
+            listing_stale: HashSet::new(),
+            subtree_stale: HashSet::new(),
+            unwatched: HashSet::new(),
+            swept_at: None,
+            absorbed_at: Instant::now(),
+            extra: Vec::new(),
+            stats: WatchStats::default(),
+        })
+    }
+
+    /// Drops every cached reading: the next walk reads everything (watches are made anew).
+    pub fn forget_all(&mut self) {
+        for wd in self.watched.keys().chain(self.parents.keys()) {
+            let _ = inotify::remove_watch(&self.inotify, *wd);
+        }
+        self.watched.clear();
+        self.parents.clear();
+        self.dirs.clear();
+        self.files.clear();
+        self.listing_stale.clear();
+        self.subtree_stale.clear();
+        self.unwatched.clear();
+        self.swept_at = None;
+    }
+
+    /// Before a walk: takes in the events since the last one (or forgets everything when the
+    /// queue overran or the full sweep is due) and watches dbcage's parent groups.
+    pub(super) fn begin(&mut self, parents: &[PathBuf], root_name: &str) {
+        if self.swept_at.is_some_and(|t| t.elapsed() >= FULL_SWEEP) {
+            self.stats.sweeps += 1;
+            self.forget_all();
+        }
+        self.absorb_events();
+        if self.swept_at.is_none() {
+            self.swept_at = Some(Instant::now());
+            // Modify (v2's subtree_control, a cpuset) and mkdir/rmdir of dbcage's root.
+            for p in parents {
+                if let Ok(wd) =
+                    inotify::add_watch(&self.inotify, p.as_path(), WatchFlags::MODIFY | dir_flags())
+                {
+                    self.parents.insert(wd, root_name.into());
+                }
+            }
+        }
+    }
+
+    /// Takes in the queued events if the last time was `ABSORB_EVERY` ago or more. The daemon
+    /// calls it after its own writes and moves (each raises an event: a storm of 500 execs a
+    /// second in five hierarchies queues 2,500 a second), so that the queue
+    /// (fs.inotify.max_queued_events, 16,384 by default) does not overrun between two rescans.
+    pub fn absorb_events_if_due(&mut self) {
+        if self.absorbed_at.elapsed() >= ABSORB_EVERY {
+            self.absorb_events();
+        }
+    }
+
+    /// Takes in the events queued since the last call.
+    fn absorb_events(&mut self) {
+        self.absorbed_at = Instant::now();
+        let mut buf = [std::mem::MaybeUninit::uninit(); 8192];
+        let mut forgotten: HashSet<PathBuf> = HashSet::new();
+        let mut parent_changed = false;
+        let mut overran = false;
+        loop {
+            let mut reader = inotify::Reader::new(&self.inotify, &mut buf);
+            let mut got = 0;
+            // Until WOULDBLOCK: none left (a read error too: the next walk reads them).
+            while let Ok(ev) = reader.next() {
+                got += 1;
+                let flags = ev.events();
+                if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
+                    overran = true;
+                    continue;
+                }
+                let wd = ev.wd();
+                if let Some(root) = self.parents.get(&wd) {
+                    // Not every event in the parent (on `parent = "root"` it is the hierarchy's
+                    // root, where other tools make their groups and move processes): the root
+                    // made, removed or renamed, and what the groups inherit.
+                    let name = ev.file_name().map(|n| n.to_bytes()).unwrap_or_default();
+                    use std::os::unix::ffi::OsStrExt as _;
+                    parent_changed |= name == root.as_bytes()
+                        || name == b"cgroup.subtree_control"
+                        || name.starts_with(b"cpuset.")
+                        || flags.intersects(ReadFlags::DELETE_SELF | ReadFlags::MOVE_SELF);
+                    continue;
+                }
+                let Some(dir) = self.watched.get(&wd) else {
+                    continue;
+                };
+                if flags.contains(ReadFlags::IGNORED) {
+                    let dir = dir.clone();
+                    self.watched.remove(&wd);
+                    forgotten.insert(dir);
+                    continue;
+                }
+                if flags.intersects(LISTING) {
+                    self.listing_stale.insert(dir.clone());
+                    // A subgroup removed or renamed: its watch and everything below it go (the
+                    // kernel keeps a watched cgroup's inode alive until its watch is removed).
+                    if flags.intersects(ReadFlags::DELETE | ReadFlags::MOVED_FROM) {
+                        if let Some(name) = ev.file_name() {
+                            use std::os::unix::ffi::OsStrExt as _;
+                            let name = std::ffi::OsStr::from_bytes(name.to_bytes());
+                            forgotten.insert(dir.join(name));
+                        }
+                    }
+                }
+                if flags.contains(ReadFlags::MODIFY) && !self.subtree_stale.contains(dir) {
+                    self.subtree_stale.insert(dir.clone());
+                }
+            }
+            if got == 0 {
+                break;
+            }
+        }
+        if overran {
+            self.stats.overruns += 1;
+        }
+        if overran || parent_changed {
+            self.forget_all();
+            return;
+        }
+        if !forgotten.is_empty() {
+            self.forget_under(&forgotten);
+        }
+    }
+
+    /// Removes the watches and cached readings of these directories and their subgroups.
+    fn forget_under(&mut self, gone: &HashSet<PathBuf>) {
+        let under = |p: &Path| p.ancestors().any(|a| gone.contains(a));
+        let mut drop_wds = Vec::new();
+        for (wd, dir) in &self.watched {
+            if under(dir) {
+                drop_wds.push(*wd);
+            }
+        }
+        for wd in drop_wds {
+            let _ = inotify::remove_watch(&self.inotify, wd);
+            self.watched.remove(&wd);
+        }
+        self.dirs.retain(|d| !under(d));
+        self.files.retain(|f, _| !f.parent().is_some_and(&under));
+        self.unwatched.retain(|d| !under(d));
+    }
+
+    /// How a directory found by the walk stands.
+    pub(super) fn freshness(&self, dir: &Path) -> Freshness {
+        if !self.dirs.contains(dir)
+            || self.listing_stale.contains(dir)
+            || self.unwatched.contains(dir)
+        {
+            Freshness::Unknown
+        } else if !self.subtree_stale.is_empty()
+            && dir.ancestors().any(|a| self.subtree_stale.contains(a))
+        {
+            Freshness::FilesStale
+        } else {
+            Freshness::Fresh
+        }
+    }
+
+    /// Watches a directory about to be read (before its files are read: a write between the
+    /// two is then seen at the next walk). Says whether it is watched.
+    pub(super) fn watch(&mut self, dir: &Path) -> bool {
+        if self.dirs.contains(dir) && !self.unwatched.contains(dir) {
+            return true; // watched since its first reading; only its listing was stale
+        }
+        match inotify::add_watch(&self.inotify, dir, WatchFlags::MODIFY | dir_flags()) {
+            Ok(wd) => {
+                self.watched.insert(wd, dir.to_path_buf());
+                self.unwatched.remove(dir);
+                true
+            }
+            Err(_) => {
+                // ENOSPC (fs.inotify.max_user_watches) or a group gone: read it every time.
+                self.unwatched.insert(dir.to_path_buf());
+                false
+            }
+        }
+    }
+
+    /// After a walk: the events taken in are answered.
+    pub(super) fn end(&mut self) {
+        self.listing_stale.clear();
+        self.subtree_stale.clear();
+    }
+
+    /// Takes back the groups a snapshot of `Snapshot::read_watched` lent (without them the
+    /// next walk reads everything).
+    pub fn keep(&mut self, snap: &mut super::Snapshot) {
+        self.dirs = std::mem::take(&mut snap.dirs);
+        self.files = std::mem::take(&mut snap.files);
+        for k in self.extra.drain(..) {
+            self.files.remove(&k);
+        }
+    }
+
+    /// Number of directories watched now.
+    pub fn watches(&self) -> usize {
+        self.watched.len()
+    }
+}
+
+fn dir_flags() -> WatchFlags {
+    WatchFlags::CREATE
+        | WatchFlags::DELETE
+        | WatchFlags::MOVED_FROM
+        | WatchFlags::MOVED_TO
+        | WatchFlags::DELETE_SELF
+        | WatchFlags::MOVE_SELF
+        | WatchFlags::ONLYDIR
+}
