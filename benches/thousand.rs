@@ -274,6 +274,8 @@ struct DaemonFigures {
     scrape_cpu: f64,
     rescan_cpu: f64,
     rescans: u64,
+    /// The rescanning daemon's resident memory at the end of its window.
+    rss_mib: f64,
 }
 
 /// Starts `bin run`, measures its idle CPU, `scrapes` scrapes and the rescans of a window.
@@ -353,6 +355,13 @@ fn daemon(fx: &mut Fixture, bin: &Path, scrapes: usize, window: Duration) -> Dae
     let (c1, t1) = (process_cpu(pid), t0.elapsed().as_secs_f64());
     let rescans = counter(&scrape(&addr).1, "dbcage_rescans") - r0;
     let rescan_cpu = ((c1 - c0) - idle_per_s * t1) / rescans.max(1) as f64 * 1000.0;
+    let rss_mib = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmRSS:"))?.to_owned();
+            line.split_whitespace().nth(1)?.parse::<f64>().ok()
+        })
+        .map_or(f64::NAN, |kib| kib / 1024.0);
     stop(fx.daemon.take().unwrap());
     DaemonFigures {
         ready_ms,
@@ -360,6 +369,7 @@ fn daemon(fx: &mut Fixture, bin: &Path, scrapes: usize, window: Duration) -> Dae
         scrape_cpu,
         rescan_cpu,
         rescans,
+        rss_mib,
     }
 }
 
@@ -487,7 +497,7 @@ fn main() {
         std::thread::sleep(Duration::from_secs(hold));
     }
     println!(
-        "{:>7} {:>5} {:>3}  {:>14} {:>14} {:>14} {:>9} {:>14} {:>12}",
+        "{:>7} {:>5} {:>3}  {:>14} {:>14} {:>14} {:>9} {:>14} {:>10} {:>8}",
         "procs",
         "build",
         "run",
@@ -496,7 +506,8 @@ fn main() {
         "scrape wall/cpu",
         "ready ms",
         "rescan cpu ms",
-        "(rescans)"
+        "(rescans)",
+        "rss MiB"
     );
     for &level in &levels {
         let now = std::fs::read_dir("/proc")
@@ -516,12 +527,12 @@ fn main() {
                 let status = timed(bin, &fx.policy, &["status"]);
                 let d = daemon(&mut fx, bin, 5, Duration::from_secs(window));
                 println!(
-                    "{level:>7} {name:>5} {run:>3}  {:>6.0} / {:>5.0} {:>6.0} / {:>5.0} {:>6.1} / {:>5.1} {:>9.0} {:>14.1} {:>12}",
-                    apply.0, apply.1, status.0, status.1, d.scrape_wall, d.scrape_cpu, d.ready_ms, d.rescan_cpu, d.rescans
+                    "{level:>7} {name:>5} {run:>3}  {:>6.0} / {:>5.0} {:>6.0} / {:>5.0} {:>6.1} / {:>5.1} {:>9.0} {:>14.1} {:>10} {:>8.1}",
+                    apply.0, apply.1, status.0, status.1, d.scrape_wall, d.scrape_cpu, d.ready_ms, d.rescan_cpu, d.rescans, d.rss_mib
                 );
                 println!(
-                    "{{\"procs\":{level},\"build\":\"{name}\",\"run\":{run},\"apply_wall_ms\":{:.1},\"apply_cpu_ms\":{:.1},\"status_wall_ms\":{:.1},\"status_cpu_ms\":{:.1},\"scrape_wall_ms\":{:.2},\"scrape_cpu_ms\":{:.2},\"ready_ms\":{:.0},\"rescan_cpu_ms\":{:.2},\"rescans\":{}}}",
-                    apply.0, apply.1, status.0, status.1, d.scrape_wall, d.scrape_cpu, d.ready_ms, d.rescan_cpu, d.rescans
+                    "{{\"procs\":{level},\"build\":\"{name}\",\"run\":{run},\"apply_wall_ms\":{:.1},\"apply_cpu_ms\":{:.1},\"status_wall_ms\":{:.1},\"status_cpu_ms\":{:.1},\"scrape_wall_ms\":{:.2},\"scrape_cpu_ms\":{:.2},\"ready_ms\":{:.0},\"rescan_cpu_ms\":{:.2},\"rescans\":{},\"rss_mib\":{:.1}}}",
+                    apply.0, apply.1, status.0, status.1, d.scrape_wall, d.scrape_cpu, d.ready_ms, d.rescan_cpu, d.rescans, d.rss_mib
                 );
             }
         }
