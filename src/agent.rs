@@ -710,17 +710,20 @@ impl Daemon {
         }
         if !outcome.errors.is_empty() {
             // A write the kernel refused raises no inotify event: the groups it went to (a
-            // vanished disk's IO lines, a cpuset the kernel narrowed) are read again next time.
-            self.forget_groups();
+            // vanished disk's IO lines, a cpuset the kernel narrowed) are read again next time,
+            // everything when an error names no group.
+            if let Some(g) = &self.ctx.groups {
+                let mut w = g.lock().unwrap_or_else(|p| p.into_inner());
+                for e in &outcome.errors {
+                    match e.path() {
+                        Some(path) => w.failed(path),
+                        None => w.forget_all(),
+                    }
+                }
+            }
         }
         for r in &outcome.recovered {
             info!("{r}");
-        }
-    }
-
-    fn forget_groups(&self) {
-        if let Some(g) = &self.ctx.groups {
-            g.lock().unwrap_or_else(|p| p.into_inner()).forget_all();
         }
     }
 

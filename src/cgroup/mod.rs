@@ -136,6 +136,20 @@ pub enum CgroupError {
     Systemd(#[from] crate::systemd::Error),
 }
 
+impl CgroupError {
+    /// The file or group the error is about, if it is one.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            CgroupError::Read { path, .. }
+            | CgroupError::Write { path, .. }
+            | CgroupError::Mkdir { path, .. }
+            | CgroupError::Rmdir { path, .. }
+            | CgroupError::Readback { path, .. } => Some(path),
+            CgroupError::Layout(_) | CgroupError::Systemd(_) => None,
+        }
+    }
+}
+
 /// /proc/PID/cgroup: `ID:controllers:path` per hierarchy (`0::path` for v2).
 pub fn parse_proc_cgroup(text: &str) -> Vec<(Vec<String>, String)> {
     text.lines()

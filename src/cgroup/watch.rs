@@ -120,6 +120,15 @@ impl GroupWatch {
         self.swept_at = None;
     }
 
+    /// A write to `path` (a control file or a group) failed: no event will say what the kernel
+    /// holds there, so the group (and its parent's list of subgroups) is read again next time.
+    pub fn failed(&mut self, path: &Path) {
+        self.listing_stale.insert(path.to_path_buf());
+        if let Some(parent) = path.parent() {
+            self.listing_stale.insert(parent.to_path_buf());
+        }
+    }
+
     /// Before a walk: takes in the events since the last one (or forgets everything when the
     /// queue overran or the full sweep is due) and watches dbcage's parent groups.
     pub(super) fn begin(&mut self, parents: &[PathBuf], root_name: &str) {
@@ -307,4 +316,151 @@ fn dir_flags() -> WatchFlags {
         | WatchFlags::DELETE_SELF
         | WatchFlags::MOVE_SELF
         | WatchFlags::ONLYDIR
+}
+
+#[cfg(test)]
+mod tests {
+    //! The watch's bookkeeping on a plain directory tree (tmpfs raises the same events for
+    //! writes, mkdir and rmdir as cgroupfs does; the daemon's test in tests/it does it on the
+    //! kernel's cgroups).
+    use super::*;
+    use crate::cgroup::{read_groups, Snapshot};
+    use std::fs;
+
+    const FILES: [&str; 2] = ["cpu.max", "memory.max"];
+
+    struct Tree {
+        _tmp: tempfile::TempDir,
+        parent: PathBuf,
+        root: PathBuf,
+    }
+
+    fn tree() -> Tree {
+        let tmp = tempfile::Builder::new()
+            .prefix("dbcage-test-watch")
+            .tempdir()
+            .unwrap();
+        let parent = tmp.path().to_path_buf();
+        let root = parent.join("dbcage");
+        for t in ["a", "b"] {
+            for leaf in ["", "limited", "exempt"] {
+                let dir = root.join(t).join(leaf);
+                fs::create_dir_all(&dir).unwrap();
+                for f in FILES {
+                    fs::write(dir.join(f), "max\n").unwrap();
+                }
+            }
+        }
+        Tree {
+            _tmp: tmp,
+            parent,
+            root,
+        }
+    }
+
+    /// One walk as `Snapshot::read_watched` makes it; what it did.
+    fn walk(w: &mut GroupWatch, t: &Tree) -> WatchStats {
+        let before = w.stats;
+        w.begin(std::slice::from_ref(&t.parent), "dbcage");
+        let mut snap = Snapshot::default();
+        read_groups(&t.root, &FILES, &mut snap, Some(w), &mut Vec::new());
+        w.end();
+        WatchStats {
+            read: w.stats.read - before.read,
+            reread_files: w.stats.reread_files - before.reread_files,
+            cached: w.stats.cached - before.cached,
+            overruns: w.stats.overruns - before.overruns,
+            sweeps: w.stats.sweeps - before.sweeps,
+        }
+    }
+
+    fn value<'a>(w: &'a GroupWatch, path: &Path) -> Option<&'a str> {
+        w.files.get(path).map(String::as_str)
+    }
+
+    fn counts(read: u64, reread_files: u64, cached: u64) -> WatchStats {
+        WatchStats {
+            read,
+            reread_files,
+            cached,
+            ..WatchStats::default()
+        }
+    }
+
+    #[test]
+    fn rereads_only_what_changed() {
+        let t = tree();
+        let mut w = GroupWatch::new().unwrap();
+        // root, a, b and their two leaves each
+        assert_eq!(walk(&mut w, &t), counts(7, 0, 0));
+        assert_eq!(w.dirs.len(), 7);
+        assert_eq!(w.watches(), 7);
+        assert_eq!(walk(&mut w, &t), counts(0, 0, 7), "nothing changed");
+
+        // A write in a's group: a and its leaves are read again for their files, the rest not.
+        let a_max = t.root.join("a/cpu.max");
+        fs::write(&a_max, "50000 100000\n").unwrap();
+        assert_eq!(walk(&mut w, &t), counts(0, 3, 4));
+        assert_eq!(value(&w, &a_max), Some("50000 100000\n"));
+        assert_eq!(walk(&mut w, &t), counts(0, 0, 7));
+
+        // A leaf removed: its parent is listed again, the leaf and its files are gone.
+        let gone = t.root.join("b/exempt");
+        for f in FILES {
+            fs::remove_file(gone.join(f)).unwrap();
+        }
+        fs::remove_dir(&gone).unwrap();
+        let s = walk(&mut w, &t);
+        assert_eq!(s.read, 1, "b listed again: {s:?}");
+        assert!(!w.dirs.contains(&gone));
+        assert!(FILES.iter().all(|f| value(&w, &gone.join(f)).is_none()));
+        assert_eq!(w.watches(), 6, "the removed leaf's watch is removed too");
+
+        // A new group: read in full, then from the watch.
+        let new = t.root.join("c");
+        fs::create_dir(&new).unwrap();
+        fs::write(new.join("cpu.max"), "max\n").unwrap();
+        let s = walk(&mut w, &t);
+        assert_eq!(
+            (s.read, s.cached),
+            (2, 5),
+            "root listed again, c read: {s:?}"
+        );
+        assert_eq!(value(&w, &new.join("cpu.max")), Some("max\n"));
+        assert!(value(&w, &new.join("memory.max")).is_none());
+        assert_eq!(walk(&mut w, &t), counts(0, 0, 7));
+
+        // A failed write: that group is read again although no event came.
+        w.failed(&t.root.join("a/limited/cpu.max"));
+        let s = walk(&mut w, &t);
+        assert_eq!((s.read, s.cached), (1, 6), "a/limited read: {s:?}");
+    }
+
+    #[test]
+    fn the_parent_resets_only_for_what_groups_inherit() {
+        let t = tree();
+        let mut w = GroupWatch::new().unwrap();
+        walk(&mut w, &t);
+        // Another tool's group and file beside dbcage's root: no effect.
+        fs::create_dir(t.parent.join("other")).unwrap();
+        fs::write(t.parent.join("cgroup.procs"), "1\n").unwrap();
+        assert_eq!(walk(&mut w, &t), counts(0, 0, 7));
+        // What dbcage's groups inherit from the parent: everything is read again.
+        fs::write(t.parent.join("cgroup.subtree_control"), "+cpu\n").unwrap();
+        assert_eq!(walk(&mut w, &t), counts(7, 0, 0));
+        assert_eq!(walk(&mut w, &t), counts(0, 0, 7));
+        fs::write(t.parent.join("cpuset.cpus"), "0\n").unwrap();
+        assert_eq!(walk(&mut w, &t), counts(7, 0, 0));
+    }
+
+    #[test]
+    fn forgets_everything_on_request_and_keeps_no_watch() {
+        let t = tree();
+        let mut w = GroupWatch::new().unwrap();
+        walk(&mut w, &t);
+        w.forget_all();
+        assert_eq!(w.watches(), 0);
+        assert!(w.dirs.is_empty() && w.files.is_empty());
+        assert_eq!(walk(&mut w, &t), counts(7, 0, 0));
+    }
 }
