@@ -320,9 +320,9 @@ fn dir_flags() -> WatchFlags {
 
 #[cfg(test)]
 mod tests {
-    //! The watch's bookkeeping on a plain directory tree (tmpfs raises the same events for
-    //! writes, mkdir and rmdir as cgroupfs does; the daemon's test in tests/it does it on the
-    //! kernel's cgroups).
+    //! The watch's bookkeeping on a plain directory tree under /tmp (any file system raises
+    //! the events cgroupfs raises for writes, mkdir and rmdir; the daemon's test in tests/it
+    //! runs on the kernel's cgroups).
     use super::*;
     use crate::cgroup::{read_groups, Snapshot};
     use std::fs;
