@@ -21,7 +21,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use serde::Serialize;
 use tracing::{info, warn};
 
-use crate::cgroup::Snapshot;
+use crate::cgroup::{GroupWatch, Snapshot};
 use crate::classify::connector::{self, Connector, ProcEvent, Received, Timed};
 use crate::classify::{self, Classifier, Leaf};
 use crate::engine::{self, Adjustments, Prepared, Scan};
@@ -577,9 +577,7 @@ impl Daemon {
         }
         let outcome = engine::execute(plan);
         if let Some(g) = &self.ctx.groups {
-            g.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .absorb_events_if_due();
+            GroupWatch::lock(g).absorb_events_if_due();
         }
         let _ = self
             .write_hist
@@ -713,7 +711,7 @@ impl Daemon {
             // vanished disk's IO lines, a cpuset the kernel narrowed) are read again next time,
             // everything when an error names no group.
             if let Some(g) = &self.ctx.groups {
-                let mut w = g.lock().unwrap_or_else(|p| p.into_inner());
+                let mut w = GroupWatch::lock(g);
                 for e in &outcome.errors {
                     match e.path() {
                         Some(path) => w.failed(path),
@@ -1338,7 +1336,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     let mut ctx = engine::read_host(loaded, Scan::Rules)?;
     // Plans reread only the groups written since the last one (inotify); without a watch (no
     // inotify instance left for root: fs.inotify.max_user_instances) every plan reads them all.
-    ctx.groups = match crate::cgroup::GroupWatch::new() {
+    ctx.groups = match GroupWatch::new() {
         Ok(w) => Some(Arc::new(std::sync::Mutex::new(w))),
         Err(e) => {
             warn!("cannot watch dbcage's groups (inotify: {e}); every rescan reads all of them");
@@ -1802,8 +1800,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     crate::replication::unpublish(&agent.ctx.loaded.policy.agent.root_name);
     crate::protect::unpublish(&agent.ctx.loaded.policy.agent.root_name);
     if let Some(g) = &agent.ctx.groups {
-        let w = g.lock().unwrap_or_else(|p| p.into_inner());
-        agent.stats.groups = w.stats;
+        agent.stats.groups = GroupWatch::lock(g).stats;
     }
     if let Some(path) = &agent.opts.stats_out {
         let line = serde_json::to_string(&agent.stats)? + "\n";

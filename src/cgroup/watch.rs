@@ -105,6 +105,14 @@ impl GroupWatch {
         })
     }
 
+    /// The daemon's shared watch, locked (a panic elsewhere while it was held leaves nothing
+    /// half-done that matters: at worst a walk reads more than it needed).
+    pub fn lock(shared: &std::sync::Mutex<GroupWatch>) -> std::sync::MutexGuard<'_, GroupWatch> {
+        shared
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Drops every cached reading: the next walk reads everything (watches are made anew).
     pub fn forget_all(&mut self) {
         for wd in self.watched.keys().chain(self.parents.keys()) {
@@ -167,57 +175,51 @@ impl GroupWatch {
         let mut forgotten: HashSet<PathBuf> = HashSet::new();
         let mut parent_changed = false;
         let mut overran = false;
-        loop {
-            let mut reader = inotify::Reader::new(&self.inotify, &mut buf);
-            let mut got = 0;
-            // Until WOULDBLOCK: none left (a read error too: the next walk reads them).
-            while let Ok(ev) = reader.next() {
-                got += 1;
-                let flags = ev.events();
-                if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
-                    overran = true;
-                    continue;
-                }
-                let wd = ev.wd();
-                if let Some(root) = self.parents.get(&wd) {
-                    // Not every event in the parent (on `parent = "root"` it is the hierarchy's
-                    // root, where other tools make their groups and move processes): the root
-                    // made, removed or renamed, and what the groups inherit.
-                    let name = ev.file_name().map(|n| n.to_bytes()).unwrap_or_default();
-                    use std::os::unix::ffi::OsStrExt as _;
-                    parent_changed |= name == root.as_bytes()
-                        || name == b"cgroup.subtree_control"
-                        || name.starts_with(b"cpuset.")
-                        || flags.intersects(ReadFlags::DELETE_SELF | ReadFlags::MOVE_SELF);
-                    continue;
-                }
-                let Some(dir) = self.watched.get(&wd) else {
-                    continue;
-                };
-                if flags.contains(ReadFlags::IGNORED) {
-                    let dir = dir.clone();
-                    self.watched.remove(&wd);
-                    forgotten.insert(dir);
-                    continue;
-                }
-                if flags.intersects(LISTING) {
-                    self.listing_stale.insert(dir.clone());
-                    // A subgroup removed or renamed: its watch and everything below it go (the
-                    // kernel keeps a watched cgroup's inode alive until its watch is removed).
-                    if flags.intersects(ReadFlags::DELETE | ReadFlags::MOVED_FROM) {
-                        if let Some(name) = ev.file_name() {
-                            use std::os::unix::ffi::OsStrExt as _;
-                            let name = std::ffi::OsStr::from_bytes(name.to_bytes());
-                            forgotten.insert(dir.join(name));
-                        }
+        // The reader refills its buffer from the descriptor as it goes.
+        let mut reader = inotify::Reader::new(&self.inotify, &mut buf);
+        // Until WOULDBLOCK: none left (a read error too: the next walk reads them).
+        while let Ok(ev) = reader.next() {
+            let flags = ev.events();
+            if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
+                overran = true;
+                continue;
+            }
+            let wd = ev.wd();
+            if let Some(root) = self.parents.get(&wd) {
+                // Not every event in the parent (on `parent = "root"` it is the hierarchy's
+                // root, where other tools make their groups and move processes): the root
+                // made, removed or renamed, and what the groups inherit.
+                let name = ev.file_name().map(|n| n.to_bytes()).unwrap_or_default();
+                use std::os::unix::ffi::OsStrExt as _;
+                parent_changed |= name == root.as_bytes()
+                    || name == b"cgroup.subtree_control"
+                    || name.starts_with(b"cpuset.")
+                    || flags.intersects(ReadFlags::DELETE_SELF | ReadFlags::MOVE_SELF);
+                continue;
+            }
+            let Some(dir) = self.watched.get(&wd) else {
+                continue;
+            };
+            if flags.contains(ReadFlags::IGNORED) {
+                let dir = dir.clone();
+                self.watched.remove(&wd);
+                forgotten.insert(dir);
+                continue;
+            }
+            if flags.intersects(LISTING) {
+                self.listing_stale.insert(dir.clone());
+                // A subgroup removed or renamed: its watch and everything below it go (the
+                // kernel keeps a watched cgroup's inode alive until its watch is removed).
+                if flags.intersects(ReadFlags::DELETE | ReadFlags::MOVED_FROM) {
+                    if let Some(name) = ev.file_name() {
+                        use std::os::unix::ffi::OsStrExt as _;
+                        let name = std::ffi::OsStr::from_bytes(name.to_bytes());
+                        forgotten.insert(dir.join(name));
                     }
                 }
-                if flags.contains(ReadFlags::MODIFY) && !self.subtree_stale.contains(dir) {
-                    self.subtree_stale.insert(dir.clone());
-                }
             }
-            if got == 0 {
-                break;
+            if flags.contains(ReadFlags::MODIFY) && !self.subtree_stale.contains(dir) {
+                self.subtree_stale.insert(dir.clone());
             }
         }
         if overran {
@@ -267,21 +269,19 @@ impl GroupWatch {
     }
 
     /// Watches a directory about to be read (before its files are read: a write between the
-    /// two is then seen at the next walk). Says whether it is watched.
-    pub(super) fn watch(&mut self, dir: &Path) -> bool {
+    /// two is then seen at the next walk).
+    pub(super) fn watch(&mut self, dir: &Path) {
         if self.dirs.contains(dir) && !self.unwatched.contains(dir) {
-            return true; // watched since its first reading; only its listing was stale
+            return; // watched since its first reading; only its listing was stale
         }
         match inotify::add_watch(&self.inotify, dir, WatchFlags::MODIFY | dir_flags()) {
             Ok(wd) => {
                 self.watched.insert(wd, dir.to_path_buf());
                 self.unwatched.remove(dir);
-                true
             }
             Err(_) => {
                 // ENOSPC (fs.inotify.max_user_watches) or a group gone: read it every time.
                 self.unwatched.insert(dir.to_path_buf());
-                false
             }
         }
     }

@@ -171,10 +171,7 @@ pub fn plan(p: &Prepared, adjust: &Adjustments) -> Result<Plan> {
     let policy = adjust.policy(&p.loaded.policy);
     let placements = policy.matcher.classify(&p.inventory.procs);
     let pids: Vec<u32> = placements.iter().map(|x| x.pid).collect();
-    let mut watch = p
-        .groups
-        .as_ref()
-        .map(|g| g.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    let mut watch = p.groups.as_ref().map(|g| GroupWatch::lock(g));
     let mut snap = Snapshot::read_watched(&p.fs, &p.layout, &pids, watch.as_deref_mut());
     let build = |snap: &Snapshot| {
         plan::build_with(
