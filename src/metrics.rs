@@ -268,7 +268,14 @@ impl Sink for Text004<'_> {
 fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
     let view = shared.view.read().unwrap_or_else(|e| e.into_inner());
     let (policy, layout) = &*view;
-    let sample = status::collect(&shared.fs, layout, policy, &[], None, false);
+    let sample = status::collect(
+        &shared.fs,
+        layout,
+        policy,
+        &[],
+        None,
+        status::Resident::Skip,
+    );
     drop(view);
     fn tenant(t: &status::TenantStatus) -> Labels<'_> {
         vec![("tenant", t.name.as_str())]

@@ -193,17 +193,32 @@ fn io_of(fs: &HostFs, layout: &Layout, tenant: &str) -> Vec<DeviceStatus> {
         .collect()
 }
 
+/// How `collect` finds the memory a tenant's processes hold (`memory_resident_bytes`): summed
+/// from every member's smaps_rollup, which walks the process's page tables (an SGA mapped by a
+/// thousand processes is walked a thousand times; at 1,000 tenants of three small processes it
+/// was a quarter of `status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resident {
+    /// Not read (`top`, the metrics, the first of two samples).
+    Skip,
+    /// Every tenant's (`status --json`).
+    Every,
+    /// Only where it can be clearly above the charge (`charged_below_resident`), the one place
+    /// the text view shows it: members' summed Rss (statm, no walk) is never below their summed
+    /// Pss, so a tenant whose Rss stays within the charge's margin is not walked.
+    AboveCharge,
+}
+
 /// Reads one sample. `procs` (a /proc scan) is needed only to list members with their rule.
-/// With `resident_bytes`, `memory_resident_bytes` is summed from every member's smaps_rollup, which
-/// walks the process's page tables (an SGA mapped by a thousand processes is walked a thousand
-/// times): only `status` shows it, and only from its last sample.
+/// `resident` says whose `memory_resident_bytes` are summed (`status` shows it from its last
+/// sample only).
 pub fn collect(
     fs: &HostFs,
     layout: &Layout,
     policy: &Policy,
     only: &[String],
     procs: Option<&[ProcInfo]>,
-    resident_bytes: bool,
+    resident: Resident,
 ) -> Sample {
     let at = Instant::now();
     // pid → (process, placement), for listing members with the rule that placed them.
@@ -255,9 +270,10 @@ pub fn collect(
                 .cloned()
         };
         let h_procs = h_of(Controller::Io).or(h_of(Controller::Cpu)).unwrap_or(0);
+        let (memory, memory_limit_bytes) = layout.tenant_memory(&t.name);
         let mut members = Vec::new();
         let mut count = 0;
-        let mut resident: Option<u64> = None;
+        let mut member_pids = Vec::new();
         // numa_maps walks page tables, so it is read only for a tenant held to some nodes
         let own_nodes = layout
             .tenant_mems(&t.name)
@@ -274,12 +290,10 @@ pub fn collect(
                 .flat_map(|dir| cgroup::procs_in(dir))
                 .collect();
             count += pids.len();
+            if resident != Resident::Skip {
+                member_pids.extend_from_slice(&pids);
+            }
             for pid in &pids {
-                if resident_bytes {
-                    if let Some(pss) = proportional_set_size(fs, *pid) {
-                        *resident.get_or_insert(0) += pss;
-                    }
-                }
                 if own_nodes.is_some() {
                     if let Ok(text) = fs.read_to_string(format!("/proc/{pid}/numa_maps")) {
                         for (n, b) in crate::inventory::numa::parse_numa_maps(&text) {
@@ -338,7 +352,20 @@ pub fn collect(
         };
 
         let (cpu, cpu_quota_cores) = layout.tenant_cpu(&t.name);
-        let (memory, memory_limit_bytes) = layout.tenant_memory(&t.name);
+        let resident = match resident {
+            Resident::Skip => None,
+            Resident::Every => resident_of(fs, &member_pids),
+            Resident::AboveCharge => memory
+                .current_bytes
+                .filter(|charged| {
+                    let rss: u64 = member_pids
+                        .iter()
+                        .filter_map(|pid| cgroup::resident_set_size(fs, *pid))
+                        .sum();
+                    rss > above_charge(*charged)
+                })
+                .and_then(|_| resident_of(fs, &member_pids)),
+        };
         let memory_high_bytes = layout.tenant_memory_high(&t.name);
         let pressure = layout.tenant_pressure(&t.name);
         let protection = layout.tenant_io_protection(&t.name);
@@ -391,6 +418,13 @@ pub fn collect(
     Sample { at, tenants }
 }
 
+/// The members' summed Pss; `None` when none could be read.
+fn resident_of(fs: &HostFs, pids: &[u32]) -> Option<u64> {
+    pids.iter()
+        .filter_map(|pid| proportional_set_size(fs, *pid))
+        .reduce(|a, b| a + b)
+}
+
 /// A process's proportional set size in bytes (`Pss:` of /proc/PID/smaps_rollup); `None` when it
 /// is gone or unreadable.
 pub fn proportional_set_size(fs: &HostFs, pid: u32) -> Option<u64> {
@@ -424,9 +458,14 @@ pub fn parse_pss(text: &str) -> Option<u64> {
 /// does not bind it.
 pub fn charged_below_resident(t: &TenantStatus) -> bool {
     match (t.memory.current_bytes, t.memory_resident_bytes) {
-        (Some(charged), Some(resident)) => resident > charged + (charged / 4).max(16 << 20),
+        (Some(charged), Some(resident)) => resident > above_charge(charged),
         _ => false,
     }
+}
+
+/// The resident memory above which a charge counts as clearly below it.
+fn above_charge(charged: u64) -> u64 {
+    charged + (charged / 4).max(16 << 20)
 }
 
 /// A counter's rate over `dt` seconds; `None` if it went backwards (the group was recreated).

@@ -348,12 +348,12 @@ pub fn run(
         };
         let mut latency_source: Option<LatencySource> = None;
         let mut latencies = Latencies::new();
-        let mut prev = status::collect(fs, layout, policy, &[], None, false);
+        let mut prev = status::collect(fs, layout, policy, &[], None, status::Resident::Skip);
         let mut cur = prev.clone();
         let mut next = Instant::now();
         loop {
             if Instant::now() >= next {
-                let mut s = status::collect(fs, layout, policy, &[], None, false);
+                let mut s = status::collect(fs, layout, policy, &[], None, status::Resident::Skip);
                 status::with_rates(&prev, &mut s);
                 prev = s.clone();
                 if let Some(src) = &mut latency_source {

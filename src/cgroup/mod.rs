@@ -646,15 +646,8 @@ impl Snapshot {
                 continue;
             };
             snap.proc_dirs.insert(pid, dirs);
-            let dir = fs.proc().join(pid.to_string());
-            if let Ok(statm) = crate::hostfs::read_text(dir.join("statm")) {
-                if let Some(pages) = statm
-                    .split_whitespace()
-                    .nth(1)
-                    .and_then(|v| v.parse::<u64>().ok())
-                {
-                    snap.proc_rss.insert(pid, pages * page_size());
-                }
+            if let Some(rss) = resident_set_size(fs, pid) {
+                snap.proc_rss.insert(pid, rss);
             }
         }
         snap
@@ -736,6 +729,14 @@ pub fn is_io_limit_file(path: &Path) -> bool {
     path.file_name()
         .and_then(|f| f.to_str())
         .is_some_and(|f| v1::IO_LIMIT_FILES.contains(&f) || f == v2::IO_MAX)
+}
+
+/// A process's resident set size in bytes (the second field of /proc/PID/statm, in pages):
+/// counted without walking its page tables, shared pages in full. `None` when it is gone.
+pub fn resident_set_size(fs: &HostFs, pid: u32) -> Option<u64> {
+    let statm = crate::hostfs::read_text(fs.proc().join(pid.to_string()).join("statm")).ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * page_size())
 }
 
 pub fn page_size() -> u64 {

@@ -218,10 +218,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             &mut out,
         ),
         Command::Top { interval } => {
-            let (loaded, layout, fs) = layout_or_running(&config)?;
-            let socket = cli.socket.clone();
-            let daemon = || ask_daemon(&config, socket.as_deref()).0.to_string();
-            crate::top::run(&fs, &layout, &loaded.policy, interval, &daemon)?;
+            let view = layout_or_running(&config)?;
+            let (policy, socket) = (&view.loaded.policy, cli.socket.as_deref());
+            let daemon = || ask_daemon(&policy.agent.root_name, socket).0.to_string();
+            crate::top::run(&view.fs, &view.layout, policy, interval, &daemon)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Release { tenants, all } => {
@@ -361,6 +361,16 @@ fn lenient_root(config: &Path) -> String {
     root
 }
 
+/// What `status` and `top` read: the policy, its layout, the host, and the overrides the files
+/// and the clock give (persisted `set` values, schedule windows open now), shown when no daemon
+/// answers with the overrides it has in force.
+struct ReadView {
+    loaded: policy::Loaded,
+    layout: cgroup::Layout,
+    fs: HostFs,
+    file_overrides: Vec<crate::control::OverrideInfo>,
+}
+
 /// The policy, layout and host for `status` and `top`. When the files on disk do not validate
 /// while a daemon runs, these show what the daemon runs (the policy it published, see
 /// `agent`), with a warning, rather than nothing: the operator needs the running state most when
@@ -368,20 +378,29 @@ fn lenient_root(config: &Path) -> String {
 ///
 /// Under systemd the layout also names the units each tenant's limits and usage are read from
 /// (`Layout::units`); when they cannot be found, a warning says why.
-fn layout_or_running(config: &PolicyPath) -> Result<(policy::Loaded, cgroup::Layout, HostFs)> {
-    let (loaded, mut layout, fs) = policy_and_layout(config)?;
-    match engine::tenant_units(&loaded, &fs) {
-        Ok(units) => layout.units = units,
+fn layout_or_running(config: &PolicyPath) -> Result<ReadView> {
+    let mut view = policy_and_layout(config)?;
+    match engine::tenant_units(&view.loaded, &view.fs) {
+        Ok(units) => view.layout.units = units,
         Err(e) => eprintln!(
             "warning: cannot find the systemd units that govern the tenants ({e:#}); their limits and usage are not shown"
         ),
     }
-    Ok((loaded, layout, fs))
+    Ok(view)
 }
 
-fn policy_and_layout(config: &PolicyPath) -> Result<(policy::Loaded, cgroup::Layout, HostFs)> {
-    let disk = match engine::layout_for(config) {
-        Ok(x) => return Ok(x),
+/// The policy is read once here (at 1,000 tenants a read is ~130 ms of CPU): the overrides the
+/// files give come from the same reading.
+fn policy_and_layout(config: &PolicyPath) -> Result<ReadView> {
+    let disk = match engine::live_layout_for(config) {
+        Ok((live, loaded, layout, fs)) => {
+            return Ok(ReadView {
+                file_overrides: live.overrides(&loaded.policy),
+                loaded,
+                layout,
+                fs,
+            })
+        }
         Err(e) => e,
     };
     let Some(errors) = disk.downcast_ref::<PolicyErrors>() else {
@@ -399,17 +418,20 @@ fn policy_and_layout(config: &PolicyPath) -> Result<(policy::Loaded, cgroup::Lay
     ) else {
         return Err(disk);
     };
-    let fs = HostFs::default();
-    let mounts = inventory::MountTable::read(&fs).context("reading /proc/self/mountinfo")?;
-    let setup = cgroup::Setup::detect(&fs, &mounts)?;
-    let layout = cgroup::Layout::new(setup, &loaded.policy.agent)?;
+    let (layout, fs) = engine::layout_of(&loaded)?;
     let n = errors.0.len();
     eprintln!(
         "warning: the policy files on disk do not validate ({}; `dbcage check` lists {}, and a reload would be refused); shown: the policy the running daemon uses",
         crate::units::count(n, "error", "errors"),
         if n == 1 { "it" } else { "them" }
     );
-    Ok((loaded, layout, fs))
+    // The daemon that published this policy answers with its own overrides.
+    Ok(ReadView {
+        loaded,
+        layout,
+        fs,
+        file_overrides: Vec::new(),
+    })
 }
 
 /// `set` and `reload`: send the request to the daemon (or, with `--direct`, apply it here).
@@ -558,8 +580,8 @@ fn show_status(
     args: &StatusArgs,
     out: &mut impl std::io::Write,
 ) -> Result<ExitCode> {
-    let (loaded, layout, fs) = layout_or_running(config)?;
-    let policy = &loaded.policy;
+    let view = layout_or_running(config)?;
+    let (policy, layout, fs) = (&view.loaded.policy, &view.layout, &view.fs);
     for name in &args.only {
         if !policy.tenants.iter().any(|t| &t.name == name) {
             return Err(
@@ -568,31 +590,42 @@ fn show_status(
         }
     }
     let procs = if args.verbose {
-        policy.refresh_pid_files(&fs);
-        Some(inventory::procs::scan(&fs)?)
+        policy.refresh_pid_files(fs);
+        Some(inventory::procs::scan(fs)?)
     } else {
         None
     };
-    // What processes hold (smaps_rollup) is shown from the last sample only.
+    // What processes hold (smaps_rollup) is shown from the last sample only, and in the text
+    // view only where it is clearly above the charge.
+    let resident = if args.json {
+        status::Resident::Every
+    } else {
+        status::Resident::AboveCharge
+    };
     let one_sample = args.interval.is_zero();
     let mut sample = status::collect(
-        &fs,
-        &layout,
+        fs,
+        layout,
         policy,
         &args.only,
         procs.as_deref(),
-        one_sample,
+        if one_sample {
+            resident
+        } else {
+            status::Resident::Skip
+        },
     );
     if !one_sample {
         std::thread::sleep(args.interval);
         let first = sample;
-        sample = status::collect(&fs, &layout, policy, &args.only, procs.as_deref(), true);
+        sample = status::collect(fs, layout, policy, &args.only, procs.as_deref(), resident);
         status::with_rates(&first, &mut sample);
     }
     let write_note = layout.setup.write_limits_pass_buffered_writes()
         && policy.tenants.iter().any(|t| t.sets_write_limits());
-    let (daemon, overrides) = ask_daemon(config, args.socket.as_deref());
+    let (daemon, overrides) = ask_daemon(&policy.agent.root_name, args.socket.as_deref());
     let overrides: Vec<_> = overrides
+        .unwrap_or(view.file_overrides)
         .into_iter()
         .filter(|o| args.only.is_empty() || args.only.contains(&o.tenant))
         .collect();
@@ -641,18 +674,18 @@ fn show_status(
     Ok(ExitCode::SUCCESS)
 }
 
-/// One request to the daemon for `status`: its health and the overrides it has in force.
-/// Without an answer, the overrides are those the files and the clock give (persisted `set`
-/// values, schedule windows open now).
+/// One request to the daemon for `status` and `top`: its health and the overrides it has in
+/// force (`None` when no daemon answered). The socket is `--socket` or the one of the policy's
+/// `agent.root` (the policy is read already: no second reading for the root).
 fn ask_daemon(
-    config: &PolicyPath,
+    root: &str,
     socket: Option<&Path>,
-) -> (DaemonState, Vec<crate::control::OverrideInfo>) {
+) -> (DaemonState, Option<Vec<crate::control::OverrideInfo>>) {
     use crate::control::{client, Op, Request};
-    let path = socket_for(config, socket);
+    let path = socket.map_or_else(|| crate::control::socket_path(root), Path::to_path_buf);
     let state = match client::send(&path, &Request::new(Op::Health {})) {
         Ok(r) => match r.daemon {
-            Some(h) if r.ok => return (DaemonState::Running(h), r.overrides),
+            Some(h) if r.ok => return (DaemonState::Running(h), Some(r.overrides)),
             // A daemon from before `health` refuses it as unknown.
             _ => DaemonState::Unknown {
                 reason: format!(
@@ -669,11 +702,7 @@ fn ask_daemon(
             reason: e.to_string(),
         },
     };
-    let overrides = match crate::control::Live::load(config) {
-        Ok((live, loaded)) => live.overrides(&loaded.policy),
-        Err(_) => Vec::new(),
-    };
-    (state, overrides)
+    (state, None)
 }
 
 /// Creates the tenant's groups and limits if needed (without moving anyone else), puts this

@@ -144,12 +144,25 @@ pub fn read_host(loaded: Loaded, scan: Scan) -> Result<Prepared> {
 /// The policy and the cgroup layout, without the host scan `prepare` does (for commands that
 /// only read the cgroups: `status`, `top`, `release`).
 pub fn layout_for(config: &PolicyPath) -> Result<(Loaded, Layout, HostFs)> {
+    let (_, loaded, layout, fs) = live_layout_for(config)?;
+    Ok((loaded, layout, fs))
+}
+
+/// `layout_for`, with the state the policy was read in (the schedule windows open now), for
+/// readers that also show the overrides in force.
+pub fn live_layout_for(config: &PolicyPath) -> Result<(live::Live, Loaded, Layout, HostFs)> {
+    let (live, loaded) = live::Live::load(config)?;
+    let (layout, fs) = layout_of(&loaded)?;
+    Ok((live, loaded, layout, fs))
+}
+
+/// The cgroup layout of a policy already loaded, from this host's mounts.
+pub fn layout_of(loaded: &Loaded) -> Result<(Layout, HostFs)> {
     let fs = HostFs::default();
-    let loaded = load_policy(config)?;
     let mounts = inventory::MountTable::read(&fs).context("reading /proc/self/mountinfo")?;
     let setup = Setup::detect(&fs, &mounts)?;
     let layout = Layout::new(setup, &loaded.policy.agent)?;
-    Ok((loaded, layout, fs))
+    Ok((layout, fs))
 }
 
 /// For the readers (`status`, `top`): under systemd, the units that govern each tenant

@@ -384,6 +384,50 @@ pub struct Pattern(Arc<PatternInner>);
 struct PatternInner {
     text: String,
     compiled: OnceLock<Regex>,
+    shape: PatternShape,
+}
+
+/// What proving that one pattern's matches are all another's needs (`validate::overlaps`),
+/// worked out from the parse that validated the pattern: parsing each pattern again for the
+/// check was a fifth of reading a policy of 1,000 tenants.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct PatternShape {
+    /// As the broad side: no end anchor, word boundary or other look-around but `^`.
+    pub may_imply: bool,
+    /// As the narrow side: anchored at the start, the literal prefixes every match begins with
+    /// (None when there are none, or one is empty or not UTF-8: then nothing is proven).
+    pub prefixes: Option<Vec<String>>,
+}
+
+impl PatternShape {
+    fn of(hir: &regex_syntax::hir::Hir) -> PatternShape {
+        use regex_syntax::hir::literal::{ExtractKind, Extractor};
+        use regex_syntax::hir::Look;
+        let may_imply = hir.properties().look_set().remove(Look::Start).is_empty();
+        let prefixes = hir
+            .properties()
+            .look_set_prefix()
+            .contains(Look::Start)
+            .then(|| Extractor::new().kind(ExtractKind::Prefix).extract(hir))
+            .and_then(|seq| {
+                let lits = seq.literals()?;
+                if lits.is_empty() {
+                    return None;
+                }
+                lits.iter()
+                    .map(|l| {
+                        std::str::from_utf8(l.as_bytes())
+                            .ok()
+                            .filter(|s| !s.is_empty())
+                            .map(str::to_string)
+                    })
+                    .collect()
+            });
+        PatternShape {
+            may_imply,
+            prefixes,
+        }
+    }
 }
 
 /// The NFA size limit of `regex::RegexBuilder`'s default, which a pattern must stay within.
@@ -407,11 +451,16 @@ impl Pattern {
         Ok(Pattern(Arc::new(PatternInner {
             text: text.to_string(),
             compiled: OnceLock::new(),
+            shape: PatternShape::of(&hir),
         })))
     }
 
     pub fn as_str(&self) -> &str {
         &self.0.text
+    }
+
+    pub(crate) fn shape(&self) -> &PatternShape {
+        &self.0.shape
     }
 
     /// Matches this pattern alone (compiled on first use).

@@ -6,13 +6,14 @@
 //! the cases `shadows` knows, not every regex's).
 //!
 //! A broad rule can cover a narrow one only if every field it sets, the narrow one sets too, to
-//! the same value (exe, user, group, pid file, systemd unit) or to a regex it implies. So the broad side is
-//! indexed by which fields a rule sets and by the values of its plain fields (a *bucket*), and
-//! within a bucket by the text of one regex field and, for implication, by one `RegexSet` over
-//! the bucket's patterns that may imply others; each narrow rule then looks up the buckets of
-//! the subsets of its own fields (at most 128). Each pattern is parsed once. Comparing every pair
-//! (and parsing both regexes per pair) cost `dbcage check` 14 s of CPU (release build; 190 s in a
-//! debug one) for 1,000 tenants of two rules each; the whole check now takes 0.11 s.
+//! the same value (exe, user, group, pid file, systemd unit) or to a regex it implies. So the
+//! broad side is indexed by which fields a rule sets and by the values of its plain fields (a
+//! *bucket*), and within a bucket by the text of one regex field and, for implication, by one
+//! `RegexSet` over the bucket's patterns that may imply others; each narrow rule then looks up
+//! the buckets of the subsets of its own fields (at most 128). What the proof needs of a pattern
+//! comes from the parse that validated it (`PatternShape`). Comparing every pair (and parsing
+//! both regexes per pair) cost `dbcage check` 14 s of CPU (release build; 190 s in a debug one)
+//! for 1,000 tenants of two rules each; the whole check now takes 0.11 s.
 
 use std::cell::OnceCell;
 use std::collections::{HashMap, HashSet};
@@ -20,7 +21,7 @@ use std::path::Path;
 
 use regex::{Regex, RegexSet, RegexSetBuilder};
 
-use super::super::{Pattern, Problem, Rule, Tenant};
+use super::super::{Pattern, PatternShape, Problem, Rule, Tenant};
 use super::Ctx;
 
 const EXE: u8 = 1;
@@ -92,50 +93,6 @@ fn indexed_field(mask: u8) -> Option<fn(&Rule) -> Option<&Pattern>> {
     }
 }
 
-/// What `regex_implies` needs to know of one pattern, worked out once per pattern text.
-#[derive(Debug, Default)]
-struct Analysis {
-    /// As the broad side: no end anchor, word boundary or other look-around but `^`.
-    may_imply: bool,
-    /// As the narrow side: anchored at the start, the literal prefixes every match begins with
-    /// (None when there are none, or one is empty or not UTF-8: then nothing is proven).
-    prefixes: Option<Vec<String>>,
-}
-
-impl Analysis {
-    fn of(text: &str) -> Analysis {
-        use regex_syntax::hir::literal::{ExtractKind, Extractor};
-        use regex_syntax::hir::Look;
-        let Ok(hir) = regex_syntax::Parser::new().parse(text) else {
-            return Analysis::default();
-        };
-        let may_imply = hir.properties().look_set().remove(Look::Start).is_empty();
-        let prefixes = hir
-            .properties()
-            .look_set_prefix()
-            .contains(Look::Start)
-            .then(|| Extractor::new().kind(ExtractKind::Prefix).extract(&hir))
-            .and_then(|seq| {
-                let lits = seq.literals()?;
-                if lits.is_empty() {
-                    return None;
-                }
-                lits.iter()
-                    .map(|l| {
-                        std::str::from_utf8(l.as_bytes())
-                            .ok()
-                            .filter(|s| !s.is_empty())
-                            .map(str::to_string)
-                    })
-                    .collect()
-            });
-        Analysis {
-            may_imply,
-            prefixes,
-        }
-    }
-}
-
 /// True when every text `narrow` matches is matched by `broad`, proven this way: `narrow` is
 /// anchored at the start, so every text it matches begins with one of its literal prefixes
 /// (`^postgres: walwriter` → `postgres: walwriter`); `broad` has no end anchor or word boundary,
@@ -144,16 +101,14 @@ impl Analysis {
 #[cfg(test)]
 pub(super) fn regex_implies(broad: &Pattern, narrow: &Pattern) -> bool {
     let mut regexes = Regexes::default();
-    implies(
-        &Analysis::of(broad.as_str()),
-        &Analysis::of(narrow.as_str()),
-        |s| regexes.is_match(broad.as_str(), s),
-    )
+    implies(broad.shape(), narrow.shape(), |s| {
+        regexes.is_match(broad.as_str(), s)
+    })
 }
 
 fn implies(
-    broad: &Analysis,
-    narrow: &Analysis,
+    broad: &PatternShape,
+    narrow: &PatternShape,
     mut broad_matches: impl FnMut(&str) -> bool,
 ) -> bool {
     broad.may_imply
@@ -203,7 +158,6 @@ struct Entry<'a> {
 struct Index<'a> {
     entries: Vec<Entry<'a>>,
     buckets: HashMap<BucketKey<'a>, Bucket>,
-    analyses: HashMap<&'a str, Analysis>,
     regexes: Regexes,
 }
 
@@ -211,17 +165,11 @@ impl<'a> Index<'a> {
     fn new(tenants: &'a [Tenant]) -> Index<'a> {
         let mut entries = Vec::new();
         let mut buckets: HashMap<BucketKey, Bucket> = HashMap::new();
-        let mut analyses = HashMap::new();
         for (tenant, t) in tenants.iter().enumerate() {
             for (pos, rule) in t.rules.iter().chain(&t.exempt).enumerate() {
                 // `within_tenant` rules claim nothing: they neither cover nor repeat another.
                 if rule.within_tenant {
                     continue;
-                }
-                for p in [&rule.cmdline, &rule.comm].into_iter().flatten() {
-                    analyses
-                        .entry(p.as_str())
-                        .or_insert_with(|| Analysis::of(p.as_str()));
                 }
                 let e = entries.len();
                 entries.push(Entry { tenant, pos, rule });
@@ -241,7 +189,7 @@ impl<'a> Index<'a> {
                         .entry(p.as_str().to_string())
                         .or_default()
                         .push(e);
-                    if analyses[p.as_str()].may_imply {
+                    if p.shape().may_imply {
                         bucket.implying.push(e);
                     }
                 }
@@ -250,7 +198,6 @@ impl<'a> Index<'a> {
         Index {
             entries,
             buckets,
-            analyses,
             regexes: Regexes::default(),
         }
     }
@@ -270,7 +217,7 @@ impl<'a> Index<'a> {
                     Some(field) => {
                         let p = field(narrow).expect("the mask is a subset of its fields");
                         out.extend(b.by_text.get(p.as_str()).into_iter().flatten());
-                        if let Some(lits) = &self.analyses[p.as_str()].prefixes {
+                        if let Some(lits) = &p.shape().prefixes {
                             out.extend(self.implying(b, field, lits));
                         }
                     }
@@ -355,11 +302,9 @@ impl<'a> Index<'a> {
             (Some(_), None) => false,
             (Some(b), Some(n)) => {
                 b.as_str() == n.as_str()
-                    || implies(
-                        &self.analyses[b.as_str()],
-                        &self.analyses[n.as_str()],
-                        |s| self.regexes.is_match(b.as_str(), s),
-                    )
+                    || implies(b.shape(), n.shape(), |s| {
+                        self.regexes.is_match(b.as_str(), s)
+                    })
             }
         })
     }
