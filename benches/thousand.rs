@@ -10,7 +10,8 @@
 //! own memory cgroup), forks `--per-tenant` sleepers per tenant named `oracleTNNNN` (their `comm`
 //! rule matches) and idle sleepers (`dbcage-test-idl`) up to each `--procs` total, then for each
 //! build, alternating, `--runs` times: `apply` (the first apply of the run does the work; the
-//! timed ones have nothing to do), `status`, and a daemon (`dbcage run`) whose metrics endpoint
+//! timed ones have nothing to do), `status --interval 0` (one sample: the default interval
+//! sleeps 1 s between two), and a daemon (`dbcage run`) whose metrics endpoint
 //! is scraped over HTTP and whose rescans (`--rescan-interval 1s`) are counted by its own
 //! `dbcage_rescans` counter. CPU is user+system: of the command (`getrusage` of the waited
 //! child), or of the daemon over all its threads (`/proc/PID/stat`, 10-ms ticks: hence several
@@ -524,7 +525,7 @@ fn main() {
         for run in 1..=runs {
             for (name, bin) in &builds {
                 let apply = timed(bin, &fx.policy, &["apply"]);
-                let status = timed(bin, &fx.policy, &["status"]);
+                let status = timed(bin, &fx.policy, &["status", "--interval", "0"]);
                 let d = daemon(&mut fx, bin, 5, Duration::from_secs(window));
                 println!(
                     "{level:>7} {name:>5} {run:>3}  {:>6.0} / {:>5.0} {:>6.0} / {:>5.0} {:>6.1} / {:>5.1} {:>9.0} {:>14.1} {:>10} {:>8.1}",

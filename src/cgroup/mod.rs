@@ -618,16 +618,45 @@ impl Snapshot {
             w.begin(&layout.parents, &layout.root_name);
         }
         let mut buf = Vec::with_capacity(4096);
+        let walks: Vec<(PathBuf, Vec<&'static str>)> = (layout.setup.hierarchies.iter())
+            .enumerate()
+            .map(|(h, hier)| {
+                let files = hier.driver().managed_files(&hier.controllers);
+                (layout.root_dir(h), files)
+            })
+            .collect();
+        match watch.as_deref_mut() {
+            Some(w) => {
+                for (root, files) in &walks {
+                    read_groups(root, files, &mut snap, Some(&mut *w), &mut buf);
+                }
+            }
+            // A command's one reading (`apply`, `plan`): the hierarchies' walks are all
+            // syscalls and share nothing, so two threads halve the wall time (1,000 tenants on
+            // v1: 12,000 groups in four hierarchies, ~380 ms of CPU).
+            None => {
+                let (first, second) = walks.split_at(walks.len().div_ceil(2));
+                let walk = |part: &[(PathBuf, Vec<&'static str>)], snap: &mut Snapshot| {
+                    let mut buf = Vec::with_capacity(4096);
+                    for (root, files) in part {
+                        read_groups(root, files, snap, None, &mut buf);
+                    }
+                };
+                let other = std::thread::scope(|s| {
+                    let other = s.spawn(|| {
+                        let mut part = Snapshot::default();
+                        walk(second, &mut part);
+                        part
+                    });
+                    walk(first, &mut snap);
+                    other.join().expect("cgroup reader thread")
+                });
+                snap.dirs.extend(other.dirs);
+                snap.files.extend(other.files);
+            }
+        }
         for (h, hier) in layout.setup.hierarchies.iter().enumerate() {
             let driver = hier.driver();
-            let files = driver.managed_files(&hier.controllers);
-            read_groups(
-                &layout.root_dir(h),
-                &files,
-                &mut snap,
-                watch.as_deref_mut(),
-                &mut buf,
-            );
             driver.read_parent(&layout.parents[h], &hier.controllers, &mut snap);
             driver.read_hierarchy_root(hier, &mut snap);
         }
@@ -641,12 +670,31 @@ impl Snapshot {
             snap.files = files;
             snap.dirs = std::mem::take(&mut w.dirs);
         }
-        for &pid in pids {
-            let Some(dirs) = proc_group_dirs(fs, layout, pid) else {
-                continue;
-            };
+        // Each process's groups and resident memory (/proc/PID/cgroup and statm, ~40 us a
+        // process): in two threads once there are many.
+        type Placed = (u32, Vec<Option<PathBuf>>, Option<u64>);
+        let read = |pids: &[u32]| -> Vec<Placed> {
+            pids.iter()
+                .filter_map(|&pid| {
+                    let dirs = proc_group_dirs(fs, layout, pid)?;
+                    Some((pid, dirs, resident_set_size(fs, pid)))
+                })
+                .collect()
+        };
+        let placed = if pids.len() >= 512 {
+            let (a, b) = pids.split_at(pids.len() / 2);
+            std::thread::scope(|s| {
+                let second = s.spawn(|| read(b));
+                let mut first = read(a);
+                first.extend(second.join().expect("process reader thread"));
+                first
+            })
+        } else {
+            read(pids)
+        };
+        for (pid, dirs, rss) in placed {
             snap.proc_dirs.insert(pid, dirs);
-            if let Some(rss) = resident_set_size(fs, pid) {
+            if let Some(rss) = rss {
                 snap.proc_rss.insert(pid, rss);
             }
         }
