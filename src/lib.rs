@@ -27,6 +27,7 @@ pub mod replication;
 pub mod rundir;
 pub mod status;
 pub mod systemd;
+pub mod threads;
 pub mod top;
 pub mod unitname;
 pub mod units;

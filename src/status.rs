@@ -352,20 +352,17 @@ pub fn collect(
         };
 
         let (cpu, cpu_quota_cores) = layout.tenant_cpu(&t.name);
-        let resident = match resident {
-            Resident::Skip => None,
-            Resident::Every => resident_of(fs, &member_pids),
-            Resident::AboveCharge => memory
-                .current_bytes
-                .filter(|charged| {
-                    let rss: u64 = member_pids
-                        .iter()
-                        .filter_map(|pid| cgroup::resident_set_size(fs, *pid))
-                        .sum();
-                    rss > above_charge(*charged)
-                })
-                .and_then(|_| resident_of(fs, &member_pids)),
+        let walk = match resident {
+            Resident::Skip => false,
+            Resident::Every => true,
+            Resident::AboveCharge => memory.current_bytes.is_some_and(|charged| {
+                let rss: u64 = (member_pids.iter())
+                    .filter_map(|pid| cgroup::resident_set_size(fs, *pid))
+                    .sum();
+                rss > above_charge(charged)
+            }),
         };
+        let resident_bytes = walk.then(|| resident_of(fs, &member_pids)).flatten();
         let memory_high_bytes = layout.tenant_memory_high(&t.name);
         let pressure = layout.tenant_pressure(&t.name);
         let protection = layout.tenant_io_protection(&t.name);
@@ -383,7 +380,7 @@ pub fn collect(
             memory,
             memory_limit_bytes,
             memory_high_bytes,
-            memory_resident_bytes: resident,
+            memory_resident_bytes: resident_bytes,
             io_weight: protection.weight,
             io_latency_target_us: protection
                 .latency_us
@@ -401,20 +398,9 @@ pub fn collect(
         status.at_limit = at_limit(&status);
         status
     };
-    // Reading a tenant is some twenty small kernel files; with many tenants, two threads
-    // halve the wall time of a scrape (the work is all syscalls, no shared state).
-    let tenants = if selected.len() >= 8 {
-        let half = selected.len().div_ceil(2);
-        let (a, b) = selected.split_at(half);
-        std::thread::scope(|s| {
-            let second = s.spawn(|| b.iter().copied().map(one).collect::<Vec<_>>());
-            let mut first: Vec<TenantStatus> = a.iter().copied().map(one).collect();
-            first.extend(second.join().expect("status reader thread"));
-            first
-        })
-    } else {
-        selected.into_iter().map(one).collect()
-    };
+    // Reading a tenant is some twenty small kernel files.
+    let tenants =
+        crate::threads::in_two(&selected, 8, |part| part.iter().copied().map(one).collect());
     Sample { at, tenants }
 }
 

@@ -617,42 +617,36 @@ impl Snapshot {
         if let Some(w) = watch.as_deref_mut() {
             w.begin(&layout.parents, &layout.root_name);
         }
-        let mut buf = Vec::with_capacity(4096);
         let walks: Vec<(PathBuf, Vec<&'static str>)> = (layout.setup.hierarchies.iter())
             .enumerate()
             .map(|(h, hier)| {
-                let files = hier.driver().managed_files(&hier.controllers);
-                (layout.root_dir(h), files)
+                (
+                    layout.root_dir(h),
+                    hier.driver().managed_files(&hier.controllers),
+                )
             })
             .collect();
         match watch.as_deref_mut() {
             Some(w) => {
+                let mut buf = Vec::with_capacity(4096);
                 for (root, files) in &walks {
                     read_groups(root, files, &mut snap, Some(&mut *w), &mut buf);
                 }
             }
-            // A command's one reading (`apply`, `plan`): the hierarchies' walks are all
-            // syscalls and share nothing, so two threads halve the wall time (1,000 tenants on
-            // v1: 12,000 groups in four hierarchies, ~380 ms of CPU).
+            // A command's one reading (`apply`, `plan`): the hierarchies' walks in two threads
+            // (1,000 tenants on v1: 12,000 groups in four hierarchies, ~380 ms of CPU).
             None => {
-                let (first, second) = walks.split_at(walks.len().div_ceil(2));
-                let walk = |part: &[(PathBuf, Vec<&'static str>)], snap: &mut Snapshot| {
-                    let mut buf = Vec::with_capacity(4096);
+                let parts = crate::threads::in_two(&walks, 2, |part| {
+                    let (mut read, mut buf) = (Snapshot::default(), Vec::with_capacity(4096));
                     for (root, files) in part {
-                        read_groups(root, files, snap, None, &mut buf);
+                        read_groups(root, files, &mut read, None, &mut buf);
                     }
-                };
-                let other = std::thread::scope(|s| {
-                    let other = s.spawn(|| {
-                        let mut part = Snapshot::default();
-                        walk(second, &mut part);
-                        part
-                    });
-                    walk(first, &mut snap);
-                    other.join().expect("cgroup reader thread")
+                    vec![read]
                 });
-                snap.dirs.extend(other.dirs);
-                snap.files.extend(other.files);
+                for part in parts {
+                    snap.dirs.extend(part.dirs);
+                    snap.files.extend(part.files);
+                }
             }
         }
         for (h, hier) in layout.setup.hierarchies.iter().enumerate() {
@@ -671,27 +665,15 @@ impl Snapshot {
             snap.dirs = std::mem::take(&mut w.dirs);
         }
         // Each process's groups and resident memory (/proc/PID/cgroup and statm, ~40 us a
-        // process): in two threads once there are many.
-        type Placed = (u32, Vec<Option<PathBuf>>, Option<u64>);
-        let read = |pids: &[u32]| -> Vec<Placed> {
-            pids.iter()
+        // process), in two threads once there are many.
+        let placed = crate::threads::in_two(pids, 512, |part| {
+            part.iter()
                 .filter_map(|&pid| {
                     let dirs = proc_group_dirs(fs, layout, pid)?;
                     Some((pid, dirs, resident_set_size(fs, pid)))
                 })
                 .collect()
-        };
-        let placed = if pids.len() >= 512 {
-            let (a, b) = pids.split_at(pids.len() / 2);
-            std::thread::scope(|s| {
-                let second = s.spawn(|| read(b));
-                let mut first = read(a);
-                first.extend(second.join().expect("process reader thread"));
-                first
-            })
-        } else {
-            read(pids)
-        };
+        });
         for (pid, dirs, rss) in placed {
             snap.proc_dirs.insert(pid, dirs);
             if let Some(rss) = rss {

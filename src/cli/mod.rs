@@ -333,10 +333,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
 /// The control socket for this policy: `--socket`, or the one of its `agent.root`. A caller who
 /// may not read the policy (a member of the control group) gets the default root's.
 fn socket_for(config: &Path, socket: Option<&Path>) -> PathBuf {
-    if let Some(s) = socket {
-        return s.to_path_buf();
-    }
-    crate::control::socket_path(&lenient_root(config))
+    socket_of(socket, || lenient_root(config))
+}
+
+/// `--socket`, or the control socket of the `agent.root` that `root` gives.
+fn socket_of(socket: Option<&Path>, root: impl FnOnce() -> String) -> PathBuf {
+    socket.map_or_else(|| crate::control::socket_path(&root()), Path::to_path_buf)
 }
 
 /// `agent.root` of a policy that may be broken now (for `reload`, and for `status` and `top`
@@ -682,7 +684,7 @@ fn ask_daemon(
     socket: Option<&Path>,
 ) -> (DaemonState, Option<Vec<crate::control::OverrideInfo>>) {
     use crate::control::{client, Op, Request};
-    let path = socket.map_or_else(|| crate::control::socket_path(root), Path::to_path_buf);
+    let path = socket_of(socket, || root.to_string());
     let state = match client::send(&path, &Request::new(Op::Health {})) {
         Ok(r) => match r.daemon {
             Some(h) if r.ok => return (DaemonState::Running(h), Some(r.overrides)),
