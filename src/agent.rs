@@ -409,6 +409,7 @@ impl Daemon {
                     &tenant.name,
                     &pids,
                     &needed,
+                    self.ctx.manager == crate::systemd::Manager::Systemd,
                 ));
             }
         }
@@ -453,16 +454,101 @@ impl Daemon {
         }
     }
 
+    /// The cgroup of the tenant's unit that holds its leaves (`plan::Governed::delegated`)
+    /// when the process is in that unit but, in the io hierarchy, not in `leaf`.
+    fn outside_its_leaf(
+        &self,
+        pid: u32,
+        tenant: &str,
+        leaf: Leaf,
+        found: &Option<(String, String)>,
+    ) -> Option<String> {
+        let (Some((_, group)), Some(g)) = (found, self.governed.get(tenant)) else {
+            return None;
+        };
+        let (_, unit_dir) = g.delegated.iter().find(|(cg, _)| cg == group)?;
+        let h = self
+            .ctx
+            .layout
+            .setup
+            .hierarchy_of(crate::cgroup::Controller::Io)?;
+        crate::cgroup::proc_group_dirs(&self.ctx.fs, &self.ctx.layout, pid)
+            .and_then(|dirs| dirs.into_iter().nth(h).flatten())
+            .filter(|d| *d != unit_dir.join(leaf.dir()))
+            .map(|_| group.clone())
+    }
+
+    /// Puts a tenant's process into its leaf in its delegated unit (`unit_group`), with the
+    /// same steps a full plan makes (`plan::delegated::steps`, from the unit's tree read now
+    /// and the tenant's settings of the last plan): after a restart the unit's cgroup is new,
+    /// so its leaves are made, every process in the unit's own group moved, io enabled and
+    /// the IO limits written again. `false` when the tree cannot hold the leaves now, or a
+    /// step failed: the caller plans in full.
+    fn place_in_its_leaf(
+        &mut self,
+        pid: u32,
+        ti: usize,
+        leaf: Leaf,
+        unit_group: &str,
+        event_at: EventTime,
+    ) -> bool {
+        let tenant = self.ctx.loaded.policy.tenants[ti].name.clone();
+        let Some(settings) = self.governed.get(&tenant).map(|g| g.settings.clone()) else {
+            return false;
+        };
+        let setup = &self.ctx.layout.setup;
+        let Some(h) = setup.hierarchy_of(crate::cgroup::Controller::Io) else {
+            return false;
+        };
+        let tree = match crate::cgroup::delegated::DelegatedTree::read(
+            &setup.hierarchies[h],
+            unit_group,
+        ) {
+            Some(t) if t.io_available && t.foreign.is_empty() => t,
+            _ => return false,
+        };
+        let only = std::collections::BTreeSet::from([pid]);
+        let none = std::collections::BTreeSet::new();
+        let classified = match leaf {
+            Leaf::Exempt => crate::plan::delegated::Classified {
+                exempt: &only,
+                limited: &none,
+            },
+            Leaf::Limited => crate::plan::delegated::Classified {
+                exempt: &none,
+                limited: &only,
+            },
+        };
+        let unit = crate::unitname::unit_of_cgroup_path(unit_group).unwrap_or(unit_group);
+        let steps = crate::plan::delegated::steps(
+            &tenant,
+            unit,
+            &tree,
+            &settings,
+            classified,
+            |p| crate::inventory::procs::read_comm(&self.ctx.fs, p).unwrap_or_default(),
+            crate::cgroup::page_size(),
+        );
+        if steps.is_empty() {
+            return true;
+        }
+        let plan = Plan {
+            steps,
+            ..Plan::default()
+        };
+        self.execute(&plan, Some(event_at)).0
+    }
+
     /// A tenant's process seen by the event path under systemd. In a unit the tenant is
     /// governed in (its own service, its scope), or one it shares: nothing to do. Started
     /// outside systemd (no unit, a login session, a user's manager): adopted into the tenant's
     /// scope now, through the same `engine::execute` as a full plan's adoptions. In a unit the
     /// last plan did not see (a new service): a full plan, now, sets its properties.
-    fn govern_in_systemd(&mut self, pid: u32, ti: usize, event_at: EventTime) {
+    fn govern_in_systemd(&mut self, pid: u32, ti: usize, leaf: Leaf, event_at: EventTime) {
         let tenant = self.ctx.loaded.policy.tenants[ti].name.clone();
         // A member: its forks are re-checked (a child forked before its parent's adoption
         // stays where it was and is adopted on its re-check).
-        self.members.insert(pid, (ti, Leaf::Limited));
+        self.members.insert(pid, (ti, leaf));
         let Ok(found) = crate::systemd::unit_group_of_pid(&self.ctx.fs, pid) else {
             return; // gone
         };
@@ -476,6 +562,22 @@ impl Daemon {
             )
         };
         use crate::systemd::plan::OnEvent;
+        // In a unit that holds the tenant's leaves, but not in its leaf (in the unit's own
+        // group after a restart, or in `limited` when it turned out exempt): into its leaf now,
+        // the leaves made again if the restart removed them; a full plan when that fails.
+        let outside_leaf = match action {
+            OnEvent::Stays => self.outside_its_leaf(pid, &tenant, leaf, &found),
+            _ => None,
+        };
+        let action = match outside_leaf {
+            Some(ref unit_group) => {
+                match self.place_in_its_leaf(pid, ti, leaf, unit_group, event_at) {
+                    true => OnEvent::Stays,
+                    false => OnEvent::PlanAgain,
+                }
+            }
+            None => action,
+        };
         match action {
             OnEvent::Stays => self.stats.already_placed += 1,
             OnEvent::PlanAgain => {
@@ -485,7 +587,11 @@ impl Daemon {
                     .map_or(now, |at| (at + Duration::from_secs(1)).max(now));
                 if self.rescan_due.is_none() {
                     let unit = found.map(|(u, _)| u).unwrap_or_default();
-                    info!(pid, tenant = %tenant, unit = %unit, "a tenant's process in a unit the last plan did not see: planning again");
+                    if outside_leaf.is_some() {
+                        info!(pid, tenant = %tenant, unit = %unit, "a tenant's process in its delegated unit, not in its leaf, and the leaf cannot be made now: planning again");
+                    } else {
+                        info!(pid, tenant = %tenant, unit = %unit, "a tenant's process in a unit the last plan did not see: planning again");
+                    }
                     self.rescan_due = Some(due);
                     self.rescan_asked = Some(due);
                 }
@@ -765,8 +871,8 @@ impl Daemon {
         };
         if self.ctx.manager == crate::systemd::Manager::Systemd {
             // dbcage never moves it through cgroupfs: it stays in its unit, or systemd adopts it.
-            let tenant = placed.tenant;
-            self.govern_in_systemd(pid, tenant, event_at);
+            let (tenant, leaf) = (placed.tenant, placed.leaf);
+            self.govern_in_systemd(pid, tenant, leaf, event_at);
             return;
         }
         // The first process of a restarted instance whose node change waited for the restart:

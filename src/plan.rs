@@ -203,6 +203,15 @@ pub struct TenantSummary {
     /// Under systemd: the cgroups of units it shares with other processes (not governed).
     #[serde(skip)]
     pub shared_units: Vec<String>,
+    /// Under systemd: its units that delegate their subtree and hold its `limited` and
+    /// `exempt` leaves (`plan::delegated`): each unit's cgroup and its directory in the io
+    /// hierarchy.
+    #[serde(skip)]
+    pub delegated_units: Vec<(String, PathBuf)>,
+    /// Under systemd: its units that run exempt processes under the unit's IO limits until
+    /// they have `Delegate=yes` (`dbcage systemd-setup` writes the drop-in).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub needs_delegate: Vec<String>,
 }
 
 impl Plan {
@@ -229,6 +238,9 @@ impl Plan {
                     units: t.units.clone(),
                     properties: t.unit_properties.clone(),
                     shared: t.shared_units.clone(),
+                    delegated: t.delegated_units.clone(),
+                    needs_delegate: t.needs_delegate.clone(),
+                    settings: t.settings.clone(),
                 };
                 (t.name.clone(), g)
             })
@@ -723,6 +735,8 @@ pub fn build_with(
             units: Vec::new(),
             unit_properties: Vec::new(),
             shared_units: Vec::new(),
+            delegated_units: Vec::new(),
+            needs_delegate: Vec::new(),
         });
     }
     if !problems.is_empty() {
@@ -988,6 +1002,7 @@ pub fn moves(
     out
 }
 
+pub mod delegated;
 pub mod numa;
 
 #[cfg(test)]
@@ -1013,6 +1028,12 @@ pub struct SystemdView {
     pub scanned: std::collections::HashSet<u32>,
     /// cgroup v2 (cpuset and the v2-only memory knobs are expressible).
     pub unified: bool,
+    /// The units with `Delegate=yes`: what their cgroup holds in the io hierarchy.
+    pub delegated: std::collections::HashMap<String, crate::cgroup::delegated::DelegatedTree>,
+    /// The classified processes' names, for the moves within a delegated unit.
+    pub comm: std::collections::HashMap<u32, String>,
+    /// The page size (the drivers' staging of memory values takes it).
+    pub page: u64,
 }
 
 impl SystemdView {
@@ -1037,6 +1058,13 @@ pub struct Governed {
     /// The cgroups of units that hold its processes with others' (not governed, see the
     /// warnings): the daemon's event path leaves them to the next full plan.
     pub shared: Vec<String>,
+    /// Its units whose delegated tree holds its leaves: the unit's cgroup and its directory in
+    /// the io hierarchy (a process in that directory itself is not in a leaf yet).
+    pub delegated: Vec<(String, PathBuf)>,
+    /// Its units that need `Delegate=yes` for its exempt processes (`TenantSummary`).
+    pub needs_delegate: Vec<String>,
+    /// Its settings (what the event path writes on a delegated unit's leaf after a restart).
+    pub settings: crate::cgroup::model::TenantSettings,
 }
 
 /// The steps of the systemd driver for a plan's tenants (pure): the tenants' settings as unit
@@ -1113,25 +1141,74 @@ pub fn systemd_steps(
                 | Property::IoReadIopsMax(l)
                 | Property::IoWriteIopsMax(l) if !l.is_empty())
         });
-        if io_limited && !exempt.is_empty() {
-            for (unit, pids) in &placement.units {
-                if pids.iter().any(|p| exempt.contains(p)) {
-                    let delegated = view.resources.get(unit).is_some_and(|r| r.delegate);
-                    not_applied.push(crate::cgroup::systemd::exempt_not_applied(
-                        unit, delegated, false,
-                    ));
-                }
+        // A unit that delegates its subtree gets the tenant's leaves instead, with the IO
+        // limits on `limited` (`plan::delegated`): wanted when the tenant has exempt rules (its
+        // exempt processes may start any time) or the leaves are there already (kept, so that
+        // a plan does not flip between the two).
+        let mut unit_props: BTreeMap<&String, Vec<Property>> = BTreeMap::new();
+        let mut leaf_steps = Vec::new();
+        let mut delegated_units = Vec::new();
+        let mut needs_delegate = Vec::new();
+        let exempt_sorted: std::collections::BTreeSet<u32> = exempt.iter().copied().collect();
+        let limited_sorted: std::collections::BTreeSet<u32> = pids
+            .iter()
+            .copied()
+            .filter(|p| !exempt.contains(p))
+            .collect();
+        for (unit, upids) in &placement.units {
+            let has_exempt = upids.iter().any(|p| exempt.contains(p));
+            let delegates = view.resources.get(unit).is_some_and(|r| r.delegate);
+            let tree = view.delegated.get(unit).filter(|_| delegates);
+            let wanted = io_limited
+                && (has_exempt
+                    || !t.exempt.is_empty()
+                    || tree.is_some_and(|t| !t.leaves.is_empty()));
+            if !wanted {
+                continue;
             }
-            if placement
+            let usable = match tree {
+                Some(tree) if view.unified && tree.io_available && tree.foreign.is_empty() => tree,
+                _ => {
+                    if has_exempt {
+                        not_applied.push(crate::cgroup::systemd::exempt_not_applied(
+                            unit,
+                            crate::cgroup::systemd::Delegation::of(view.unified, delegates, tree),
+                        ));
+                    }
+                    if view.unified && !delegates {
+                        needs_delegate.push(unit.clone());
+                    }
+                    continue;
+                }
+            };
+            leaf_steps.extend(delegated::steps(
+                &summary.name,
+                unit,
+                usable,
+                &settings,
+                delegated::Classified {
+                    exempt: &exempt_sorted,
+                    limited: &limited_sorted,
+                },
+                |pid| view.comm.get(&pid).cloned().unwrap_or_default(),
+                view.page,
+            ));
+            unit_props.insert(unit, delegated::without_io_limits(&props));
+            if let Some(group) = view.unit_group.get(unit) {
+                delegated_units.push((group.clone(), usable.dir.clone()));
+            }
+        }
+        if io_limited
+            && placement
                 .adopt
                 .iter()
                 .chain(&placement.in_scope)
                 .any(|p| exempt.contains(p))
-            {
-                not_applied.push(crate::cgroup::systemd::exempt_not_applied(
-                    &scope, true, true,
-                ));
-            }
+        {
+            not_applied.push(crate::cgroup::systemd::exempt_not_applied(
+                &scope,
+                crate::cgroup::systemd::Delegation::Scope,
+            ));
         }
         for why in not_applied {
             warnings.push(format!(
@@ -1162,8 +1239,13 @@ pub fn systemd_steps(
                     .keys()
                     .filter_map(|u| view.unit_group.get(u).cloned())
                     .collect(),
+                delegated: delegated_units,
+                needs_delegate,
+                settings: settings.clone(),
             },
         );
+        // The leaves hold the IO limits before the unit's IO properties are cleared.
+        steps.extend(leaf_steps);
         let mut units: Vec<&String> = placement.units.keys().collect();
         if !placement.in_scope.is_empty() {
             units.push(&scope);
@@ -1172,7 +1254,7 @@ pub fn systemd_steps(
             let Some(now) = view.resources.get(unit) else {
                 continue;
             };
-            let drift = now.drift(&props);
+            let drift = now.drift(unit_props.get(unit).unwrap_or(&props));
             if drift.is_empty() {
                 continue;
             }

@@ -63,11 +63,40 @@ pub fn leaf_lacks(
             };
             match setup.hierarchies[h].version {
                 Version::V1 => false,
-                // Under systemd, the tenant's units' cgroups (`Layout::read_leaves`).
-                Version::V2 => layout.read_leaves(h, tenant, leaf).iter().any(|dir| {
+                Version::V2 => limit_dirs(layout, h, tenant, leaf, c).iter().any(|dir| {
                     crate::hostfs::read_text(dir.join("cgroup.controllers"))
                         .is_ok_and(|have| !have.split_whitespace().any(|n| Some(n) == c.v2_name()))
                 }),
+            }
+        })
+        .collect()
+}
+
+/// The groups where controller `c` must be for a tenant's `leaf`: the leaf, or under systemd
+/// its units' cgroups (the limits are theirs, and bind every group below), except io in a unit
+/// that holds the tenant's leaves (`cgroup::delegated`: the IO limits are on `limited`).
+fn limit_dirs(
+    layout: &super::Layout,
+    h: usize,
+    tenant: &str,
+    leaf: crate::classify::Leaf,
+    c: Controller,
+) -> Vec<std::path::PathBuf> {
+    if !layout.units.contains_key(tenant) {
+        return vec![layout.leaf_dir(h, tenant, leaf)];
+    }
+    let units = layout.unit_dirs(h, tenant);
+    if c != Controller::Io {
+        return units;
+    }
+    units
+        .into_iter()
+        .map(|unit| {
+            let own = unit.join(leaf.dir());
+            if own.is_dir() {
+                own
+            } else {
+                unit
             }
         })
         .collect()
@@ -99,13 +128,17 @@ impl std::fmt::Display for Uncovered {
 }
 
 /// Checks each of `pids` (a tenant's processes) against `needed`. Processes that exited in
-/// the meantime are skipped.
+/// the meantime are skipped. `under_systemd`: the limits other than IO are properties of the
+/// process's unit, set on the unit's cgroup, and bind the groups below it (the tenant's
+/// leaves in a delegated unit, `cgroup::delegated`): on v2 those controllers are looked for
+/// there; IO limits are on the process's own group either way.
 pub fn check(
     fs: &HostFs,
     setup: &Setup,
     tenant: &str,
     pids: &[u32],
     needed: &BTreeSet<Controller>,
+    under_systemd: bool,
 ) -> Vec<Uncovered> {
     let mut out = Vec::new();
     if needed.is_empty() {
@@ -132,7 +165,10 @@ pub fn check(
                 _ if path == "/" || path == h.mount_root => false,
                 Version::V1 => true,
                 Version::V2 => h
-                    .dir_of(path)
+                    .dir_of(match crate::systemd::unit_and_group(path) {
+                        Some((_, unit)) if under_systemd && c != Controller::Io => unit,
+                        _ => path,
+                    })
                     .and_then(|d| crate::hostfs::read_text(d.join("cgroup.controllers")).ok())
                     .is_some_and(|have| have.split_whitespace().any(|n| Some(n) == c.v2_name())),
             };
@@ -234,7 +270,7 @@ mod tests {
     #[test]
     fn v2_groups_without_the_controllers_are_reported() {
         let (_d, fs, setup) = v2_host();
-        let found = check(&fs, &setup, "pg", &[10, 11, 12, 99], &needs());
+        let found = check(&fs, &setup, "pg", &[10, 11, 12, 99], &needs(), false);
         assert_eq!(found.len(), 2, "{found:?}");
         assert_eq!(found[0].pid, 10);
         assert_eq!(
@@ -251,6 +287,29 @@ mod tests {
         assert_eq!(found[1].group, "/");
     }
 
+    /// Under systemd, a process in the tenant's leaf inside a delegated unit: the unit's cgroup
+    /// holds the cpuset and memory limits (its properties), the leaf only io.
+    #[test]
+    fn under_systemd_a_delegated_units_leaf_needs_only_io_of_its_own() {
+        let (_d, fs, setup) = v2_host();
+        let leaf = fs.path("/sys/fs/cgroup/system.slice/postgresql.service/limited");
+        std::fs::create_dir_all(&leaf).unwrap();
+        std::fs::write(leaf.join("cgroup.controllers"), "io\n").unwrap();
+        std::fs::create_dir_all(fs.path("/proc/13")).unwrap();
+        std::fs::write(
+            fs.path("/proc/13/cgroup"),
+            "0::/system.slice/postgresql.service/limited\n",
+        )
+        .unwrap();
+        assert!(check(&fs, &setup, "pg", &[13], &needs(), true).is_empty());
+        let own = check(&fs, &setup, "pg", &[13], &needs(), false);
+        assert_eq!(own[0].missing, [Controller::Cpuset, Controller::Memory]);
+        // Without io on the leaf its IO limits would not act, unit or not.
+        std::fs::write(leaf.join("cgroup.controllers"), "").unwrap();
+        let found = check(&fs, &setup, "pg", &[13], &needs(), true);
+        assert_eq!(found[0].missing, [Controller::Io]);
+    }
+
     #[test]
     fn v1_needs_the_hierarchy_and_a_group_below_its_root() {
         let (_d, fs, mut setup) = v2_host();
@@ -264,7 +323,7 @@ mod tests {
         }];
         std::fs::write(fs.path("/proc/10/cgroup"), "3:cpuset:/dbcage/pg/limited\n").unwrap();
         std::fs::write(fs.path("/proc/12/cgroup"), "3:cpuset:/\n").unwrap();
-        let found = check(&fs, &setup, "pg", &[10, 12], &needs());
+        let found = check(&fs, &setup, "pg", &[10, 12], &needs(), false);
         assert_eq!(
             found[0].missing,
             [Controller::Io, Controller::Memory],

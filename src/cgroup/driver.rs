@@ -86,6 +86,10 @@ pub trait Driver: Sync {
     /// Every spec (a file or property of a group, and its desired value) for the root group and
     /// the tenants; the plan keeps those of controllers this driver has on this host.
     fn specs(&self, input: &SpecInput) -> Vec<FileSpec>;
+    /// The IO limit files of a tenant's `limited` leaf alone: what dbcage writes below a
+    /// systemd unit that delegates its subtree (`cgroup::delegated`), where the unit's other
+    /// limits are its properties.
+    fn leaf_io_files(&self, settings: &TenantSettings) -> Vec<FileSpec>;
     /// The writes that take a spec's current value (`None`: absent) to the desired one, in
     /// the plan's phases; nothing when it holds already.
     fn stage(&self, spec: &FileSpec, current: Option<&str>, page: u64) -> Vec<Staged>;

@@ -10,6 +10,7 @@
 
 pub mod apply;
 pub mod coverage;
+pub mod delegated;
 pub mod driver;
 pub mod model;
 pub mod read;
@@ -76,6 +77,16 @@ pub enum Version {
     V1,
     #[serde(rename = "v2")]
     V2,
+}
+
+impl Version {
+    /// The driver that writes this version's files.
+    pub fn driver(self) -> &'static dyn driver::Driver {
+        match self {
+            Version::V1 => &v1::V1,
+            Version::V2 => &v2::V2,
+        }
+    }
 }
 
 /// One mounted hierarchy and the controllers dbcage drives through it.
@@ -171,10 +182,7 @@ pub fn parse_proc_cgroup(text: &str) -> Vec<(Vec<String>, String)> {
 impl Hierarchy {
     /// The driver that expresses limits in this hierarchy.
     pub fn driver(&self) -> &'static dyn driver::Driver {
-        match self.version {
-            Version::V1 => &v1::V1,
-            Version::V2 => &v2::V2,
-        }
+        self.version.driver()
     }
 
     /// The line of /proc/PID/cgroup that belongs to this hierarchy.

@@ -93,6 +93,17 @@ pub fn parse_memory(text: &str) -> Option<Option<u64>> {
     Some((v < super::v1::UNLIMITED_THRESHOLD).then_some(v))
 }
 
+/// Of a tenant's files, the IO limits of its `limited` leaf (`Driver::leaf_io_files`).
+pub fn limited_io(files: Vec<FileSpec>) -> Vec<FileSpec> {
+    files
+        .into_iter()
+        .filter(|f| {
+            f.controller == Controller::Io
+                && matches!(f.group, GroupRef::Leaf(_, crate::classify::Leaf::Limited))
+        })
+        .collect()
+}
+
 /// One control file of one group, and the value it should hold.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FileSpec {

@@ -33,23 +33,41 @@ impl Layout {
             .unwrap_or_else(|| self.tenant_dir(h, tenant))
     }
 
-    /// The groups a tenant's processes of a leaf live in, for counting and listing them: under
-    /// systemd every unit's cgroup for `limited` (a unit has no exempt leaf), its leaf
-    /// otherwise.
+    /// The groups a tenant's processes of a leaf live in, for counting and listing them: its
+    /// leaf, or under systemd every unit's cgroup for `limited` and, in a unit that holds the
+    /// tenant's leaves (`cgroup::delegated`: they exist only in the io hierarchy), the leaf
+    /// itself too.
     pub fn read_leaves(&self, h: usize, tenant: &str, leaf: Leaf) -> Vec<PathBuf> {
         if !self.units.contains_key(tenant) {
             return vec![self.leaf_dir(h, tenant, leaf)];
         }
-        match leaf {
-            Leaf::Limited => self.unit_dirs(h, tenant),
-            Leaf::Exempt => Vec::new(),
+        let mut out = Vec::new();
+        for unit in self.unit_dirs(h, tenant) {
+            let in_leaf = unit.join(leaf.dir());
+            let has_leaf = in_leaf.is_dir();
+            if leaf == Leaf::Limited {
+                out.push(unit);
+            }
+            if has_leaf {
+                out.push(in_leaf);
+            }
         }
+        out
     }
 
-    /// The group whose IO limits are the tenant's limited ones.
+    /// The group whose IO limits are the tenant's limited ones: its `limited` leaf, also in a
+    /// unit that holds it under systemd (else the unit's own cgroup).
     fn read_limited(&self, h: usize, tenant: &str) -> PathBuf {
         match self.units.contains_key(tenant) {
-            true => self.read_dir(h, tenant),
+            true => {
+                let unit = self.read_dir(h, tenant);
+                let leaf = unit.join(Leaf::Limited.dir());
+                if leaf.is_dir() {
+                    leaf
+                } else {
+                    unit
+                }
+            }
             false => self.leaf_dir(h, tenant, Leaf::Limited),
         }
     }
@@ -57,7 +75,7 @@ impl Layout {
     /// The units' cgroups of a tenant governed through systemd, in hierarchy `h` (a unit's
     /// group may be missing from a v1 hierarchy whose controller systemd did not enable for
     /// it: it then reads as unknown, like any missing group).
-    fn unit_dirs(&self, h: usize, tenant: &str) -> Vec<PathBuf> {
+    pub(crate) fn unit_dirs(&self, h: usize, tenant: &str) -> Vec<PathBuf> {
         let Some(units) = self.units.get(tenant) else {
             return Vec::new();
         };

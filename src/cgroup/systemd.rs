@@ -60,32 +60,81 @@ pub fn unit_properties(
 /// log, once per text).
 pub const NOT_APPLIED: &str = "not applied through systemd";
 
+/// Why a unit that runs a tenant's exempt processes cannot hold the tenant's leaves
+/// (`cgroup::delegated`), for `exempt_not_applied`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delegation {
+    /// The unit has no `Delegate=yes`.
+    Missing,
+    /// It has, but its cgroup offers no io controller to its subgroups: it was started before
+    /// it had Delegate=yes (cgroup v2).
+    StartedBefore,
+    /// cgroup v1: dbcage makes no leaves in a unit there (systemd places a unit's processes
+    /// into its group of each controller hierarchy itself when it sets the unit up, out of
+    /// any leaf in blkio).
+    CgroupV1,
+    /// Its delegated tree holds processes in subgroups of its own software's (or someone's).
+    Foreign(Vec<String>),
+    /// The io hierarchy does not show the unit's cgroup.
+    NotVisible,
+    /// The tenant's own scope, which dbcage starts with Delegate=yes.
+    Scope,
+}
+
+impl Delegation {
+    /// From the hierarchy (`unified`: cgroup v2), the unit's `Delegate` property and what its
+    /// cgroup holds.
+    pub fn of(
+        unified: bool,
+        delegates: bool,
+        tree: Option<&super::delegated::DelegatedTree>,
+    ) -> Delegation {
+        match tree {
+            _ if !unified => Delegation::CgroupV1,
+            _ if !delegates => Delegation::Missing,
+            None => Delegation::NotVisible,
+            Some(t) if !t.io_available => Delegation::StartedBefore,
+            Some(t) => Delegation::Foreign(t.foreign.clone()),
+        }
+    }
+}
+
 /// Why a tenant's exempt processes in `unit` get its IO limits under systemd (the unit's
-/// properties bind every process in it; the cgroupfs drivers give them an `exempt` leaf
-/// without IO limits). `delegated`: the unit has `Delegate=yes`. `scope`: the unit is the
-/// tenant's own scope (started with Delegate=yes).
-pub fn exempt_not_applied(unit: &str, delegated: bool, scope: bool) -> String {
+/// properties bind every process in it; the cgroupfs drivers, and a unit with Delegate=yes,
+/// give them an `exempt` leaf without IO limits), and what would change it.
+pub fn exempt_not_applied(unit: &str, why: Delegation) -> String {
     let head = format!(
         "exempt processes in {unit} run under its IO limits (exempt processes are meant to run \
          without them): that needs an exempt leaf below the unit, in a subtree systemd delegates"
     );
-    if scope || delegated {
-        format!(
-            "{head}; {unit} has Delegate=yes, but dbcage does not make leaves under systemd yet, \
-             so they stay under the unit's IO limits"
-        )
-    } else {
-        let section = if unit.ends_with(".scope") {
-            "Scope"
-        } else {
-            "Service"
-        };
-        format!(
-            "{head}, and {unit} has no Delegate=yes: they stay under its IO limits until it has \
-             (a drop-in /etc/systemd/system/{unit}.d/50-dbcage-delegate.conf with `[{section}]` \
-             and `Delegate=yes`, then `systemctl daemon-reload` and a restart of {unit}) and \
-             dbcage makes the leaf, which it does not do yet"
-        )
+    match why {
+        Delegation::Missing => format!(
+            "{head}, and {unit} has no Delegate=yes: run `dbcage systemd-setup` (it writes \
+             /etc/systemd/system/{unit}.d/50-dbcage-delegate.conf with `Delegate=yes` and \
+             reloads systemd), then restart {unit}"
+        ),
+        Delegation::StartedBefore => format!(
+            "{head}; {unit} has Delegate=yes, but was started before it had (its cgroup offers \
+             its subgroups no io controller): restart {unit}"
+        ),
+        Delegation::CgroupV1 => format!(
+            "{head}; dbcage makes that leaf on cgroup v2 only: on v1 systemd itself places a \
+             unit's processes into its group of each controller hierarchy when it sets the unit \
+             up (after a property change, later than the call returns), out of any leaf below \
+             it in blkio"
+        ),
+        Delegation::Foreign(groups) => format!(
+            "{head}; {unit}'s delegated cgroup holds processes in subgroups of its own ({}), \
+             next to which dbcage makes no leaves",
+            groups.join(", ")
+        ),
+        Delegation::NotVisible => format!(
+            "{head}; {unit} has Delegate=yes, but the io hierarchy does not show its cgroup"
+        ),
+        Delegation::Scope => format!(
+            "{head}; {unit} has Delegate=yes, but dbcage does not make leaves in its own scopes \
+             yet, so they stay under the scope's IO limits"
+        ),
     }
 }
 

@@ -316,4 +316,41 @@ fn readers_read_a_tenants_units_under_systemd() {
     );
     // Another tenant still reads its own groups.
     assert_eq!(l.read_dir(0, "other"), mount.join("dbcage/other"));
+
+    // The unit delegates its subtree and holds the tenant's leaves (`cgroup::delegated`): the
+    // IO limits are read from `limited` (the unit's own io.max is cleared), the processes are
+    // counted in the unit's group and each leaf, and io is checked on the leaf, cpu on the unit.
+    std::fs::write(unit.join("io.max"), "").unwrap();
+    std::fs::write(unit.join("cgroup.procs"), "").unwrap();
+    std::fs::write(unit.join("cgroup.controllers"), "cpu io memory pids\n").unwrap();
+    for (leaf, procs) in [("limited", "10\n"), ("exempt", "11\n")] {
+        std::fs::create_dir_all(unit.join(leaf)).unwrap();
+        std::fs::write(unit.join(leaf).join("cgroup.procs"), procs).unwrap();
+        std::fs::write(unit.join(leaf).join("cgroup.controllers"), "io\n").unwrap();
+    }
+    std::fs::write(
+        unit.join("limited/io.max"),
+        "254:32 rbps=2097152 wbps=max riops=max wiops=max\n",
+    )
+    .unwrap();
+    assert_eq!(
+        l.tenant_io("pg").unwrap().limits[&dev].read_bps,
+        Some(2 << 20)
+    );
+    let counted = |leaf| -> Vec<u32> {
+        l.read_leaves(0, "pg", leaf)
+            .iter()
+            .flat_map(|d| procs_in(d))
+            .collect()
+    };
+    assert_eq!(counted(Leaf::Limited), [10, 20]);
+    assert_eq!(counted(Leaf::Exempt), [11]);
+    std::fs::write(scope.join("cgroup.controllers"), "cpu io memory pids\n").unwrap();
+    assert!(coverage::leaf_lacks(&l, "pg", Leaf::Limited, &needed).is_empty());
+    // The scope without io: its process's IO limit would not act.
+    std::fs::write(scope.join("cgroup.controllers"), "cpu memory pids\n").unwrap();
+    assert_eq!(
+        coverage::leaf_lacks(&l, "pg", Leaf::Limited, &needed),
+        [Controller::Io]
+    );
 }

@@ -605,6 +605,10 @@ impl Driver for V2 {
         out
     }
 
+    fn leaf_io_files(&self, settings: &TenantSettings) -> Vec<FileSpec> {
+        super::model::limited_io(tenant_files("", settings, false))
+    }
+
     fn stage(&self, spec: &FileSpec, current: Option<&str>, page: u64) -> Vec<Staged> {
         if let Some(s) = stage_common(spec, current) {
             return s;

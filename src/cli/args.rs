@@ -205,6 +205,16 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Under systemd: write the drop-in that delegates a tenant's service its cgroup subtree
+    /// (`/etc/systemd/system/UNIT.d/50-dbcage-delegate.conf`, `Delegate=yes`) for every unit
+    /// whose exempt processes would otherwise run under the unit's IO limits, and reload
+    /// systemd. dbcage then keeps them in an `exempt` leaf inside the unit. It never restarts
+    /// a unit: `plan` says which ones need a restart first.
+    SystemdSetup {
+        /// Show the drop-ins it would write, and write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Move a tenant's processes back to the parent cgroup and remove its groups.
     Release {
         /// Tenants to release.

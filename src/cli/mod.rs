@@ -224,6 +224,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             crate::top::run(&view.fs, &view.layout, policy, interval, &daemon)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::SystemdSetup { dry_run } => systemd_setup(&config, dry_run, &mut out),
         Command::Release { tenants, all } => {
             release(&config, cli.socket.as_deref(), &tenants, all, &mut out)
         }
@@ -482,6 +483,84 @@ fn control_request(
     } else {
         bail!("{msg}")
     }
+}
+
+/// `dbcage systemd-setup`: the units the plan names as needing `Delegate=yes`
+/// (`TenantSummary::needs_delegate`) get dbcage's drop-in, then one manager reload.
+fn systemd_setup(
+    config: &PolicyPath,
+    dry_run: bool,
+    out: &mut impl std::io::Write,
+) -> Result<ExitCode> {
+    let ctx = engine::prepare(config)?;
+    if ctx.manager != crate::systemd::Manager::Systemd {
+        anyhow::bail!(
+            "systemd-setup: the cgroup manager here is {} (agent.manager = \"{}\"): there is no \
+             unit to delegate; dbcage gives exempt processes their own leaf in its own groups",
+            ctx.manager.as_str(),
+            ctx.loaded.policy.agent.manager.as_str()
+        );
+    }
+    let plan = engine::plan(&ctx, &Adjustments::default())?;
+    let mut wrote = 0;
+    let mut named = 0;
+    let mut failed = Vec::new();
+    for t in &plan.tenants {
+        for unit in &t.needs_delegate {
+            named += 1;
+            use crate::systemd::setup::Written;
+            match crate::systemd::setup::write(&ctx.fs, unit, dry_run) {
+                Ok(Written::New(path)) if dry_run => writeln!(
+                    out,
+                    "tenant {}: {unit}: would write {} (Delegate=yes)",
+                    t.name,
+                    path.display()
+                )?,
+                Ok(Written::New(path)) => {
+                    wrote += 1;
+                    writeln!(
+                        out,
+                        "tenant {}: {unit}: wrote {} (Delegate=yes)",
+                        t.name,
+                        path.display()
+                    )?
+                }
+                Ok(Written::Unchanged(path)) => writeln!(
+                    out,
+                    "tenant {}: {unit}: {} is there already",
+                    t.name,
+                    path.display()
+                )?,
+                Err(e) => failed.push(format!("tenant {}: {e}", t.name)),
+            }
+        }
+    }
+    if wrote > 0 {
+        crate::systemd::Systemd::connect()
+            .and_then(|sd| sd.reload())
+            .context(
+                "the drop-ins were written, but systemd was not reloaded; run `systemctl daemon-reload`",
+            )?;
+        writeln!(
+            out,
+            "systemd reloaded. The next plan (the daemon's rescan, or `dbcage apply`) makes the \
+             tenants' leaves in these units; `dbcage plan` shows them, or names a unit to restart \
+             first (one whose cgroup offers its subgroups no io controller yet)"
+        )?;
+    } else if named == 0 {
+        writeln!(
+            out,
+            "nothing to write: no tenant's exempt processes run in a unit without Delegate=yes"
+        )?;
+    }
+    for f in &failed {
+        eprintln!("dbcage: {f}");
+    }
+    Ok(if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn check(config: &PolicyPath, out: &mut impl std::io::Write) -> Result<ExitCode> {
@@ -783,7 +862,8 @@ fn release(
         };
         refuse_release_under_daemon(&config.path, socket, &loaded.policy, &names, all)?;
         let prepared = engine::prepare(config)?;
-        let released = engine::systemd_release(&prepared, if all { &[] } else { only })?;
+        let (released, from_leaves) =
+            engine::systemd_release(&prepared, if all { &[] } else { only })?;
         use crate::systemd::govern::Released;
         for (tenant, unit, how) in &released {
             match how {
@@ -808,7 +888,16 @@ fn release(
                 )?,
             }
         }
-        writeln!(out, "{} units released; no process moved", released.len())?;
+        if from_leaves == 0 {
+            writeln!(out, "{} units released; no process moved", released.len())?;
+        } else {
+            writeln!(
+                out,
+                "{} units released; {} back from dbcage's leaves to their unit's own group (none left its unit)",
+                released.len(),
+                crate::units::count(from_leaves, "process", "processes")
+            )?;
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let existing = layout.existing_tenants();

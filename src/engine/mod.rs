@@ -247,6 +247,8 @@ pub fn plan(p: &Prepared, adjust: &Adjustments) -> Result<Plan> {
             t.units = governed.units;
             t.unit_properties = governed.properties;
             t.shared_units = governed.shared;
+            t.delegated_units = governed.delegated;
+            t.needs_delegate = governed.needs_delegate;
         }
     }
     Ok(plan)
@@ -266,6 +268,22 @@ fn systemd_view(p: &Prepared, plan: &Plan, pids: &[u32]) -> Result<plan::Systemd
         ..Default::default()
     };
     view.scanned = p.inventory.procs.iter().map(|x| x.pid).collect();
+    view.page = crate::cgroup::page_size();
+    let wanted: std::collections::HashSet<u32> = pids.iter().copied().collect();
+    view.comm = p
+        .inventory
+        .procs
+        .iter()
+        .filter(|x| wanted.contains(&x.pid))
+        .map(|x| (x.pid, x.comm.clone()))
+        .collect();
+    // Leaves in delegated units are made on cgroup v2 only (`cgroup::systemd::Delegation`).
+    let io_hierarchy = p
+        .layout
+        .setup
+        .hierarchy_of(crate::cgroup::Controller::Io)
+        .map(|h| &p.layout.setup.hierarchies[h])
+        .filter(|h| h.version == crate::cgroup::Version::V2);
     for &pid in pids {
         if let Ok(Some((unit, group))) = crate::systemd::unit_group_of_pid(&p.fs, pid) {
             view.unit_group.entry(unit.clone()).or_insert(group);
@@ -279,6 +297,14 @@ fn systemd_view(p: &Prepared, plan: &Plan, pids: &[u32]) -> Result<plan::Systemd
         }
         let procs = sd.unit_pids(unit)?;
         let res = sd.unit_resources(unit)?;
+        // A delegated unit's tree, for the tenant's leaves in it (`plan::delegated`).
+        if let (true, Some(h), Some(group)) =
+            (res.delegate, io_hierarchy, view.unit_group.get(unit))
+        {
+            if let Some(tree) = crate::cgroup::delegated::DelegatedTree::read(h, group) {
+                view.delegated.insert(unit.clone(), tree);
+            }
+        }
         view.unit_pids.insert(unit.clone(), procs);
         view.resources.insert(unit.clone(), res);
     }
@@ -292,14 +318,16 @@ fn systemd_view(p: &Prepared, plan: &Plan, pids: &[u32]) -> Result<plan::Systemd
     Ok(view)
 }
 
+/// A unit `release` gave back under systemd: (tenant, unit, how).
+pub type ReleasedUnit = (String, String, crate::systemd::govern::Released);
+
 /// `release` under systemd: every unit that holds a selected tenant's processes in place gets
 /// its own settings back (dbcage's runtime drop-ins removed, then one manager reload), the
-/// tenant's scope systemd's defaults; no process is moved or stopped. Returns (tenant, unit,
-/// how) for each unit released.
-pub fn systemd_release(
-    p: &Prepared,
-    only: &[String],
-) -> Result<Vec<(String, String, crate::systemd::govern::Released)>> {
+/// tenant's scope systemd's defaults; no process is moved out of its unit or stopped (the
+/// processes in a delegated unit's leaves return to the unit's own group, the leaves are
+/// removed). Returns (tenant, unit, how) for each unit released, and how many processes left
+/// leaves.
+pub fn systemd_release(p: &Prepared, only: &[String]) -> Result<(Vec<ReleasedUnit>, usize)> {
     let plan = plan(p, &Adjustments::default())?;
     let policy = &p.loaded.policy;
     let placements = policy.matcher.classify(&p.inventory.procs);
@@ -307,6 +335,7 @@ pub fn systemd_release(
     let view = systemd_view(p, &plan, &pids)?;
     let sd = crate::systemd::Systemd::connect()?;
     let mut released = Vec::new();
+    let mut from_leaves = 0;
     let mut failed = None;
     'tenants: for summary in plan
         .tenants
@@ -340,6 +369,18 @@ pub fn systemd_release(
                 view.device_nodes.get(&d).cloned().unwrap_or_default()
             });
         for unit in units {
+            if let Some(tree) = view.delegated.get(&unit) {
+                match tree.dissolve() {
+                    Ok(n) => from_leaves += n,
+                    Err(e) => {
+                        failed = Some(anyhow::Error::new(e).context(format!(
+                            "releasing tenant `{}`: returning {unit}'s processes from its leaves to its own group",
+                            summary.name
+                        )));
+                        break 'tenants;
+                    }
+                }
+            }
             match crate::systemd::govern::release(&sd, &p.fs, &unit, &managed) {
                 Ok(how) => released.push((summary.name.clone(), unit, how)),
                 Err(e) => {
@@ -364,6 +405,6 @@ pub fn systemd_release(
     }
     match failed {
         Some(e) => Err(e),
-        None => Ok(released),
+        None => Ok((released, from_leaves)),
     }
 }

@@ -100,6 +100,8 @@ fn plan_of() -> Plan {
             units: Vec::new(),
             unit_properties: Vec::new(),
             shared_units: Vec::new(),
+            delegated_units: Vec::new(),
+            needs_delegate: Vec::new(),
         }],
         ..Plan::default()
     }
@@ -259,13 +261,14 @@ fn on_v1_only_a_tenant_that_pins_cpus_is_told_systemd_cannot_pin_them() {
 }
 
 /// An exempt process (a WAL writer) in the tenant's unit gets the unit's IO limits under
-/// systemd: said, with the drop-in that would delegate the unit; once the unit has
-/// Delegate=yes, that dbcage makes no leaf there yet. Nothing said without IO limits.
+/// systemd until the unit delegates its subtree: said, with `dbcage systemd-setup` and the
+/// drop-in it writes, and the unit listed for it; a unit with Delegate=yes that started before
+/// it had, or whose cgroup is not visible, is said so. Nothing said without IO limits.
 #[test]
 fn exempt_processes_under_the_units_io_limits_are_reported() {
     let mut placements = placed(&[1, 2, 3]);
     placements[1].leaf = Leaf::Exempt;
-    let (steps, warnings, _) =
+    let (steps, warnings, governed) =
         systemd_steps(&plan_of(), &placements, &tenants(), &view(defaults()));
     assert_eq!(steps.len(), 2, "the limits are set all the same: {steps:?}");
     assert_eq!(warnings.len(), 1, "{warnings:?}");
@@ -275,21 +278,62 @@ fn exempt_processes_under_the_units_io_limits_are_reported() {
         "{w}"
     );
     assert!(
-        w.contains("/etc/systemd/system/postgresql@15-main.service.d/50-dbcage-delegate.conf with `[Service]` and `Delegate=yes`"),
+        w.contains("run `dbcage systemd-setup` (it writes /etc/systemd/system/postgresql@15-main.service.d/50-dbcage-delegate.conf with `Delegate=yes`"),
         "{w}"
     );
-    // Delegated already: what is missing is dbcage's leaf.
+    assert_eq!(
+        governed["pg"].needs_delegate,
+        ["postgresql@15-main.service"]
+    );
+    // Delegated, but the io hierarchy shows no tree, or the unit started before Delegate=yes.
     let delegated = UnitResources {
         delegate: true,
         ..defaults()
     };
-    let (_, warnings, _) = systemd_steps(&plan_of(), &placements, &tenants(), &view(delegated));
+    let (_, warnings, governed) = systemd_steps(
+        &plan_of(),
+        &placements,
+        &tenants(),
+        &view(delegated.clone()),
+    );
     assert!(
         warnings.len() == 1
             && warnings[0]
-                .contains("has Delegate=yes, but dbcage does not make leaves under systemd yet"),
+                .contains("has Delegate=yes, but the io hierarchy does not show its cgroup"),
         "{warnings:?}"
     );
+    assert!(governed["pg"].needs_delegate.is_empty());
+    let mut v = view(delegated);
+    v.delegated.insert(
+        "postgresql@15-main.service".into(),
+        crate::cgroup::delegated::DelegatedTree {
+            dir: "/sys/fs/cgroup/system.slice/postgresql@15-main.service".into(),
+            version: crate::cgroup::Version::V2,
+            io_available: false,
+            io_enabled: false,
+            in_unit: vec![1, 2],
+            leaves: BTreeMap::new(),
+            foreign: vec![],
+            limited_files: BTreeMap::new(),
+        },
+    );
+    let (_, warnings, _) = systemd_steps(&plan_of(), &placements, &tenants(), &v);
+    assert!(
+        warnings.len() == 1
+            && warnings[0].contains("has Delegate=yes, but was started before it had")
+            && warnings[0].ends_with("restart postgresql@15-main.service"),
+        "{warnings:?}"
+    );
+    // cgroup v1: no leaves there, delegated or not, and no drop-in to write.
+    v.unified = false;
+    let (_, warnings, governed) = systemd_steps(&plan_of(), &placements, &tenants(), &v);
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("dbcage makes that leaf on cgroup v2 only")),
+        "{warnings:?}"
+    );
+    assert!(governed["pg"].needs_delegate.is_empty());
     // An exempt process adopted into the scope: the scope's IO limits.
     let mut placements = placed(&[1, 2, 3]);
     placements[2].leaf = Leaf::Exempt;
@@ -305,4 +349,71 @@ fn exempt_processes_under_the_units_io_limits_are_reported() {
     placements[1].leaf = Leaf::Exempt;
     let (_, warnings, _) = systemd_steps(&plan, &placements, &tenants(), &view(defaults()));
     assert!(warnings.is_empty(), "{warnings:?}");
+}
+
+/// A unit with Delegate=yes whose cgroup offers io to its subgroups: the tenant's leaves in
+/// it, its processes moved into them (the exempt one to `exempt`, pid 4 that started after
+/// the scan to `limited`), io enabled, the IO limits on `limited`, and only then the unit's
+/// properties without the IO limits. No "not applied" line; the unit is listed as holding
+/// the leaves for the event path.
+#[test]
+fn a_delegated_unit_holds_the_tenants_leaves_with_the_io_limits_on_limited() {
+    let mut placements = placed(&[1, 2, 3]);
+    placements[1].leaf = Leaf::Exempt;
+    let unit = "postgresql@15-main.service";
+    let dir = format!("/sys/fs/cgroup/system.slice/{unit}");
+    let mut v = view(UnitResources {
+        delegate: true,
+        ..defaults()
+    });
+    v.delegated.insert(
+        unit.into(),
+        crate::cgroup::delegated::DelegatedTree {
+            dir: dir.clone().into(),
+            version: crate::cgroup::Version::V2,
+            io_available: true,
+            io_enabled: false,
+            in_unit: vec![1, 2, 4],
+            leaves: BTreeMap::new(),
+            foreign: vec![],
+            limited_files: BTreeMap::new(),
+        },
+    );
+    let (steps, warnings, governed) = systemd_steps(&plan_of(), &placements, &tenants(), &v);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let shown: Vec<String> = steps
+        .iter()
+        .map(|s| match s {
+            Step::Mkdir { path, .. } => format!("mkdir {}", path.display()),
+            Step::Move { pid, targets, .. } => format!("move {pid} {}", targets[0].display()),
+            Step::Write { path, value, .. } => format!("write {} {value}", path.display()),
+            Step::SetUnitProperties { unit, set, .. } => format!(
+                "set {unit} {}",
+                set.iter()
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+            Step::Adopt { pids, .. } => format!("adopt {pids:?}"),
+            s => format!("{s:?}"),
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            format!("mkdir {dir}/limited"),
+            format!("mkdir {dir}/exempt"),
+            format!("move 1 {dir}/limited/cgroup.procs"),
+            format!("move 2 {dir}/exempt/cgroup.procs"),
+            format!("move 4 {dir}/limited/cgroup.procs"),
+            format!("write {dir}/cgroup.subtree_control +io"),
+            format!("write {dir}/limited/io.max 254:32 rbps=2097152 wbps=max riops=max wiops=max"),
+            format!("set {unit} CPUQuotaPerSecUSec=500000"),
+            "adopt [3]".to_string(),
+        ]
+    );
+    assert_eq!(
+        governed["pg"].delegated,
+        [(format!("/system.slice/{unit}"), dir.into())]
+    );
 }

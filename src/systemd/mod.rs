@@ -5,13 +5,16 @@
 //! Under systemd the cgroup tree has a single writer per group (systemd's
 //! docs/CGROUP_DELEGATION.md): dbcage may write a unit's limits only through systemd's API, and
 //! may write cgroup files only inside a subtree systemd delegated (`Delegate=yes`). This module
-//! owns the vocabulary for that (unit names, properties, the D-Bus calls); it never writes a
-//! cgroup file and never moves a process itself.
+//! owns the vocabulary for that (unit names, properties, the D-Bus calls) and the one unit file
+//! dbcage writes (`setup`: the drop-in that delegates a tenant's service); it never writes a
+//! cgroup file and never moves a process itself (the leaves in a delegated unit are
+//! `cgroup::delegated`'s, planned by `plan::delegated`).
 
 pub mod bus;
 pub mod govern;
 pub mod plan;
 pub mod props;
+pub mod setup;
 
 pub use bus::{Error, ScopeSpec, Systemd};
 pub use props::{DeviceLimit, Property, UnitResources};
