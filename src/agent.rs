@@ -454,28 +454,21 @@ impl Daemon {
         }
     }
 
-    /// The cgroup of the tenant's unit that holds its leaves (`plan::Governed::delegated`)
-    /// when the process is in that unit but, in the io hierarchy, not in `leaf`.
-    fn outside_its_leaf(
-        &self,
-        pid: u32,
-        tenant: &str,
-        leaf: Leaf,
-        found: &Option<(String, String)>,
-    ) -> Option<String> {
-        let (Some((_, group)), Some(g)) = (found, self.governed.get(tenant)) else {
-            return None;
+    /// Whether a tenant's process (its /proc/PID/cgroup, `proc_cgroup`) is in one of its units
+    /// that hold its leaves (`plan::Governed::delegated`; `group`: the unit's cgroup) but, in
+    /// the io hierarchy, not in `leaf`.
+    fn outside_its_leaf(&self, tenant: &str, leaf: Leaf, group: &str, proc_cgroup: &str) -> bool {
+        let Some(g) = self.governed.get(tenant) else {
+            return false;
         };
-        let (_, unit_dir) = g.delegated.iter().find(|(cg, _)| cg == group)?;
-        let h = self
-            .ctx
-            .layout
-            .setup
-            .hierarchy_of(crate::cgroup::Controller::Io)?;
-        crate::cgroup::proc_group_dirs(&self.ctx.fs, &self.ctx.layout, pid)
-            .and_then(|dirs| dirs.into_iter().nth(h).flatten())
-            .filter(|d| *d != unit_dir.join(leaf.dir()))
-            .map(|_| group.clone())
+        let Some((_, unit_dir)) = g.delegated.iter().find(|(cg, _)| cg == group) else {
+            return false;
+        };
+        let setup = &self.ctx.layout.setup;
+        setup
+            .hierarchy_of(crate::cgroup::Controller::Io)
+            .and_then(|h| setup.hierarchies[h].group_dir(proc_cgroup))
+            .is_some_and(|d| d != unit_dir.join(leaf.dir()))
     }
 
     /// Puts a tenant's process into its leaf in its delegated unit (`unit_group`), with the
@@ -489,7 +482,7 @@ impl Daemon {
         pid: u32,
         ti: usize,
         leaf: Leaf,
-        unit_group: &str,
+        (unit, unit_group): (&str, &str),
         event_at: EventTime,
     ) -> bool {
         let tenant = self.ctx.loaded.policy.tenants[ti].name.clone();
@@ -507,25 +500,12 @@ impl Daemon {
             Some(t) if t.io_available && t.foreign.is_empty() => t,
             _ => return false,
         };
-        let only = std::collections::BTreeSet::from([pid]);
-        let none = std::collections::BTreeSet::new();
-        let classified = match leaf {
-            Leaf::Exempt => crate::plan::delegated::Classified {
-                exempt: &only,
-                limited: &none,
-            },
-            Leaf::Limited => crate::plan::delegated::Classified {
-                exempt: &none,
-                limited: &only,
-            },
-        };
-        let unit = crate::unitname::unit_of_cgroup_path(unit_group).unwrap_or(unit_group);
         let steps = crate::plan::delegated::steps(
             &tenant,
             unit,
             &tree,
             &settings,
-            classified,
+            |p| (p == pid).then_some(leaf),
             |p| crate::inventory::procs::read_comm(&self.ctx.fs, p).unwrap_or_default(),
             crate::cgroup::page_size(),
         );
@@ -549,9 +529,11 @@ impl Daemon {
         // A member: its forks are re-checked (a child forked before its parent's adoption
         // stays where it was and is adopted on its re-check).
         self.members.insert(pid, (ti, leaf));
-        let Ok(found) = crate::systemd::unit_group_of_pid(&self.ctx.fs, pid) else {
+        // Read once: its unit, and where it is in the io hierarchy (`outside_its_leaf`).
+        let Ok(proc_cgroup) = self.ctx.fs.read_to_string(format!("/proc/{pid}/cgroup")) else {
             return; // gone
         };
+        let found = crate::systemd::unit_group_of(&proc_cgroup);
         let action = {
             let g = self.governed.get(&tenant);
             crate::systemd::plan::on_event(
@@ -565,13 +547,17 @@ impl Daemon {
         // In a unit that holds the tenant's leaves, but not in its leaf (in the unit's own
         // group after a restart, or in `limited` when it turned out exempt): into its leaf now,
         // the leaves made again if the restart removed them; a full plan when that fails.
-        let outside_leaf = match action {
-            OnEvent::Stays => self.outside_its_leaf(pid, &tenant, leaf, &found),
+        let outside_leaf = match (&action, &found) {
+            (OnEvent::Stays, Some((unit, group)))
+                if self.outside_its_leaf(&tenant, leaf, group, &proc_cgroup) =>
+            {
+                Some((unit.clone(), group.clone()))
+            }
             _ => None,
         };
-        let action = match outside_leaf {
-            Some(ref unit_group) => {
-                match self.place_in_its_leaf(pid, ti, leaf, unit_group, event_at) {
+        let action = match &outside_leaf {
+            Some((unit, group)) => {
+                match self.place_in_its_leaf(pid, ti, leaf, (unit, group), event_at) {
                     true => OnEvent::Stays,
                     false => OnEvent::PlanAgain,
                 }

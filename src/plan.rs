@@ -1030,7 +1030,7 @@ pub struct SystemdView {
     pub unified: bool,
     /// The units with `Delegate=yes`: what their cgroup holds in the io hierarchy.
     pub delegated: std::collections::HashMap<String, crate::cgroup::delegated::DelegatedTree>,
-    /// The classified processes' names, for the moves within a delegated unit.
+    /// The names of the processes in delegated units' trees, for their moves.
     pub comm: std::collections::HashMap<u32, String>,
     /// The page size (the drivers' staging of memory values takes it).
     pub page: u64,
@@ -1149,12 +1149,6 @@ pub fn systemd_steps(
         let mut leaf_steps = Vec::new();
         let mut delegated_units = Vec::new();
         let mut needs_delegate = Vec::new();
-        let exempt_sorted: std::collections::BTreeSet<u32> = exempt.iter().copied().collect();
-        let limited_sorted: std::collections::BTreeSet<u32> = pids
-            .iter()
-            .copied()
-            .filter(|p| !exempt.contains(p))
-            .collect();
         for (unit, upids) in &placement.units {
             let has_exempt = upids.iter().any(|p| exempt.contains(p));
             let delegates = view.resources.get(unit).is_some_and(|r| r.delegate);
@@ -1186,9 +1180,10 @@ pub fn systemd_steps(
                 unit,
                 usable,
                 &settings,
-                delegated::Classified {
-                    exempt: &exempt_sorted,
-                    limited: &limited_sorted,
+                |pid| match (exempt.contains(&pid), mine.contains(&pid)) {
+                    (true, _) => Some(Leaf::Exempt),
+                    (false, true) => Some(Leaf::Limited),
+                    (false, false) => None,
                 },
                 |pid| view.comm.get(&pid).cloned().unwrap_or_default(),
                 view.page,

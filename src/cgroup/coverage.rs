@@ -91,14 +91,7 @@ fn limit_dirs(
     }
     units
         .into_iter()
-        .map(|unit| {
-            let own = unit.join(leaf.dir());
-            if own.is_dir() {
-                own
-            } else {
-                unit
-            }
-        })
+        .map(|unit| super::delegated::leaf_in(&unit, leaf).unwrap_or(unit))
         .collect()
 }
 

@@ -12,7 +12,7 @@
 //! no-internal-process rule means every process leaves the unit's own group before `io` is
 //! enabled for the leaves.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::{procs_in, v2, Controller, Hierarchy, Version};
@@ -80,6 +80,7 @@ impl DelegatedTree {
             driver
                 .managed_files(&[Controller::Io])
                 .into_iter()
+                .filter(|f| super::is_io_limit_file(Path::new(f)))
                 .filter_map(|f| Some((f, crate::hostfs::read_text(limited.join(f)).ok()?)))
                 .collect()
         } else {
@@ -128,6 +129,13 @@ impl DelegatedTree {
     }
 }
 
+/// The tenant's `leaf` in a unit's cgroup directory (`unit_dir`, in any hierarchy), when it
+/// is there: the readers read a unit that holds the tenant's leaves through them.
+pub fn leaf_in(unit_dir: &Path, leaf: Leaf) -> Option<PathBuf> {
+    let dir = unit_dir.join(leaf.dir());
+    dir.is_dir().then_some(dir)
+}
+
 /// Whether a group or one below it holds a process.
 fn procs_below(dir: &Path) -> bool {
     if !procs_in(dir).is_empty() {
@@ -140,30 +148,23 @@ fn procs_below(dir: &Path) -> bool {
         .any(|e| e.file_type().is_ok_and(|t| t.is_dir()) && procs_below(&e.path()))
 }
 
-/// The leaves a delegated unit's processes go to: the exempt ones (`exempt`) to `exempt`,
-/// every other process in the unit's own group to `limited` (a process the scan did not
-/// classify, such as a backend forked since, is the unit's and so the tenant's). Between the
-/// leaves only classified processes move (`limited`: the tenant's others): an unclassified
-/// child of an exempt process stays with it. Returns (pid, leaf) for each process not in its
-/// leaf yet.
-pub fn moves(
-    tree: &DelegatedTree,
-    exempt: &BTreeSet<u32>,
-    limited: &BTreeSet<u32>,
-) -> Vec<(u32, Leaf)> {
-    let want = |pid: u32| {
-        if exempt.contains(&pid) {
-            Leaf::Exempt
-        } else {
-            Leaf::Limited
-        }
-    };
-    let mut out: Vec<(u32, Leaf)> = tree.in_unit.iter().map(|&p| (p, want(p))).collect();
+/// The leaves a delegated unit's processes go to, by `classified` (a process's leaf as the
+/// tenant's rules place it, `None` for one they do not place): every process in the unit's
+/// own group to its leaf, `limited` when unplaced (a backend forked since the scan, a
+/// pg_ctlcluster: the unit's, and so the tenant's). Between the leaves only placed processes
+/// move: an unplaced child of an exempt process stays with it. Returns (pid, leaf) for each
+/// process not in its leaf yet.
+pub fn moves(tree: &DelegatedTree, classified: impl Fn(u32) -> Option<Leaf>) -> Vec<(u32, Leaf)> {
+    let mut out: Vec<(u32, Leaf)> = tree
+        .in_unit
+        .iter()
+        .map(|&p| (p, classified(p).unwrap_or(Leaf::Limited)))
+        .collect();
     for (&leaf, pids) in &tree.leaves {
         for &p in pids {
-            let classified = exempt.contains(&p) || limited.contains(&p);
-            if classified && want(p) != leaf {
-                out.push((p, want(p)));
+            match classified(p) {
+                Some(want) if want != leaf => out.push((p, want)),
+                _ => {}
             }
         }
     }
@@ -190,10 +191,13 @@ mod tests {
     #[test]
     fn unit_processes_go_to_their_leaves_and_only_classified_ones_change_leaf() {
         // 11 and 13 are exempt; 14 sits in exempt unclassified (an exempt process's child).
-        let exempt = BTreeSet::from([11, 13]);
-        let limited = BTreeSet::from([10, 12]);
+        let classified = |p| match p {
+            11 | 13 => Some(Leaf::Exempt),
+            10 | 12 => Some(Leaf::Limited),
+            _ => None,
+        };
         assert_eq!(
-            moves(&tree(), &exempt, &limited),
+            moves(&tree(), classified),
             [(10, Leaf::Limited), (11, Leaf::Exempt), (13, Leaf::Exempt)]
         );
         assert_eq!(tree().pids().collect::<Vec<_>>(), [10, 11, 12, 13, 14]);

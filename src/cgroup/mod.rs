@@ -196,6 +196,12 @@ impl Hierarchy {
             .map(|(_, p)| p.as_str())
     }
 
+    /// A process's group directory in this hierarchy, from the text of its /proc/PID/cgroup.
+    pub fn group_dir(&self, proc_cgroup: &str) -> Option<PathBuf> {
+        self.pick(&parse_proc_cgroup(proc_cgroup))
+            .and_then(|p| self.dir_of(p))
+    }
+
     /// A cgroup path (relative to the hierarchy root) as a directory on this host.
     pub fn dir_of(&self, cgroup_path: &str) -> Option<PathBuf> {
         let root = self.mount_root.trim_end_matches('/');

@@ -43,14 +43,11 @@ impl Layout {
         }
         let mut out = Vec::new();
         for unit in self.unit_dirs(h, tenant) {
-            let in_leaf = unit.join(leaf.dir());
-            let has_leaf = in_leaf.is_dir();
+            let in_leaf = super::delegated::leaf_in(&unit, leaf);
             if leaf == Leaf::Limited {
                 out.push(unit);
             }
-            if has_leaf {
-                out.push(in_leaf);
-            }
+            out.extend(in_leaf);
         }
         out
     }
@@ -61,12 +58,7 @@ impl Layout {
         match self.units.contains_key(tenant) {
             true => {
                 let unit = self.read_dir(h, tenant);
-                let leaf = unit.join(Leaf::Limited.dir());
-                if leaf.is_dir() {
-                    leaf
-                } else {
-                    unit
-                }
+                super::delegated::leaf_in(&unit, Leaf::Limited).unwrap_or(unit)
             }
             false => self.leaf_dir(h, tenant, Leaf::Limited),
         }

@@ -269,14 +269,6 @@ fn systemd_view(p: &Prepared, plan: &Plan, pids: &[u32]) -> Result<plan::Systemd
     };
     view.scanned = p.inventory.procs.iter().map(|x| x.pid).collect();
     view.page = crate::cgroup::page_size();
-    let wanted: std::collections::HashSet<u32> = pids.iter().copied().collect();
-    view.comm = p
-        .inventory
-        .procs
-        .iter()
-        .filter(|x| wanted.contains(&x.pid))
-        .map(|x| (x.pid, x.comm.clone()))
-        .collect();
     // Leaves in delegated units are made on cgroup v2 only (`cgroup::systemd::Delegation`).
     let io_hierarchy = p
         .layout
@@ -307,6 +299,18 @@ fn systemd_view(p: &Prepared, plan: &Plan, pids: &[u32]) -> Result<plan::Systemd
         }
         view.unit_pids.insert(unit.clone(), procs);
         view.resources.insert(unit.clone(), res);
+    }
+    // The names of the processes a delegated unit's tree holds (its moves name them).
+    let in_trees: std::collections::HashSet<u32> =
+        view.delegated.values().flat_map(|t| t.pids()).collect();
+    if !in_trees.is_empty() {
+        view.comm = p
+            .inventory
+            .procs
+            .iter()
+            .filter(|x| in_trees.contains(&x.pid))
+            .map(|x| (x.pid, x.comm.clone()))
+            .collect();
     }
     for t in &plan.tenants {
         for dev in t.settings.io.keys() {

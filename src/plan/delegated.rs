@@ -6,8 +6,6 @@
 //! properties are cleared (they would bind the exempt leaf too), after the leaf holds the
 //! limits.
 
-use std::collections::BTreeSet;
-
 use super::Step;
 use crate::cgroup::delegated::{moves, DelegatedTree};
 use crate::cgroup::model::TenantSettings;
@@ -17,20 +15,15 @@ use crate::systemd::Property;
 /// The steps that make a delegated unit's tree hold the tenant's leaves with its IO limits:
 /// the leaves made, the unit's processes moved into them (`exempt` to the exempt leaf), on
 /// cgroup v2 `io` enabled for them (the unit's own group is empty by then), and the limit
-/// files written. `exempt` and `limited` are the tenant's processes as classified
+/// files written. `classified` is a process's leaf as the tenant's rules place it
 /// (`cgroup::delegated::moves`); `comm` names a process for the plan's readers. `page` is the
 /// page size (the drivers' staging takes it).
-pub struct Classified<'a> {
-    pub exempt: &'a BTreeSet<u32>,
-    pub limited: &'a BTreeSet<u32>,
-}
-
 pub fn steps(
     tenant: &str,
     unit: &str,
     tree: &DelegatedTree,
     settings: &TenantSettings,
-    classified: Classified,
+    classified: impl Fn(u32) -> Option<Leaf>,
     comm: impl Fn(u32) -> String,
     page: u64,
 ) -> Vec<Step> {
@@ -46,7 +39,7 @@ pub fn steps(
             });
         }
     }
-    for (pid, leaf) in moves(tree, classified.exempt, classified.limited) {
+    for (pid, leaf) in moves(tree, classified) {
         out.push(Step::Move {
             pid,
             comm: comm(pid),
@@ -150,16 +143,17 @@ mod tests {
 
     /// The steps for tenant pg in pg.service with pid 11 exempt and `limited` classified.
     fn steps_for(tree: &DelegatedTree, limited: &[u32]) -> Vec<Step> {
-        let limited: BTreeSet<u32> = limited.iter().copied().collect();
+        let classified = |p: u32| match p {
+            11 => Some(Leaf::Exempt),
+            p if limited.contains(&p) => Some(Leaf::Limited),
+            _ => None,
+        };
         steps(
             "pg",
             "pg.service",
             tree,
             &settings(),
-            Classified {
-                exempt: &BTreeSet::from([11]),
-                limited: &limited,
-            },
+            classified,
             |_| String::new(),
             4096,
         )

@@ -119,9 +119,15 @@ pub fn holds_processes(unit: &str) -> bool {
 /// `Ok(None)` when the process is in no unit.
 pub fn unit_group_of_pid(fs: &HostFs, pid: u32) -> std::io::Result<Option<(String, String)>> {
     let text = fs.read_to_string(format!("/proc/{pid}/cgroup"))?;
-    Ok(systemd_cgroup_of(&text)
+    Ok(unit_group_of(&text))
+}
+
+/// `unit_group_of_pid` from the text of /proc/PID/cgroup, for a caller that reads it for
+/// more than the unit.
+pub fn unit_group_of(proc_cgroup: &str) -> Option<(String, String)> {
+    systemd_cgroup_of(proc_cgroup)
         .and_then(unit_and_group)
-        .map(|(unit, group)| (unit.to_string(), group.to_string())))
+        .map(|(unit, group)| (unit.to_string(), group.to_string()))
 }
 
 /// The unit a process lives in, read from /proc/PID/cgroup (no bus call). `Ok(None)` when the

@@ -58,14 +58,25 @@ pub fn write(fs: &HostFs, unit: &str, dry_run: bool) -> Result<Written, String> 
     if dry_run {
         return Ok(Written::New(path));
     }
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
     let dir = path.parent().expect("a drop-in has a directory");
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let tmp = dir.join(format!(".{DROPIN}.dbcage-tmp"));
-    std::fs::write(&tmp, dropin_text()).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("renaming {} to {}: {e}", tmp.display(), path.display())
-    })?;
+    // A temporary file in the same directory, renamed over the drop-in (as `set` writes its
+    // state, control::save): systemd never reads half a file; the `.tmp` name is not a
+    // drop-in, and it is removed if anything fails.
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".dbcage-delegate-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(|e| format!("creating a temporary file in {}: {e}", dir.display()))?;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o644))
+        .and_then(|()| tmp.write_all(dropin_text().as_bytes()))
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| format!("writing {}: {e}", tmp.path().display()))?;
+    tmp.persist(&path)
+        .map_err(|e| format!("renaming into {}: {e}", path.display()))?;
     Ok(Written::New(path))
 }
 
@@ -86,6 +97,9 @@ mod tests {
         assert_eq!(write(&fs, unit, false), Ok(Written::New(path.clone())));
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.ends_with("[Service]\nDelegate=yes\n"), "{text}");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o644, "a drop-in anyone may read, as unit files are");
         assert_eq!(
             write(&fs, unit, false),
             Ok(Written::Unchanged(path.clone()))
