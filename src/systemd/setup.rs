@@ -99,7 +99,11 @@ mod tests {
         assert!(text.ends_with("[Service]\nDelegate=yes\n"), "{text}");
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o644, "a drop-in anyone may read, as unit files are");
+        assert_eq!(
+            mode & 0o777,
+            0o644,
+            "a drop-in anyone may read, as unit files are"
+        );
         assert_eq!(
             write(&fs, unit, false),
             Ok(Written::Unchanged(path.clone()))
