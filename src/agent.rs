@@ -25,6 +25,7 @@ use crate::cgroup::{GroupWatch, Snapshot};
 use crate::classify::connector::{self, Connector, ProcEvent, Received, Timed};
 use crate::classify::{self, Classifier, Leaf};
 use crate::engine::{self, Adjustments, Prepared, Scan};
+use crate::inventory::dirwatch::DirWatch;
 use crate::inventory::procs::ProcReader;
 use crate::metrics;
 use crate::plan::{self, Plan, Step};
@@ -398,7 +399,12 @@ impl Daemon {
                     .map(|(pid, _)| *pid)
                     .collect();
                 pids.sort_unstable();
-                let mut needed = crate::cgroup::coverage::needed_by_policy(tenant);
+                let systemd = self.ctx.manager == crate::systemd::Manager::Systemd;
+                let mut needed = crate::cgroup::coverage::checked(
+                    crate::cgroup::coverage::needed_by_policy(tenant),
+                    &self.ctx.layout.setup,
+                    systemd,
+                );
                 if leaf == Leaf::Exempt {
                     // The exempt leaf has the tenant's cpu and memory limits, no IO limits.
                     needed.remove(&crate::cgroup::Controller::Io);
@@ -409,7 +415,7 @@ impl Daemon {
                     &tenant.name,
                     &pids,
                     &needed,
-                    self.ctx.manager == crate::systemd::Manager::Systemd,
+                    systemd,
                 ));
             }
         }
@@ -1165,25 +1171,15 @@ fn watch_globs(entry: &str) -> Vec<String> {
     }
 }
 
-/// Watches the storage globs' and pid files' directories; `None` if inotify is unavailable
-/// (the periodic rescan still re-resolves devices and re-reads pid files).
-fn watch_dirs(policy: &crate::policy::Policy) -> Option<Inotify> {
-    let dirs = watched_dirs(policy);
-    if dirs.is_empty() {
-        return None;
+/// Watches the storage globs' and pid files' directories, also while they are missing (a
+/// unit's runtime directory goes when it stops); `None` if inotify is unavailable (the
+/// periodic rescan still re-resolves devices and re-reads pid files).
+fn watch_dirs(policy: &crate::policy::Policy) -> Option<DirWatch> {
+    let (w, failed) = DirWatch::new(watched_dirs(policy))?;
+    for (d, e) in failed {
+        warn!("cannot watch {} for storage or pid file changes ({e}); they are seen by the periodic rescan", d.display());
     }
-    let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).ok()?;
-    let flags = AddWatchFlags::IN_CREATE
-        | AddWatchFlags::IN_DELETE
-        | AddWatchFlags::IN_MOVED_FROM
-        | AddWatchFlags::IN_MOVED_TO
-        | AddWatchFlags::IN_CLOSE_WRITE;
-    for d in &dirs {
-        if let Err(e) = ino.add_watch(d, flags) {
-            warn!("cannot watch {} for storage changes ({e}); devices there are re-resolved by the periodic rescan", d.display());
-        }
-    }
-    Some(ino)
+    Some(w)
 }
 
 /// Where `systemctl set-property` writes a unit's drop-ins: `UNIT.d/` under the runtime
@@ -1732,14 +1728,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             let due = Instant::now() + Duration::from_millis(100);
             agent.rescan_due = Some(agent.rescan_due.map_or(due, |d| d.min(due)));
         }
-        if storage_changed {
-            if let Some(w) = &storage_watch {
-                while let Ok(evs) = w.read_events() {
-                    if evs.is_empty() {
-                        break;
-                    }
-                }
-            }
+        if storage_changed && storage_watch.as_mut().is_some_and(DirWatch::changed) {
             info!("a storage or pid file directory changed: re-resolving devices and pid files");
             agent.rescan("storage or pid file changed");
         }

@@ -3,6 +3,7 @@
 
 pub mod asm;
 pub mod devices;
+pub mod dirwatch;
 pub mod mounts;
 pub mod numa;
 pub mod procs;

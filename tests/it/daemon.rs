@@ -2286,3 +2286,76 @@ fn status_shows_the_running_policy_when_the_files_are_broken() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown key `bogus`"));
     t.set_policy(&body); // a valid policy for the cleanup's `release --all`
 }
+
+/// A server whose unit removes its runtime directory on stop and makes it again on start
+/// (mariadb.service's `RuntimeDirectory=mysqld`): the daemon watches the pid file's directory
+/// through its parent while it is missing, so the new server is placed when it writes its pid
+/// file, not at the next rescan (an hour away here).
+#[test]
+fn daemon_follows_a_pid_file_whose_directory_is_removed_and_made_again() {
+    if skip() {
+        return;
+    }
+    let _m = measure_lock(); // a latency bound
+    let run_parent = tempfile::Builder::new()
+        .prefix("dbcage-test-pidrun")
+        .tempdir()
+        .expect("temp dir");
+    let run = run_parent.path().join("mysqld");
+    let pid_file = run.join("mysqld.pid");
+    std::fs::create_dir(&run).unwrap();
+    let name = comm_tag("srv");
+    let first = sleeper(&name, "60");
+    std::fs::write(&pid_file, format!("{}\n", first.pid)).unwrap();
+    let t = Tenancy::new(
+        "dpidrun",
+        &format!(
+            "[[tenant]]\nname = \"db\"\nmatch = [{{ pidfile = \"{}\", descendants = true }}]\n[tenant.cpu]\nweight = 50\n",
+            pid_file.display()
+        ),
+    );
+    let d = Daemon::start(&t, &["--rescan-interval", "1h"]);
+    assert!(
+        placed(&t, first.pid, "db", "limited"),
+        "the first server is placed by the first plan; log:\n{}",
+        d.log()
+    );
+    // The unit stops (its runtime directory goes with the pid file) and starts again.
+    std::fs::remove_dir_all(&run).unwrap();
+    drop(first);
+    std::thread::sleep(Duration::from_millis(200));
+    std::fs::create_dir(&run).unwrap();
+    let second = sleeper(&name, "60");
+    let t0 = Instant::now();
+    std::fs::write(&pid_file, format!("{}\n", second.pid)).unwrap();
+    let took = assert_placed_within(
+        &t,
+        &d,
+        second.pid,
+        "db",
+        "limited",
+        t0,
+        Duration::from_secs(1),
+    );
+    // Once more: the watch moved back onto the directory and follows it again.
+    std::fs::remove_dir_all(&run).unwrap();
+    drop(second);
+    std::fs::create_dir(&run).unwrap();
+    let third = sleeper(&name, "60");
+    let t1 = Instant::now();
+    std::fs::write(&pid_file, format!("{}\n", third.pid)).unwrap();
+    let again = assert_placed_within(
+        &t,
+        &d,
+        third.pid,
+        "db",
+        "limited",
+        t1,
+        Duration::from_secs(1),
+    );
+    println!(
+        "pid file written in a directory made again -> server placed: {:.1} ms, then {:.1} ms (rescan interval 1 h)",
+        ms(took),
+        ms(again)
+    );
+}
