@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result};
 
 use crate::cgroup::{GroupWatch, Layout, Setup, Snapshot};
-use crate::classify::Classifier;
+use crate::classify::{Classifier, Placement};
 use crate::hostfs::HostFs;
 use crate::inventory::{self, Inventory};
 use crate::plan::{self, Plan, Shares};
@@ -181,6 +181,16 @@ pub fn tenant_units(loaded: &Loaded, fs: &HostFs) -> Result<BTreeMap<String, Vec
 /// Reads what the kernel holds now for this policy and plans the steps to the policy with the
 /// adjustments.
 pub fn plan(p: &Prepared, adjust: &Adjustments) -> Result<Plan> {
+    Ok(plan_with_view(p, adjust)?.0)
+}
+
+/// `plan`, also giving the systemd view it planned from (under systemd) and the processes'
+/// placements, for callers that act on the same units (`systemd_release`) without reading
+/// them again.
+fn plan_with_view(
+    p: &Prepared,
+    adjust: &Adjustments,
+) -> Result<(Plan, Option<plan::SystemdView>, Vec<Placement>)> {
     let policy = adjust.policy(&p.loaded.policy);
     let placements = policy.matcher.classify(&p.inventory.procs);
     let pids: Vec<u32> = placements.iter().map(|x| x.pid).collect();
@@ -250,8 +260,9 @@ pub fn plan(p: &Prepared, adjust: &Adjustments) -> Result<Plan> {
             t.delegated_units = governed.delegated;
             t.needs_delegate = governed.needs_delegate;
         }
+        return Ok((plan, Some(view), placements));
     }
-    Ok(plan)
+    Ok((plan, None, placements))
 }
 
 /// What the systemd driver plans from: each process's unit (/proc), and over D-Bus the
@@ -332,11 +343,9 @@ pub type ReleasedUnit = (String, String, crate::systemd::govern::Released);
 /// removed). Returns (tenant, unit, how) for each unit released, and how many processes left
 /// leaves.
 pub fn systemd_release(p: &Prepared, only: &[String]) -> Result<(Vec<ReleasedUnit>, usize)> {
-    let plan = plan(p, &Adjustments::default())?;
+    let (plan, view, placements) = plan_with_view(p, &Adjustments::default())?;
+    let view = view.context("release under systemd: the policy's manager is not systemd")?;
     let policy = &p.loaded.policy;
-    let placements = policy.matcher.classify(&p.inventory.procs);
-    let pids: Vec<u32> = placements.iter().map(|x| x.pid).collect();
-    let view = systemd_view(p, &plan, &pids)?;
     let sd = crate::systemd::Systemd::connect()?;
     let mut released = Vec::new();
     let mut from_leaves = 0;
