@@ -1039,11 +1039,34 @@ pub struct SystemdView {
 impl SystemdView {
     /// Whether every process of `unit` is one of `mine` (the tenant's), not counting those
     /// that started after the scan (a postmaster's new backend or autovacuum worker): such a
-    /// unit is the tenant's own, governed in place and given back by `release`.
+    /// unit is the tenant's own (`tenants_own`).
     pub fn holds_only(&self, unit: &str, mine: impl Fn(u32) -> bool) -> bool {
         self.unit_pids
             .get(unit)
             .is_some_and(|all| all.iter().all(|&p| mine(p) || !self.scanned.contains(&p)))
+    }
+
+    /// Whether `unit` is the tenant's own, governed in place and given back by `release`:
+    /// every process in it is the tenant's (`holds_only`), or it is a service whose main
+    /// process is the tenant's and that runs no other tenant's (`member`: a process of any
+    /// tenant). The helpers a database's unit runs next to the server (Debian's
+    /// `/etc/mysql/debian-start` after mariadb.service starts, pg_ctlcluster while a cluster
+    /// starts) are part of its service, not a sign that it is shared.
+    pub fn tenants_own(
+        &self,
+        unit: &str,
+        mine: impl Fn(u32) -> bool,
+        member: impl Fn(u32) -> bool,
+    ) -> bool {
+        if self.holds_only(unit, &mine) {
+            return true;
+        }
+        let main_is_mine = self
+            .resources
+            .get(unit)
+            .and_then(|r| r.main_pid)
+            .is_some_and(&mine);
+        main_is_mine && self.holds_only(unit, |p| mine(p) || !member(p))
     }
 }
 
@@ -1097,6 +1120,8 @@ pub fn systemd_steps(
             exempt.insert(p.pid);
         }
     }
+    // Every tenant's processes: a unit that runs another tenant's is never one's own.
+    let members: std::collections::HashSet<u32> = placements.iter().map(|p| p.pid).collect();
     let index: std::collections::HashMap<&str, usize> = tenants
         .iter()
         .enumerate()
@@ -1129,7 +1154,7 @@ pub fn systemd_steps(
             &scope,
             pids,
             |pid| view.unit_of.get(&pid).cloned(),
-            |unit| view.holds_only(unit, |p| mine.contains(&p)),
+            |unit| view.tenants_own(unit, |p| mine.contains(&p), |p| members.contains(&p)),
             |unit| t.names_unit(unit),
         );
         // Exempt processes: the unit's properties bind every process in it, the IO limits too

@@ -346,6 +346,7 @@ pub fn systemd_release(p: &Prepared, only: &[String]) -> Result<(Vec<ReleasedUni
     let (plan, view, placements) = plan_with_view(p, &Adjustments::default())?;
     let view = view.context("release under systemd: the policy's manager is not systemd")?;
     let policy = &p.loaded.policy;
+    let members: std::collections::HashSet<u32> = placements.iter().map(|x| x.pid).collect();
     let sd = crate::systemd::Systemd::connect()?;
     let mut released = Vec::new();
     let mut from_leaves = 0;
@@ -370,7 +371,7 @@ pub fn systemd_release(p: &Prepared, only: &[String]) -> Result<(Vec<ReleasedUni
                     || ti.is_some_and(|ti| policy.tenants[ti].names_unit(u))
                     // the plan's rule: a process started after the scan (a new backend)
                     // does not make the tenant's unit a shared one
-                    || view.holds_only(u, |x| mine.contains(&x))
+                    || view.tenants_own(u, |x| mine.contains(&x), |x| members.contains(&x))
             })
             .cloned()
             .collect();

@@ -224,6 +224,40 @@ fn a_process_started_after_the_scan_does_not_make_a_unit_shared() {
     assert!(!v.holds_only("unknown.service", mine));
 }
 
+/// A service whose main process is the tenant's is its own even while a helper of no tenant
+/// runs next to it (Debian's debian-start after mariadb.service starts, pid 98 here): governed,
+/// not shared. A helper of another tenant (pid 97 in `other`) makes it shared again, and so does
+/// a main process that is not the tenant's.
+#[test]
+fn a_service_whose_main_process_is_the_tenants_is_its_own_despite_a_helper() {
+    let mut v = view(UnitResources {
+        main_pid: Some(1),
+        ..defaults()
+    });
+    let unit = "postgresql@15-main.service";
+    v.unit_pids.get_mut(unit).unwrap().push(98);
+    v.unit_of.insert(98, unit.into());
+    v.scanned.insert(98);
+    let (steps, warnings, units) = systemd_steps(&plan_of(), &placed(&[1, 2]), &tenants(), &v);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert!(
+        matches!(steps.as_slice(), [Step::SetUnitProperties { unit: u, .. }] if u == unit),
+        "{steps:?}"
+    );
+    assert_eq!(units["pg"].units, [format!("/system.slice/{unit}")]);
+
+    let mine = |p: u32| [1, 2].contains(&p);
+    assert!(v.tenants_own(unit, mine, |p| [1, 2].contains(&p)));
+    assert!(
+        !v.tenants_own(unit, mine, |p| [1, 2, 98].contains(&p)),
+        "the helper is another tenant's"
+    );
+    v.resources.get_mut(unit).unwrap().main_pid = Some(98);
+    assert!(!v.tenants_own(unit, mine, |p| [1, 2].contains(&p)));
+    v.resources.get_mut(unit).unwrap().main_pid = None;
+    assert!(!v.tenants_own(unit, mine, |p| [1, 2].contains(&p)));
+}
+
 /// cgroup v1: systemd has no cpuset there. A tenant that pins cpus is told so; one that does
 /// not (its settings hold every allowed cpu, as the v1 driver needs) is not, and gets no
 /// cpuset property either.

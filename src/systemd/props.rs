@@ -247,6 +247,9 @@ pub struct UnitResources {
     pub io_write_iops_max: Vec<DeviceLimit>,
     pub io_device_latency_target_usec: Vec<DeviceLimit>,
     pub delegate: bool,
+    /// A service's main process (`MainPID`); `None` for a scope, or a service with none (not
+    /// running, a oneshot, a forking one before its pid file is read).
+    pub main_pid: Option<u32>,
 }
 
 /// A property of the reply that is missing or has another type than systemd documents.
@@ -327,6 +330,12 @@ impl UnitResources {
                 Vec::new()
             },
             delegate,
+            // Services only (`org.freedesktop.systemd1.Service`); 0 when there is none.
+            main_pid: match props.get("MainPID").map(|v| &**v) {
+                None | Some(Value::U32(0)) => None,
+                Some(Value::U32(p)) => Some(*p),
+                Some(_) => return Err(bad("MainPID", get("MainPID")?, "u")),
+            },
         })
     }
 
