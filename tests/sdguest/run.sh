@@ -16,8 +16,9 @@
 # Environment (all optional):
 #   SDGUEST_WORK        cache + run dir (default /var/tmp/dbcage-test-sdguest; must contain
 #                       "dbcage-test"); layers are rebuilt when their inputs change
-#   SDGUEST_PACKAGES    Debian packages added to the guest root (default "postgresql-15 procps
-#                       libelf1 zlib1g": dbcage links libelf and zlib)
+#   SDGUEST_PACKAGES    Debian packages added to the guest root (default "postgresql-15
+#                       mariadb-server procps libelf1 zlib1g": dbcage links libelf and zlib;
+#                       mariadb.service is left disabled, the tests that use it start it)
 #   SDGUEST_BINARY      a dbcage binary installed as /usr/sbin/dbcage
 #   SDGUEST_DEB         a .deb installed with dpkg -i (e.g. from scripts/build-deb.sh)
 #   SDGUEST_CGROUP      v2 (default) or v1 (systemd.unified_cgroup_hierarchy=0)
@@ -44,7 +45,7 @@ HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 MAB=$HERE/make_and_boot.sh
 WORK=${SDGUEST_WORK:-/var/tmp/dbcage-test-sdguest}
 case $WORK in *dbcage-test*) ;; *) die "SDGUEST_WORK must contain 'dbcage-test': $WORK" 2 ;; esac
-PACKAGES=${SDGUEST_PACKAGES-postgresql-15 procps libelf1 zlib1g}
+PACKAGES=${SDGUEST_PACKAGES-postgresql-15 mariadb-server procps libelf1 zlib1g}
 BINARY=${SDGUEST_BINARY:-}
 DEB=${SDGUEST_DEB:-}
 CGROUP=${SDGUEST_CGROUP:-v2}
@@ -114,6 +115,9 @@ install_packages() { # install_packages ROOT PKG...
 	chroot "$r" env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
 	chroot "$r" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >&2
 	chroot "$r" apt-get clean
+	# MariaDB would start at every boot (~10 s and 100+ MiB under TCG): the tests that govern it
+	# start it themselves.
+	if [ -e "$r/lib/systemd/system/mariadb.service" ]; then chroot "$r" systemctl disable -q mariadb.service; fi
 	umount "$r/proc" && MOUNTED=()
 	rm -f "$r/usr/sbin/policy-rc.d"
 }

@@ -11,7 +11,9 @@
 #      set-property on the database's unit by hand: within 2 s the kernel and the unit's
 #      properties are back to the plan, the repairs metric counts exactly the repairs;
 #   and a tenant matched by `unit = "postgresql@15-main.service"` alone is governed in place;
-#   `release` gives a unit with its own CPUQuota/MemoryMax its unit file's values back.
+#   `release` gives a unit with its own CPUQuota/MemoryMax its unit file's values back;
+#   exempt leaves in a delegated unit (v2); MariaDB (mariadb.service) under the mysql preset,
+#   governed in place, through a restart under the daemon, released.
 # With the package installed (tests/sdguest/systemd.sh DEB puts package.sh in $SDGUEST_FILES),
 # scenario 6 (guest/package.sh: the packaged unit, `systemctl enable --now dbcage`) runs first.
 # On cgroup v2, or v1 (SDGUEST_CGROUP=v1): the same checks, the kernel files read from the
@@ -583,6 +585,97 @@ rm -f "$DROP"
 systemctl daemon-reload
 fi
 figure "delegated-unit section (check, systemd-setup, apply, reads, a restart, release): $(( $(ms) - t0 )) ms"
+
+# ---------------------------------------------------------------- MariaDB under the mysql preset
+# mariadb.service (MariaDB 10.11, Debian's package) governed by `preset = "mysql"`: the server is
+# found from its pid file; its limits go on the unit (CPUQuota, MemoryMax, and the IO limits on
+# the disk of its datadir) and reach the kernel; `systemctl status` lists the server in its unit;
+# the server's threads are in the unit's group (it is moved as a process, never by thread); a
+# restart under the daemon keeps the new server in its unit and limited; `release` gives the
+# unit systemd's defaults back and leaves the server running.
+t0=$(ms)
+M=mariadb.service
+if systemctl start $M; then pass "systemctl start $M"; else fail "systemctl start $M"; journalctl -b -u $M --no-pager -o cat | tail -n 20 | sed 's/^/  mariadb: /'; fi
+figure "systemctl start $M (TCG): $(( $(ms) - t0 )) ms"
+MCG=$(show $M ControlGroup)
+VDA=$(cat /sys/block/vda/dev)
+maria_pid() { cat /run/mysqld/mysqld.pid 2>/dev/null; }
+cat >/etc/dbcage/dbcage.toml <<'POLICY'
+[agent]
+metrics = "127.0.0.1:9477"
+[[tenant]]
+name = "maria"
+preset = "mysql"
+datadir = "/var/lib/mysql"
+pid_file = "/run/mysqld/mysqld.pid"
+[tenant.io]
+read_bps = "3MiB"
+write_bps = "2MiB"
+[tenant.cpu]
+cores = 0.3
+[tenant.memory]
+max = "400MiB"
+POLICY
+out=$(dbcage check 2>&1) || fail "check with the mysql preset: $out"
+out=$(dbcage apply 2>&1) || fail "apply with MariaDB: $out"
+echo "$out" | sed 's/^/  apply: /' | head -n 10
+maria_limited() { # maria_limited WHEN: the server in its unit, the unit and the kernel hold the plan
+	local w=$1 p=$2 t bad=0
+	eq "$w: mariadbd's cgroup" "$(cg_of "$p")" "$MCG"
+	for t in /proc/"$p"/task/*; do
+		[ "$(sed -n 's/^0::\(.*\)$/\1/p; s/^[0-9]*:name=systemd:\(.*\)$/\1/p' "$t/cgroup" 2>/dev/null | tail -n1)" = "$MCG" ] || bad=$((bad + 1))
+	done
+	eq "$w: mariadbd threads outside $M (of $(ls /proc/"$p"/task | wc -l))" "$bad" "0"
+	eq "$w: $M CPUQuotaPerSecUSec" "$(show $M CPUQuotaPerSecUSec)" "300ms"
+	eq "$w: $M MemoryMax" "$(show $M MemoryMax)" "419430400"
+	eq "$w: $M IOReadBandwidthMax" "$(show $M IOReadBandwidthMax)" "/dev/vda 3145728"
+	eq "$w: $M IOWriteBandwidthMax" "$(show $M IOWriteBandwidthMax)" "/dev/vda 2097152"
+	eq "$w: kernel cpu quota of $M" "$(quota_of "$MCG")" "30000 100000"
+	eq "$w: kernel memory limit of $M" "$(mem_of "$MCG")" "419430400"
+	if [ $V = 2 ]; then
+		has "$w: kernel io.max of $M" "$(cat "/sys/fs/cgroup$MCG/io.max")" "$VDA rbps=3145728 wbps=2097152"
+	else
+		eq "$w: kernel blkio read limit of $M" "$(cat "/sys/fs/cgroup/blkio$MCG/blkio.throttle.read_bps_device" 2>&1)" "$VDA 3145728"
+		eq "$w: kernel blkio write limit of $M" "$(cat "/sys/fs/cgroup/blkio$MCG/blkio.throttle.write_bps_device" 2>&1)" "$VDA 2097152"
+	fi
+}
+mp=$(maria_pid)
+[ -n "$mp" ] || fail "no mariadbd pid in /run/mysqld/mysqld.pid"
+maria_limited "apply" "$mp"
+has "systemctl status $M" "$(systemctl status $M --no-pager -l 2>&1)" "$mp /usr/sbin/mariadbd"
+out=$(dbcage status 2>&1)
+echo "$out" | sed 's/^/  status: /'
+has "status" "$out" "in $M"
+case $out in *"NOT LIMITED"*) fail "status says NOT LIMITED" ;; *) pass "status: limited" ;; esac
+maria_status() { # maria_status WHEN: status reads tenant maria from its unit (the server, and
+	# any helper the unit runs next to it: Debian's debian-start after a start)
+	local json n
+	json=$(dbcage status --json | tr -d ' \n')
+	has "$1: status --json" "$json" "\"name\":\"maria\",\"units\":[\"$MCG\"]"
+	n=$(sed -n 's/.*"name":"maria","units":\[[^]]*\],"processes":\([0-9]*\).*/\1/p' <<<"$json")
+	[ "${n:-0}" -ge 1 ] && pass "$1: status counts $n process(es) in $M" || fail "$1: status counts '${n}' processes in $M"
+}
+maria_status "apply"
+# A restart under the daemon: the new server is in its unit and limited at once (the unit's
+# runtime properties outlive its processes); the daemon sees it come (pid file, fork, exec).
+daemon dbcage-test-daemon6 60s
+t1=$(ms)
+systemctl restart $M || fail "systemctl restart $M"
+figure "systemctl restart $M (TCG): $(( $(ms) - t1 )) ms"
+np=$(maria_pid)
+[ -n "$np" ] && [ "$np" != "$mp" ] && pass "a new mariadbd after the restart ($mp -> $np)" || fail "no new mariadbd after the restart ($mp -> '$np')"
+maria_limited "after the restart" "$np"
+maria_status "after the restart"
+eq "repairs after the restart (nothing drifted)" "$(metric dbcage_systemd_repairs)" "0"
+systemctl stop dbcage-test-daemon6
+out=$(dbcage release maria 2>&1) || fail "release maria: $out"
+echo "$out" | sed 's/^/  release: /'
+eq "after release: $M CPUQuotaPerSecUSec" "$(show $M CPUQuotaPerSecUSec)" "infinity"
+eq "after release: $M IOReadBandwidthMax" "$(show $M IOReadBandwidthMax)" ""
+eq "after release: $M MemoryMax" "$(show $M MemoryMax)" "infinity"
+eq "after release: mariadbd still runs in its unit" "$(maria_pid) $(cg_of "$np")" "$np $MCG"
+systemctl stop $M
+figure "MariaDB section (start, apply, checks, a restart under the daemon, release): $(( $(ms) - t0 )) ms"
 cat "$SDGUEST_OUT/figures.txt"
 echo "RESULT: $fails failure(s)"
 [ $fails = 0 ]
