@@ -1,6 +1,6 @@
-//! Watches directories that may come and go: the directory of a pid file (`/run/mysqld`, which
-//! systemd removes when mariadb.service stops and makes again when it starts, with
-//! `RuntimeDirectory=`) and of a storage glob (`/dev/oracleasm/disks`).
+//! Watches directories that may come and go: the directory of a pid file (a unit's
+//! `RuntimeDirectory=`, which systemd removes when the unit stops and makes again when it
+//! starts) and of a storage glob (`/dev/oracleasm/disks`).
 //!
 //! An inotify watch ends with the directory it watches: a watch made once would miss every
 //! change after the directory's first removal. Here a directory that is missing is watched

@@ -2288,7 +2288,7 @@ fn status_shows_the_running_policy_when_the_files_are_broken() {
 }
 
 /// A server whose unit removes its runtime directory on stop and makes it again on start
-/// (mariadb.service's `RuntimeDirectory=mysqld`): the daemon watches the pid file's directory
+/// (`RuntimeDirectory=mysqld`, where its pid file is): the daemon watches the pid file's directory
 /// through its parent while it is missing, so the new server is placed when it writes its pid
 /// file, not at the next rescan (an hour away here).
 #[test]
