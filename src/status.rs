@@ -309,7 +309,28 @@ pub fn collect(
                 }
                 let lacks = cgroup::coverage::leaf_lacks(layout, &t.name, leaf, &needed);
                 if !lacks.is_empty() {
-                    let names: Vec<&str> = lacks.iter().map(|c| c.v1_name()).collect();
+                    // Under systemd, a controller it does not manage here says why (cpuset
+                    // on cgroup v1: the tenant's cpus are not applied).
+                    let names: Vec<String> = lacks
+                        .iter()
+                        .map(|&c| {
+                            let why = layout
+                                .units
+                                .contains_key(&t.name)
+                                .then(|| layout.setup.hierarchy_of(c))
+                                .flatten()
+                                .and_then(|h| {
+                                    cgroup::systemd::unmanaged(
+                                        c,
+                                        layout.setup.hierarchies[h].version,
+                                    )
+                                });
+                            match why {
+                                Some(why) => format!("{}: {why}", c.v1_name()),
+                                None => c.v1_name().to_string(),
+                            }
+                        })
+                        .collect();
                     not_limited.push(format!("{}: {}", leaf.dir(), names.join(", ")));
                 }
             }

@@ -32,6 +32,27 @@ pub fn needed_by_policy(t: &crate::policy::Tenant) -> BTreeSet<Controller> {
     out
 }
 
+/// What the daemon's coverage check (`check`) holds a tenant's processes to: `needed`, less,
+/// under systemd, the controllers systemd gives a unit no group of on this host (cpuset on
+/// cgroup v1, `cgroup::systemd::unmanaged`). Their settings are reported as not applied
+/// through systemd by the plan, and by `status`; a process outside a group of such a
+/// controller is no reason to refuse to start and leave the tenant's other limits (and every
+/// other tenant's) unapplied.
+pub fn checked(
+    mut needed: BTreeSet<Controller>,
+    setup: &Setup,
+    under_systemd: bool,
+) -> BTreeSet<Controller> {
+    if under_systemd {
+        needed.retain(|&c| {
+            setup.hierarchy_of(c).is_none_or(|h| {
+                super::systemd::unmanaged(c, setup.hierarchies[h].version).is_none()
+            })
+        });
+    }
+    needed
+}
+
 /// The controllers a tenant gets groups in: those its limits need (`needed_by_policy`), and
 /// always io, cpu and cpuacct, whose groups are where `status`, `top` and the metrics find a
 /// tenant's processes, IO counters and CPU time (and a cpu group of its own gives the tenant
@@ -45,8 +66,10 @@ pub fn grouped_by_policy(t: &crate::policy::Tenant) -> BTreeSet<Controller> {
 }
 
 /// Which of `needed` a tenant's leaf lacks: no hierarchy has the controller, or (v2) the
-/// controller is not in the leaf's `cgroup.controllers`. A leaf that does not exist lacks
-/// nothing here (it has no processes either).
+/// controller is not in the leaf's `cgroup.controllers`, or (v1, under systemd) a unit of the
+/// tenant has no group in the controller's hierarchy (systemd made none: cpuset, which it does
+/// not manage on v1, or a controller it has not enabled for the unit). A leaf of dbcage's own
+/// that does not exist lacks nothing here (it has no processes either).
 pub fn leaf_lacks(
     layout: &super::Layout,
     tenant: &str,
@@ -62,6 +85,11 @@ pub fn leaf_lacks(
                 return true;
             };
             match setup.hierarchies[h].version {
+                Version::V1 if layout.units.contains_key(tenant) => {
+                    limit_dirs(layout, h, tenant, leaf, c)
+                        .iter()
+                        .any(|dir| !dir.is_dir())
+                }
                 Version::V1 => false,
                 Version::V2 => limit_dirs(layout, h, tenant, leaf, c).iter().any(|dir| {
                     crate::hostfs::read_text(dir.join("cgroup.controllers"))
@@ -258,6 +286,59 @@ mod tests {
         assert_eq!(n(0), [Controller::Cpuset, Controller::Memory]);
         assert_eq!(n(1), [Controller::Cpu]);
         assert!(n(2).is_empty());
+    }
+
+    /// A v1 host under systemd (RHEL 7/8 style): systemd gives a unit groups in the cpu,
+    /// memory and blkio hierarchies, none in cpuset. A pinned tenant's process in its scope
+    /// sits in cpuset's root group: not a reason for the daemon to refuse to start (the plan
+    /// reports the cpus as not applied through systemd); its memory group still is checked.
+    #[test]
+    fn under_systemd_on_v1_cpuset_is_not_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = HostFs::with_root(dir.path());
+        let v1 = |c: Controller| Hierarchy {
+            version: Version::V1,
+            mount_point: fs.path(format!("/sys/fs/cgroup/{}", c.v1_name())),
+            mount_root: "/".into(),
+            controllers: vec![c],
+            mount_controllers: vec![c.v1_name().to_string()],
+            own_path: "/".into(),
+        };
+        let setup = Setup {
+            hierarchies: vec![v1(Controller::Cpuset), v1(Controller::Memory)],
+            missing: vec![],
+        };
+        std::fs::create_dir_all(fs.path("/proc/20")).unwrap();
+        let at = |memory: &str| {
+            std::fs::write(
+                fs.path("/proc/20/cgroup"),
+                format!(
+                    "2:memory:{memory}\n1:cpuset:/\n0::/\n\
+                     9:name=systemd:/dbcage.slice/dbcage-pinned.scope\n"
+                ),
+            )
+            .unwrap();
+        };
+        let needed: BTreeSet<Controller> = [Controller::Cpuset, Controller::Memory].into();
+        assert_eq!(
+            checked(needed.clone(), &setup, true),
+            BTreeSet::from([Controller::Memory])
+        );
+        // cgroupfs on v1: dbcage makes the cpuset group itself, so it is checked.
+        assert_eq!(checked(needed.clone(), &setup, false), needed);
+        at("/dbcage.slice/dbcage-pinned.scope");
+        let checked_sd = checked(needed.clone(), &setup, true);
+        assert!(check(&fs, &setup, "pinned", &[20], &checked_sd, true).is_empty());
+        // Unchecked, the scope's process would be found outside a cpuset group.
+        let all = check(&fs, &setup, "pinned", &[20], &needed, true);
+        assert_eq!(all[0].missing, [Controller::Cpuset]);
+        // Not yet in the scope's memory group: reported as before.
+        at("/");
+        let found = check(&fs, &setup, "pinned", &[20], &checked_sd, true);
+        assert_eq!(found[0].missing, [Controller::Memory]);
+        // v2: systemd sets AllowedCPUs there, so cpuset stays checked.
+        let (_d, _fs, v2) = v2_host();
+        assert_eq!(checked(needed.clone(), &v2, true), needed);
     }
 
     #[test]

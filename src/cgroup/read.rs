@@ -42,7 +42,7 @@ impl Layout {
             return vec![self.leaf_dir(h, tenant, leaf)];
         }
         let mut out = Vec::new();
-        for unit in self.unit_dirs(h, tenant) {
+        for unit in self.unit_procs_dirs(h, tenant) {
             let in_leaf = super::delegated::leaf_in(&unit, leaf);
             if leaf == Leaf::Limited {
                 out.push(unit);
@@ -62,6 +62,32 @@ impl Layout {
             }
             false => self.leaf_dir(h, tenant, Leaf::Limited),
         }
+    }
+
+    /// The units' cgroups that list their processes, in hierarchy `h`, for `read_leaves`. On
+    /// cgroup v1 systemd makes a unit's groups only in the hierarchies of the controllers it
+    /// enabled for the unit (a unit without IO settings has none in blkio, where the processes
+    /// are otherwise counted): its processes are then listed by its group in the first other
+    /// hierarchy that has one (they are in each of them), not counted as none.
+    fn unit_procs_dirs(&self, h: usize, tenant: &str) -> Vec<PathBuf> {
+        let Some(units) = self.units.get(tenant) else {
+            return Vec::new();
+        };
+        let here = &self.setup.hierarchies[h];
+        units
+            .iter()
+            .filter_map(|u| {
+                let dir = here.dir_of(u);
+                if here.version == super::Version::V2 || dir.as_ref().is_some_and(|d| d.is_dir()) {
+                    return dir;
+                }
+                (self.setup.hierarchies.iter())
+                    .filter(|x| x.version == super::Version::V1)
+                    .filter_map(|x| x.dir_of(u))
+                    .find(|d| d.is_dir())
+                    .or(dir)
+            })
+            .collect()
     }
 
     /// The units' cgroups of a tenant governed through systemd, in hierarchy `h` (a unit's

@@ -244,6 +244,79 @@ fn proc_cgroup_lines() {
     assert_eq!(lines[2], (Vec::<String>::new(), "/x".to_string()));
 }
 
+/// Under systemd on cgroup v1 a unit's controller groups are systemd's to make: one it made
+/// none of (cpuset, which systemd does not manage on v1) is lacking, and `status` says so.
+#[test]
+fn under_systemd_on_v1_a_unit_without_a_cpuset_group_lacks_cpuset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scope = "dbcage.slice/dbcage-pinned.scope";
+    let v1 = |c: Controller| Hierarchy {
+        version: Version::V1,
+        mount_point: tmp.path().join(c.v1_name()),
+        mount_root: "/".into(),
+        controllers: vec![c],
+        mount_controllers: vec![c.v1_name().to_string()],
+        own_path: "/".into(),
+    };
+    for c in [Controller::Cpu, Controller::Memory] {
+        let dir = tmp.path().join(c.v1_name()).join(scope);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("cgroup.procs"), "212\n").unwrap();
+    }
+    std::fs::create_dir_all(tmp.path().join("cpuset")).unwrap();
+    std::fs::create_dir_all(tmp.path().join("blkio")).unwrap();
+    let setup = Setup {
+        hierarchies: vec![
+            v1(Controller::Io),
+            v1(Controller::Cpu),
+            v1(Controller::Cpuset),
+            v1(Controller::Memory),
+        ],
+        missing: vec![],
+    };
+    let mut l = Layout::new(setup, &agent(ParentSpec::HierarchyRoot)).unwrap();
+    let needed = [Controller::Cpu, Controller::Cpuset, Controller::Memory]
+        .into_iter()
+        .collect();
+    // Under cgroupfs dbcage's own leaf that does not exist yet lacks nothing.
+    assert!(coverage::leaf_lacks(&l, "pinned", Leaf::Limited, &needed).is_empty());
+    l.units.insert("pinned".into(), vec![format!("/{scope}")]);
+    // Its processes: the scope has no blkio group (no IO settings), where status counts them;
+    // they are listed by its cpu group.
+    assert_eq!(
+        l.read_leaves(0, "pinned", Leaf::Limited),
+        [tmp.path().join("cpu").join(scope)]
+    );
+    let procs: Vec<u32> = l
+        .read_leaves(0, "pinned", Leaf::Limited)
+        .iter()
+        .flat_map(|d| procs_in(d))
+        .collect();
+    assert_eq!(procs, [212]);
+    assert_eq!(
+        coverage::leaf_lacks(&l, "pinned", Leaf::Limited, &needed),
+        [Controller::Cpuset]
+    );
+    assert_eq!(
+        crate::cgroup::systemd::unmanaged(Controller::Cpuset, Version::V1),
+        Some("systemd has no cpuset on cgroup v1")
+    );
+    assert_eq!(
+        crate::cgroup::systemd::unmanaged(Controller::Cpuset, Version::V2),
+        None
+    );
+    assert_eq!(
+        crate::cgroup::systemd::unmanaged(Controller::Memory, Version::V1),
+        None
+    );
+    // A memory group systemd has not made (yet): lacking too.
+    std::fs::remove_dir_all(tmp.path().join("memory").join(scope)).unwrap();
+    assert_eq!(
+        coverage::leaf_lacks(&l, "pinned", Leaf::Limited, &needed),
+        [Controller::Cpuset, Controller::Memory]
+    );
+}
+
 /// Under systemd a tenant has no group of dbcage's: its limits, usage and processes are read
 /// from the cgroups of the units that govern it (a synthetic v2 tree as systemd lays it out).
 #[test]
