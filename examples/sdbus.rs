@@ -112,7 +112,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
                 .map(|p| p.parse::<u32>())
                 .collect::<Result<Vec<_>, _>>()?;
             let properties = props(&args[2 + (split + 1).min(rest.len())..])?;
-            let how = govern::adopt(&Systemd::connect()?, tenant, &pids, &properties)?;
+            let how = govern::adopt(&Systemd::connect()?, tenant, &pids, "", &properties)?;
             println!("adopted={how:?}");
         }
         ["release", unit, ..] => {

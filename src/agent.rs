@@ -367,7 +367,11 @@ impl Daemon {
                 self.ctx = ctx;
                 self.take_governed(&plan);
                 self.publish();
-                let (_, written) = self.execute(&plan, None);
+                let (ok, written) = self.execute(&plan, None);
+                if ok && plan.adopts_before_leaves() && self.rescan_due.is_none() {
+                    // Adopted into a scope's own group: the next plan makes its leaves.
+                    self.rescan_due = Some(Instant::now());
+                }
                 self.note_deferred_moves(&plan);
                 // Plans write only values that differ from the kernel's: each write here
                 // corrects a drift from the policy in force.
@@ -589,22 +593,44 @@ impl Daemon {
                 }
             }
             OnEvent::Adopt => {
-                let properties = self
+                let scope = crate::systemd::scope_cgroup(&tenant);
+                let (properties, in_leaves, wants_leaves) = self
                     .governed
                     .get(&tenant)
-                    .map(|g| g.properties.clone())
+                    .map(|g| {
+                        let holds = g.delegated.iter().any(|(cg, _)| *cg == scope);
+                        (g.properties.clone(), holds, g.scope_wants_leaves)
+                    })
                     .unwrap_or_default();
-                let mut pids = vec![pid];
+                let mut pids = vec![(pid, leaf)];
                 if let Some((_, group)) = &found {
                     pids.extend(self.same_tenant_in(group, ti, pid));
                 }
+                // Into the scope's leaves when it holds them, else into the scope.
+                let groups: Vec<(Option<Leaf>, Vec<u32>)> = if in_leaves {
+                    [Leaf::Limited, Leaf::Exempt]
+                        .into_iter()
+                        .map(|l| {
+                            let of: Vec<u32> =
+                                pids.iter().filter(|x| x.1 == l).map(|x| x.0).collect();
+                            (Some(l), of)
+                        })
+                        .filter(|(_, of)| !of.is_empty())
+                        .collect()
+                } else {
+                    vec![(None, pids.iter().map(|x| x.0).collect())]
+                };
                 let plan = Plan {
-                    steps: vec![Step::Adopt {
-                        tenant: tenant.clone(),
-                        pids,
-                        properties,
-                        reason: format!("tenant {tenant}'s process started outside systemd"),
-                    }],
+                    steps: groups
+                        .into_iter()
+                        .map(|(leaf, pids)| Step::Adopt {
+                            tenant: tenant.clone(),
+                            pids,
+                            leaf,
+                            properties: properties.clone(),
+                            reason: format!("tenant {tenant}'s process started outside systemd"),
+                        })
+                        .collect(),
                     ..Plan::default()
                 };
                 if !self.execute(&plan, Some(event_at)).0 {
@@ -612,8 +638,12 @@ impl Daemon {
                     self.members.remove(&pid);
                     return;
                 }
+                if !in_leaves && wants_leaves && self.rescan_due.is_none() {
+                    // In the scope's own group: the plan makes its leaves and moves them in.
+                    info!(tenant = %tenant, "adopted into the scope's own group: planning its leaves now");
+                    self.rescan_due = Some(Instant::now());
+                }
                 // The scope is one of the tenant's units from now on (for the metrics too).
-                let scope = crate::systemd::scope_cgroup(&tenant);
                 let units = self.ctx.layout.units.entry(tenant.clone()).or_default();
                 if !units.contains(&scope) {
                     units.push(scope.clone());
@@ -629,7 +659,7 @@ impl Daemon {
     /// D-Bus round trip each as their re-checks come (measured in the guest under TCG: seven
     /// processes one by one took 1.6 s). Only a unit's group: the root's holds the kernel's
     /// threads. Each becomes a member, so that its re-checks find it placed.
-    fn same_tenant_in(&mut self, group: &str, ti: usize, pid: u32) -> Vec<u32> {
+    fn same_tenant_in(&mut self, group: &str, ti: usize, pid: u32) -> Vec<(u32, Leaf)> {
         let Some(dir) = self
             .ctx
             .layout
@@ -650,9 +680,11 @@ impl Daemon {
                 continue;
             };
             let policy = &self.ctx.loaded.policy;
-            if classify::classify_direct(&policy.tenants, &p).is_some_and(|x| x.tenant == ti) {
-                self.members.insert(other, (ti, Leaf::Limited));
-                out.push(other);
+            if let Some(x) =
+                classify::classify_direct(&policy.tenants, &p).filter(|x| x.tenant == ti)
+            {
+                self.members.insert(other, (ti, x.leaf));
+                out.push((other, x.leaf));
             }
         }
         out
@@ -1523,7 +1555,10 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     // Under systemd the metrics read the tenants' units (`Layout::units`), known from the plan.
     agent.take_governed(&first);
     agent.publish();
-    agent.execute(&first, None);
+    if agent.execute(&first, None).0 && first.adopts_before_leaves() {
+        // Adopted into a scope's own group: the next plan makes its leaves.
+        agent.rescan_due = Some(Instant::now());
+    }
     agent.note_deferred_moves(&first);
     drop(first);
     release_freed_memory();

@@ -54,10 +54,13 @@ pub enum Step {
         reason: String,
     },
     /// Under systemd: processes started outside systemd join the tenant's transient scope
-    /// (created with `properties` and Delegate=yes when it does not run yet).
+    /// (created with `properties` and Delegate=yes when it does not run yet), into its `leaf`
+    /// when the running scope holds the tenant's leaves (`plan::delegated`).
     Adopt {
         tenant: String,
         pids: Vec<u32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        leaf: Option<Leaf>,
         properties: Vec<crate::systemd::Property>,
         reason: String,
     },
@@ -212,6 +215,9 @@ pub struct TenantSummary {
     /// they have `Delegate=yes` (`dbcage systemd-setup` writes the drop-in).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub needs_delegate: Vec<String>,
+    /// Under systemd: its scope is to hold its leaves (`Governed::scope_wants_leaves`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub scope_wants_leaves: bool,
 }
 
 impl Plan {
@@ -229,6 +235,16 @@ impl Plan {
             .collect()
     }
 
+    /// Under systemd: whether this plan adopts processes into the own group of a scope that is
+    /// to hold the tenant's leaves (it does not run yet, so its tree could not be planned): a
+    /// plan after it makes the leaves and moves them in (`apply` runs it before it returns).
+    pub fn adopts_before_leaves(&self) -> bool {
+        self.steps.iter().any(|s| {
+            matches!(s, Step::Adopt { tenant, leaf: None, .. }
+                if self.tenants.iter().any(|t| t.name == *tenant && t.scope_wants_leaves))
+        })
+    }
+
     /// Under systemd, per tenant, what the daemon's event path needs between full plans.
     pub fn governed(&self) -> BTreeMap<String, Governed> {
         self.tenants
@@ -241,6 +257,7 @@ impl Plan {
                     delegated: t.delegated_units.clone(),
                     needs_delegate: t.needs_delegate.clone(),
                     settings: t.settings.clone(),
+                    scope_wants_leaves: t.scope_wants_leaves,
                 };
                 (t.name.clone(), g)
             })
@@ -737,6 +754,7 @@ pub fn build_with(
             shared_units: Vec::new(),
             delegated_units: Vec::new(),
             needs_delegate: Vec::new(),
+            scope_wants_leaves: false,
         });
     }
     if !problems.is_empty() {
@@ -1088,6 +1106,10 @@ pub struct Governed {
     pub needs_delegate: Vec<String>,
     /// Its settings (what the event path writes on a delegated unit's leaf after a restart).
     pub settings: crate::cgroup::model::TenantSettings,
+    /// Its scope is to hold its leaves (IO limits and exempt rules, cgroup v2): an adoption
+    /// that starts the scope, whose processes join the scope's own group, is followed by a
+    /// plan that makes them.
+    pub scope_wants_leaves: bool,
 }
 
 /// The steps of the systemd driver for a plan's tenants (pure): the tenants' settings as unit
@@ -1174,7 +1196,11 @@ pub fn systemd_steps(
         let mut leaf_steps = Vec::new();
         let mut delegated_units = Vec::new();
         let mut needs_delegate = Vec::new();
-        for (unit, upids) in &placement.units {
+        // The tenant's own units, and its running scope (started with Delegate=yes): both
+        // hold its leaves the same way.
+        let in_scope = (!placement.in_scope.is_empty()).then_some((&scope, &placement.in_scope));
+        let mut scope_leaves = false;
+        for (unit, upids) in placement.units.iter().chain(in_scope) {
             let has_exempt = upids.iter().any(|p| exempt.contains(p));
             let delegates = view.resources.get(unit).is_some_and(|r| r.delegate);
             let tree = view.delegated.get(unit).filter(|_| delegates);
@@ -1217,18 +1243,19 @@ pub fn systemd_steps(
             if let Some(group) = view.unit_group.get(unit) {
                 delegated_units.push((group.clone(), usable.dir.clone()));
             }
+            scope_leaves |= *unit == scope;
         }
-        if io_limited
-            && placement
-                .adopt
-                .iter()
-                .chain(&placement.in_scope)
-                .any(|p| exempt.contains(p))
-        {
-            not_applied.push(crate::cgroup::systemd::exempt_not_applied(
+        // Exempt processes adopted into a scope that does not run yet join its own group with
+        // the scope's IO limits; the plan after the adoption makes the leaves (the daemon plans
+        // again at once, `apply` before it returns). On cgroup v1 there are no leaves.
+        if io_limited && !view.unified && placement.adopt.iter().any(|p| exempt.contains(p)) {
+            let why = crate::cgroup::systemd::exempt_not_applied(
                 &scope,
-                crate::cgroup::systemd::Delegation::Scope,
-            ));
+                crate::cgroup::systemd::Delegation::CgroupV1,
+            );
+            if !not_applied.contains(&why) {
+                not_applied.push(why);
+            }
         }
         for why in not_applied {
             warnings.push(format!(
@@ -1262,6 +1289,7 @@ pub fn systemd_steps(
                 delegated: delegated_units,
                 needs_delegate,
                 settings: settings.clone(),
+                scope_wants_leaves: io_limited && view.unified && !t.exempt.is_empty(),
             },
         );
         // The leaves hold the IO limits before the unit's IO properties are cleared.
@@ -1295,15 +1323,26 @@ pub fn systemd_steps(
                 summary.name
             ));
         }
-        if !placement.adopt.is_empty() {
+        // Into the scope's leaves when it holds them (exempt ones to `exempt`), else into the
+        // scope, started with every property (the IO limits too, until its leaves hold them).
+        let reason = format!(
+            "tenant {}'s processes outside a unit of their own (shared units or none)",
+            summary.name
+        );
+        let adoptions: Vec<(Option<Leaf>, Vec<u32>)> = if scope_leaves {
+            let (ex, lim): (Vec<u32>, Vec<u32>) =
+                placement.adopt.iter().partition(|p| exempt.contains(p));
+            vec![(Some(Leaf::Limited), lim), (Some(Leaf::Exempt), ex)]
+        } else {
+            vec![(None, placement.adopt.clone())]
+        };
+        for (leaf, pids) in adoptions.into_iter().filter(|(_, p)| !p.is_empty()) {
             steps.push(Step::Adopt {
                 tenant: summary.name.clone(),
-                pids: placement.adopt.clone(),
+                pids,
+                leaf,
                 properties: props.clone(),
-                reason: format!(
-                    "tenant {}'s processes outside a unit of their own (shared units or none)",
-                    summary.name
-                ),
+                reason: reason.clone(),
             });
         }
     }

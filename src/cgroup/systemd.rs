@@ -78,8 +78,6 @@ pub enum Delegation {
     Foreign(Vec<String>),
     /// The io hierarchy does not show the unit's cgroup.
     NotVisible,
-    /// The tenant's own scope, which dbcage starts with Delegate=yes.
-    Scope,
 }
 
 impl Delegation {
@@ -131,10 +129,6 @@ pub fn exempt_not_applied(unit: &str, why: Delegation) -> String {
         ),
         Delegation::NotVisible => format!(
             "{head}; {unit} has Delegate=yes, but the io hierarchy does not show its cgroup"
-        ),
-        Delegation::Scope => format!(
-            "{head}; {unit} has Delegate=yes, but dbcage does not make leaves in its own scopes \
-             yet, so they stay under the scope's IO limits"
         ),
     }
 }

@@ -172,31 +172,55 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             let plan = engine::plan(&ctx, &adjust)?;
             let outcome = engine::execute(&plan);
+            // Processes adopted into a scope that did not run yet are in its own group: the
+            // plan after the adoption makes the scope's leaves and moves them in.
+            let follow_up = if outcome.errors.is_empty() && plan.adopts_before_leaves() {
+                let ctx = engine::prepare(&config)?;
+                let plan = engine::plan(&ctx, &adjust)?;
+                let outcome = engine::execute(&plan);
+                Some((plan, outcome))
+            } else {
+                None
+            };
+            #[derive(Serialize)]
+            struct Report<'a> {
+                plan: &'a Plan,
+                outcome: &'a engine::Outcome,
+                /// The plan run after it, when it adopted processes before their scope's
+                /// leaves could be made.
+                #[serde(skip_serializing_if = "Option::is_none")]
+                then: Option<Box<Report<'a>>>,
+            }
             if json {
-                #[derive(Serialize)]
-                struct Report<'a> {
-                    plan: &'a Plan,
-                    outcome: &'a engine::Outcome,
-                }
+                let then = follow_up.as_ref().map(|(plan, outcome)| {
+                    Box::new(Report {
+                        plan,
+                        outcome,
+                        then: None,
+                    })
+                });
                 serde_json::to_writer_pretty(
                     &mut out,
                     &Report {
                         plan: &plan,
                         outcome: &outcome,
+                        then,
                     },
                 )?;
                 writeln!(out)?;
             } else {
                 print_apply(&mut out, &plan, &outcome, &mut std::io::stderr())?;
+                if let Some((plan, outcome)) = &follow_up {
+                    writeln!(out, "then, the scopes' leaves for the adopted processes:")?;
+                    print_apply(&mut out, plan, outcome, &mut std::io::stderr())?;
+                }
             }
-            if outcome.errors.is_empty() {
+            let errors = outcome.errors.len() + follow_up.as_ref().map_or(0, |f| f.1.errors.len());
+            if errors == 0 {
                 Ok(ExitCode::SUCCESS)
             } else {
                 out.flush()?;
-                bail!(
-                    "{} of the plan's steps failed (listed above)",
-                    outcome.errors.len()
-                )
+                bail!("{errors} of the plan's steps failed (listed above)")
             }
         }
         Command::Status {

@@ -73,6 +73,7 @@ pub fn execute(plan: &Plan) -> Outcome {
             Step::Adopt {
                 tenant,
                 pids,
+                leaf,
                 properties,
                 ..
             } => match systemd.get_or_insert_with(crate::systemd::Systemd::connect) {
@@ -81,7 +82,11 @@ pub fn execute(plan: &Plan) -> Outcome {
                     tenant,
                     pids,
                     |pid| std::path::Path::new(&format!("/proc/{pid}")).exists(),
-                    |pids| crate::systemd::govern::adopt(sd, tenant, pids, properties).map(|_| ()),
+                    |pids| {
+                        let subgroup = leaf.map_or(String::new(), |l| format!("/{}", l.dir()));
+                        crate::systemd::govern::adopt(sd, tenant, pids, &subgroup, properties)
+                            .map(|_| ())
+                    },
                 ),
                 Err(e) => out.errors.push(connect_error(e)),
             },

@@ -259,6 +259,7 @@ fn plan_with_view(
             t.shared_units = governed.shared;
             t.delegated_units = governed.delegated;
             t.needs_delegate = governed.needs_delegate;
+            t.scope_wants_leaves = governed.scope_wants_leaves;
         }
         return Ok((plan, Some(view), placements));
     }

@@ -83,6 +83,27 @@ fn view(unit_now: UnitResources) -> SystemdView {
     v
 }
 
+/// The steps in one line each, for comparing a plan with the expected one.
+fn shown(steps: &[Step]) -> Vec<String> {
+    steps
+        .iter()
+        .map(|s| match s {
+            Step::Mkdir { path, .. } => format!("mkdir {}", path.display()),
+            Step::Move { pid, targets, .. } => format!("move {pid} {}", targets[0].display()),
+            Step::Write { path, value, .. } => format!("write {} {value}", path.display()),
+            Step::SetUnitProperties { unit, set, .. } => format!(
+                "set {unit} {}",
+                set.iter()
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+            Step::Adopt { pids, leaf, .. } => format!("adopt {pids:?} {leaf:?}"),
+            s => format!("{s:?}"),
+        })
+        .collect()
+}
+
 /// A unit as systemd reports it with nothing set (MemoryLow reads 0, not infinity).
 fn defaults() -> UnitResources {
     UnitResources {
@@ -102,6 +123,7 @@ fn plan_of() -> Plan {
             shared_units: Vec::new(),
             delegated_units: Vec::new(),
             needs_delegate: Vec::new(),
+            scope_wants_leaves: false,
         }],
         ..Plan::default()
     }
@@ -368,12 +390,19 @@ fn exempt_processes_under_the_units_io_limits_are_reported() {
         "{warnings:?}"
     );
     assert!(governed["pg"].needs_delegate.is_empty());
-    // An exempt process adopted into the scope: the scope's IO limits.
+    // An exempt process adopted into a scope that does not run yet: on v2 the plan after the
+    // adoption gives it the scope's exempt leaf (nothing to say); on v1 there are no leaves.
     let mut placements = placed(&[1, 2, 3]);
     placements[2].leaf = Leaf::Exempt;
     let (_, warnings, _) = systemd_steps(&plan_of(), &placements, &tenants(), &view(defaults()));
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let mut v1 = view(defaults());
+    v1.unified = false;
+    let (_, warnings, _) = systemd_steps(&plan_of(), &placements, &tenants(), &v1);
     assert!(
-        warnings.len() == 1 && warnings[0].contains("exempt processes in dbcage-pg.scope"),
+        warnings.len() == 1
+            && warnings[0].contains("exempt processes in dbcage-pg.scope")
+            && warnings[0].contains("dbcage makes that leaf on cgroup v2 only"),
         "{warnings:?}"
     );
     // No IO limits: an exempt process loses nothing in the unit.
@@ -415,23 +444,7 @@ fn a_delegated_unit_holds_the_tenants_leaves_with_the_io_limits_on_limited() {
     );
     let (steps, warnings, governed) = systemd_steps(&plan_of(), &placements, &tenants(), &v);
     assert!(warnings.is_empty(), "{warnings:?}");
-    let shown: Vec<String> = steps
-        .iter()
-        .map(|s| match s {
-            Step::Mkdir { path, .. } => format!("mkdir {}", path.display()),
-            Step::Move { pid, targets, .. } => format!("move {pid} {}", targets[0].display()),
-            Step::Write { path, value, .. } => format!("write {} {value}", path.display()),
-            Step::SetUnitProperties { unit, set, .. } => format!(
-                "set {unit} {}",
-                set.iter()
-                    .map(|p| p.to_string())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            ),
-            Step::Adopt { pids, .. } => format!("adopt {pids:?}"),
-            s => format!("{s:?}"),
-        })
-        .collect();
+    let shown = shown(&steps);
     assert_eq!(
         shown,
         [
@@ -443,11 +456,88 @@ fn a_delegated_unit_holds_the_tenants_leaves_with_the_io_limits_on_limited() {
             format!("write {dir}/cgroup.subtree_control +io"),
             format!("write {dir}/limited/io.max 254:32 rbps=2097152 wbps=max riops=max wiops=max"),
             format!("set {unit} CPUQuotaPerSecUSec=500000"),
-            "adopt [3]".to_string(),
+            "adopt [3] None".to_string(),
         ]
     );
     assert_eq!(
         governed["pg"].delegated,
         [(format!("/system.slice/{unit}"), dir.into())]
     );
+}
+
+/// The tenant's running scope (started by dbcage with Delegate=yes) holds its leaves as a
+/// delegated unit does: pid 3, in the scope's own group, moved to `limited`, io enabled, the IO
+/// limit on `limited`, the scope's IO property cleared; then the processes still to adopt go
+/// straight into their leaves (pid 5 exempt, pid 6 limited), through systemd. The tenant with
+/// exempt rules is marked for the daemon (an adoption that starts the scope is planned again).
+#[test]
+fn the_tenants_scope_holds_its_leaves_and_adoptions_go_into_them() {
+    let scope = "dbcage-pg.scope";
+    let dir = format!("/sys/fs/cgroup/dbcage.slice/{scope}");
+    let mut v = view(defaults());
+    v.unit_of.insert(3, scope.into());
+    v.unit_group
+        .insert(scope.into(), format!("/dbcage.slice/{scope}"));
+    v.unit_pids.insert(scope.into(), vec![3]);
+    v.resources.insert(
+        scope.into(),
+        UnitResources {
+            delegate: true,
+            io_read_bandwidth_max: vec![DeviceLimit::new("/dev/vdc", 2 << 20)],
+            cpu_quota_per_sec_usec: Some(500_000),
+            ..defaults()
+        },
+    );
+    v.delegated.insert(
+        scope.into(),
+        crate::cgroup::delegated::DelegatedTree {
+            dir: dir.clone().into(),
+            version: crate::cgroup::Version::V2,
+            io_available: true,
+            io_enabled: false,
+            in_unit: vec![3],
+            leaves: BTreeMap::new(),
+            foreign: vec![],
+            limited_files: BTreeMap::new(),
+        },
+    );
+    for pid in [5, 6] {
+        v.unit_of.insert(pid, "session-4.scope".into());
+        v.scanned.insert(pid);
+    }
+    let tenants = crate::policy::from_str(
+        "t.toml",
+        "[[tenant]]\nname = \"pg\"\nmatch = [{ comm = \"postgres\" }]\n\
+         exempt = [{ comm = \"walwriter\" }]\n",
+        &crate::policy::FakeAccounts,
+    )
+    .unwrap()
+    .policy
+    .tenants
+    .clone();
+    let mut placements = placed(&[3, 5, 6]);
+    placements[1].leaf = Leaf::Exempt;
+    let (steps, warnings, governed) = systemd_steps(&plan_of(), &placements, &tenants, &v);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let shown = shown(&steps);
+    assert_eq!(
+        shown,
+        [
+            format!("mkdir {dir}/limited"),
+            format!("mkdir {dir}/exempt"),
+            format!("move 3 {dir}/limited/cgroup.procs"),
+            format!("write {dir}/cgroup.subtree_control +io"),
+            format!("write {dir}/limited/io.max 254:32 rbps=2097152 wbps=max riops=max wiops=max"),
+            format!("set {scope} IOReadBandwidthMax="),
+            "adopt [6] Some(Limited)".to_string(),
+            "adopt [5] Some(Exempt)".to_string(),
+        ]
+    );
+    let g = &governed["pg"];
+    assert_eq!(
+        g.delegated,
+        [(format!("/dbcage.slice/{scope}"), dir.into())]
+    );
+    assert!(g.scope_wants_leaves);
+    assert_eq!(g.units, [format!("/dbcage.slice/{scope}")]);
 }

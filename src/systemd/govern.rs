@@ -34,15 +34,18 @@ pub enum Adopted {
 
 /// Moves `pids` (processes started outside systemd) into the tenant's scope under
 /// `dbcage.slice`, through systemd: a new scope with Delegate=yes and the tenant's properties,
-/// or the running one. A scope left failed by an earlier run is reset first.
+/// or the running one, into its `subgroup` (`/limited`: a leaf of the tenant's; empty: the
+/// scope's own group). A new scope takes them into its own group (the next plan makes its
+/// leaves). A scope left failed by an earlier run is reset first.
 pub fn adopt(
     sd: &Systemd,
     tenant: &str,
     pids: &[u32],
+    subgroup: &str,
     properties: &[Property],
 ) -> Result<Adopted, Error> {
     let scope = super::scope_name(tenant);
-    match sd.attach(&scope, "", pids) {
+    match sd.attach(&scope, subgroup, pids) {
         Ok(()) => return Ok(Adopted::Attached),
         Err(e) if is_absent(&e) => {}
         Err(e) => return Err(e),

@@ -121,12 +121,14 @@ pub fn print_plan(
             Step::Adopt {
                 tenant,
                 pids,
+                leaf,
                 reason,
                 ..
             } => writeln!(
                 out,
-                "  adopt pids {pids:?} into {} (dbcage.slice)    # {reason}",
-                crate::systemd::scope_name(tenant)
+                "  adopt pids {pids:?} into {}{} (dbcage.slice)    # {reason}",
+                crate::systemd::scope_name(tenant),
+                leaf.map_or(String::new(), |l| format!("/{}", l.dir()))
             )?,
             Step::Move {
                 pid,
