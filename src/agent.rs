@@ -606,31 +606,14 @@ impl Daemon {
                 if let Some((_, group)) = &found {
                     pids.extend(self.same_tenant_in(group, ti, pid));
                 }
-                // Into the scope's leaves when it holds them, else into the scope.
-                let groups: Vec<(Option<Leaf>, Vec<u32>)> = if in_leaves {
-                    [Leaf::Limited, Leaf::Exempt]
-                        .into_iter()
-                        .map(|l| {
-                            let of: Vec<u32> =
-                                pids.iter().filter(|x| x.1 == l).map(|x| x.0).collect();
-                            (Some(l), of)
-                        })
-                        .filter(|(_, of)| !of.is_empty())
-                        .collect()
-                } else {
-                    vec![(None, pids.iter().map(|x| x.0).collect())]
-                };
                 let plan = Plan {
-                    steps: groups
-                        .into_iter()
-                        .map(|(leaf, pids)| Step::Adopt {
-                            tenant: tenant.clone(),
-                            pids,
-                            leaf,
-                            properties: properties.clone(),
-                            reason: format!("tenant {tenant}'s process started outside systemd"),
-                        })
-                        .collect(),
+                    steps: crate::plan::adoptions(
+                        &tenant,
+                        &pids,
+                        in_leaves,
+                        &properties,
+                        &format!("tenant {tenant}'s process started outside systemd"),
+                    ),
                     ..Plan::default()
                 };
                 if !self.execute(&plan, Some(event_at)).0 {

@@ -1030,6 +1030,42 @@ mod tests_systemd;
 #[cfg(test)]
 mod tests_v2;
 
+/// The steps that adopt a tenant's processes (each with its leaf) into its scope: into their
+/// leaves when the running scope holds them (`in_leaves`), else into the scope itself, which
+/// is started with every property (the IO limits too, until its leaves hold them).
+pub fn adoptions(
+    tenant: &str,
+    pids: &[(u32, Leaf)],
+    in_leaves: bool,
+    properties: &[crate::systemd::Property],
+    reason: &str,
+) -> Vec<Step> {
+    let groups: Vec<(Option<Leaf>, Vec<u32>)> = if in_leaves {
+        [Leaf::Limited, Leaf::Exempt]
+            .into_iter()
+            .map(|l| {
+                (
+                    Some(l),
+                    pids.iter().filter(|x| x.1 == l).map(|x| x.0).collect(),
+                )
+            })
+            .collect()
+    } else {
+        vec![(None, pids.iter().map(|x| x.0).collect())]
+    };
+    groups
+        .into_iter()
+        .filter(|(_, of)| !of.is_empty())
+        .map(|(leaf, pids)| Step::Adopt {
+            tenant: tenant.to_string(),
+            pids,
+            leaf,
+            properties: properties.to_vec(),
+            reason: reason.to_string(),
+        })
+        .collect()
+}
+
 /// What the systemd driver plans from, read by the engine (D-Bus and /proc): where each
 /// process is, the processes of each unit involved, what each unit holds now, and how systemd
 /// names each device.
@@ -1323,28 +1359,31 @@ pub fn systemd_steps(
                 summary.name
             ));
         }
-        // Into the scope's leaves when it holds them (exempt ones to `exempt`), else into the
-        // scope, started with every property (the IO limits too, until its leaves hold them).
         let reason = format!(
             "tenant {}'s processes outside a unit of their own (shared units or none)",
             summary.name
         );
-        let adoptions: Vec<(Option<Leaf>, Vec<u32>)> = if scope_leaves {
-            let (ex, lim): (Vec<u32>, Vec<u32>) =
-                placement.adopt.iter().partition(|p| exempt.contains(p));
-            vec![(Some(Leaf::Limited), lim), (Some(Leaf::Exempt), ex)]
-        } else {
-            vec![(None, placement.adopt.clone())]
-        };
-        for (leaf, pids) in adoptions.into_iter().filter(|(_, p)| !p.is_empty()) {
-            steps.push(Step::Adopt {
-                tenant: summary.name.clone(),
-                pids,
-                leaf,
-                properties: props.clone(),
-                reason: reason.clone(),
-            });
-        }
+        let to_adopt: Vec<(u32, Leaf)> = placement
+            .adopt
+            .iter()
+            .map(|&p| {
+                (
+                    p,
+                    if exempt.contains(&p) {
+                        Leaf::Exempt
+                    } else {
+                        Leaf::Limited
+                    },
+                )
+            })
+            .collect();
+        steps.extend(adoptions(
+            &summary.name,
+            &to_adopt,
+            scope_leaves,
+            &props,
+            &reason,
+        ));
     }
     (steps, warnings, governed)
 }

@@ -317,14 +317,8 @@ pub fn collect(
                             let why = layout
                                 .units
                                 .contains_key(&t.name)
-                                .then(|| layout.setup.hierarchy_of(c))
-                                .flatten()
-                                .and_then(|h| {
-                                    cgroup::systemd::unmanaged(
-                                        c,
-                                        layout.setup.hierarchies[h].version,
-                                    )
-                                });
+                                .then(|| cgroup::systemd::unmanaged_on(c, &layout.setup))
+                                .flatten();
                             match why {
                                 Some(why) => format!("{}: {why}", c.v1_name()),
                                 None => c.v1_name().to_string(),

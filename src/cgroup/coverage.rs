@@ -44,11 +44,7 @@ pub fn checked(
     under_systemd: bool,
 ) -> BTreeSet<Controller> {
     if under_systemd {
-        needed.retain(|&c| {
-            setup.hierarchy_of(c).is_none_or(|h| {
-                super::systemd::unmanaged(c, setup.hierarchies[h].version).is_none()
-            })
-        });
+        needed.retain(|&c| super::systemd::unmanaged_on(c, setup).is_none());
     }
     needed
 }

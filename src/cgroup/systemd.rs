@@ -142,6 +142,13 @@ pub fn unmanaged(c: Controller, v: Version) -> Option<&'static str> {
     (c == Controller::Cpuset && v == Version::V1).then_some(NO_CPUSET_ON_V1)
 }
 
+/// `unmanaged` for controller `c` on this host's hierarchy of it (none without one).
+pub fn unmanaged_on(c: Controller, setup: &super::Setup) -> Option<&'static str> {
+    setup
+        .hierarchy_of(c)
+        .and_then(|h| unmanaged(c, setup.hierarchies[h].version))
+}
+
 const NO_CPUSET_ON_V1: &str = "systemd has no cpuset on cgroup v1";
 
 /// Settings systemd cannot express on this hierarchy, for the "not applied, and why" report.

@@ -49,7 +49,8 @@ impl DirWatch {
     }
 
     /// The directories watched now (targets, or the ancestors standing in for missing ones).
-    pub fn watched(&self) -> Vec<&Path> {
+    #[cfg(test)]
+    fn watched(&self) -> Vec<&Path> {
         let mut v: Vec<&Path> = self.watched.values().map(PathBuf::as_path).collect();
         v.sort();
         v.dedup();

@@ -109,6 +109,7 @@ mod tests {
     use super::*;
     use crate::cgroup::Version;
     use crate::kernel::DevNum;
+    use crate::plan::tests_systemd::shown;
     use crate::policy::IoLimits;
 
     const DEV: DevNum = DevNum {
@@ -127,18 +128,6 @@ mod tests {
             )]),
             ..Default::default()
         }
-    }
-
-    fn shown(steps: &[Step]) -> Vec<String> {
-        steps
-            .iter()
-            .map(|s| match s {
-                Step::Mkdir { path, .. } => format!("mkdir {}", path.display()),
-                Step::Move { pid, targets, .. } => format!("move {pid} {}", targets[0].display()),
-                Step::Write { path, value, .. } => format!("write {} {value}", path.display()),
-                s => format!("{s:?}"),
-            })
-            .collect()
     }
 
     /// The steps for tenant pg in pg.service with pid 11 exempt and `limited` classified.

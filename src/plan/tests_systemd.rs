@@ -84,7 +84,7 @@ fn view(unit_now: UnitResources) -> SystemdView {
 }
 
 /// The steps in one line each, for comparing a plan with the expected one.
-fn shown(steps: &[Step]) -> Vec<String> {
+pub(super) fn shown(steps: &[Step]) -> Vec<String> {
     steps
         .iter()
         .map(|s| match s {

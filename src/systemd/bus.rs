@@ -279,7 +279,10 @@ impl Systemd {
     /// e.g. a tenant's new processes into its existing scope. `subcgroup` is a path below the
     /// unit's cgroup (`""` for the unit's own; a subgroup needs Delegate=yes).
     pub fn attach(&self, unit: &str, subcgroup: &str, pids: &[u32]) -> Result<(), Error> {
-        let shown = vec![format!("PIDs={pids:?}")];
+        let mut shown = vec![format!("PIDs={pids:?}")];
+        if !subcgroup.is_empty() {
+            shown.push(format!("subgroup={subcgroup}"));
+        }
         self.manager
             .attach_processes_to_unit(unit, subcgroup, pids)
             .map_err(|e| Error::call("AttachProcessesToUnit", unit, &shown, e))
