@@ -7,9 +7,10 @@
 //! `cgroup/` names a control file or a version; callers go through `Layout`'s tenant readers
 //! (`read.rs`) and the plan through this trait.
 //!
-//! A driver that sets unit properties instead of files (systemd) fits the same shape: its specs
-//! name properties, `stage` turns a desired value and the current one into the values to set,
-//! and its readers read the unit's properties (or the files of the unit's cgroup) back.
+//! Under systemd the tree is systemd's: the plan's tree driver (`plan::TreeDriver`) sets a
+//! tenant's settings as its units' properties (`cgroup::systemd` encodes them) and writes files
+//! only in a unit's delegated leaves, through these drivers (`leaf_io_files`, `stage`); the
+//! readers read the units' groups, which hold the same files.
 
 use std::collections::BTreeMap;
 use std::path::Path;

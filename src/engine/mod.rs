@@ -194,6 +194,16 @@ fn plan_with_view(
     let policy = adjust.policy(&p.loaded.policy);
     let placements = policy.matcher.classify(&p.inventory.procs);
     let pids: Vec<u32> = placements.iter().map(|x| x.pid).collect();
+    // The tree driver of the manager in force: under systemd it plans from the units, read
+    // once here (D-Bus and /proc).
+    let view = match p.manager {
+        crate::systemd::Manager::Systemd => Some(systemd_view(p, &pids)?),
+        crate::systemd::Manager::Cgroupfs => None,
+    };
+    let driver: Box<dyn plan::TreeDriver + '_> = match &view {
+        Some(view) => Box::new(plan::Systemd { view }),
+        None => Box::new(plan::Cgroupfs),
+    };
     let mut watch = p.groups.as_ref().map(|g| GroupWatch::lock(g));
     let mut snap = Snapshot::read_watched(&p.fs, &p.layout, &pids, watch.as_deref_mut());
     let build = |snap: &Snapshot| {
@@ -204,6 +214,7 @@ fn plan_with_view(
             snap,
             &adjust.shares,
             adjust.migrate_memory,
+            driver.as_ref(),
         )
     };
     let mut plan = build(&snap)?;
@@ -223,52 +234,13 @@ fn plan_with_view(
         w.keep(&mut snap);
     }
     drop(watch);
-    if p.manager != crate::systemd::Manager::Systemd {
-        for t in policy.tenants.iter() {
-            let named: Vec<&str> = t
-                .rules
-                .iter()
-                .chain(&t.exempt)
-                .filter_map(|r| Some(r.unit.as_ref()?.as_str()))
-                .collect();
-            if !named.is_empty() {
-                plan.warnings.push(format!(
-                    "tenant {}: unit = {} under agent.manager = \"{}\": dbcage moves the \
-                     processes into its own groups, out of their unit (systemctl stop and restart \
-                     then miss them; on cgroup v2 the rule no longer sees a moved process); set \
-                     agent.manager = \"systemd\" (\"auto\" picks it on a host systemd runs)",
-                    t.name,
-                    named.join(", "),
-                    p.manager.as_str()
-                ));
-            }
-        }
-    }
-    if p.manager == crate::systemd::Manager::Systemd {
-        // The systemd driver: the settings the plan computed go on the units; no group of
-        // dbcage's own is made and no process is moved by dbcage.
-        let view = systemd_view(p, &plan, &pids)?;
-        let (steps, warnings, mut units) =
-            plan::systemd_steps(&plan, &placements, &policy.tenants, &view);
-        plan.steps = steps;
-        plan.warnings.extend(warnings);
-        for t in &mut plan.tenants {
-            let governed = units.remove(&t.name).unwrap_or_default();
-            t.units = governed.units;
-            t.unit_properties = governed.properties;
-            t.shared_units = governed.shared;
-            t.delegated_units = governed.delegated;
-            t.needs_delegate = governed.needs_delegate;
-            t.scope_wants_leaves = governed.scope_wants_leaves;
-        }
-        return Ok((plan, Some(view), placements));
-    }
-    Ok((plan, None, placements))
+    drop(driver);
+    Ok((plan, view, placements))
 }
 
 /// What the systemd driver plans from: each process's unit (/proc), and over D-Bus the
 /// processes and resource properties of every unit involved.
-fn systemd_view(p: &Prepared, plan: &Plan, pids: &[u32]) -> Result<plan::SystemdView> {
+fn systemd_view(p: &Prepared, pids: &[u32]) -> Result<plan::SystemdView> {
     let sd = crate::systemd::Systemd::connect()?;
     let mut view = plan::SystemdView {
         unified: p
@@ -324,11 +296,12 @@ fn systemd_view(p: &Prepared, plan: &Plan, pids: &[u32]) -> Result<plan::Systemd
             .map(|x| (x.pid, x.comm.clone()))
             .collect();
     }
-    for t in &plan.tenants {
-        for dev in t.settings.io.keys() {
+    // How systemd names each device a tenant's IO limits may name (its IO properties).
+    for t in &p.inventory.tenants {
+        for d in &t.devices {
             view.device_nodes
-                .entry(*dev)
-                .or_insert_with(|| crate::systemd::plan::device_node(&p.fs, *dev));
+                .entry(d.devnum)
+                .or_insert_with(|| crate::systemd::plan::device_node(&p.fs, d.devnum));
         }
     }
     Ok(view)

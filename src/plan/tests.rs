@@ -1582,7 +1582,16 @@ fn a_running_tenants_memory_moves_only_when_asked_or_at_restart() {
     );
     // asked: memory_migrate on before the narrowing that moves the pages (v1)
     for asked in [
-        build_with(&on_0, &inv, &host.layout, &snap, &Shares::new(), true).unwrap(),
+        build_with(
+            &on_0,
+            &inv,
+            &host.layout,
+            &snap,
+            &Shares::new(),
+            true,
+            &Cgroupfs,
+        )
+        .unwrap(),
         build(
             &policy(&text("0", "migrate_memory = true\n")),
             &inv,
@@ -1653,5 +1662,117 @@ fn numa_auto_places_huge_pages_on_the_node_with_the_pool() {
     assert!(
         e[0].contains("tenant `sga`") && e[0].contains("no huge pages"),
         "{e:?}"
+    );
+}
+
+// ---------------------------------------------------------------- the tree drivers
+
+#[test]
+fn one_policy_and_host_planned_by_each_tree_driver() {
+    let p = full_pinned();
+    let host = Host::with(&p, true);
+    let inv = full_inventory(&p);
+    let mut snap = host.empty_snapshot();
+    host.at_root(&mut snap, &[100, 101, 102, 103]);
+    let by_cgroupfs = build_with(
+        &p,
+        &inv,
+        &host.layout,
+        &snap,
+        &Shares::new(),
+        false,
+        &Cgroupfs,
+    )
+    .unwrap();
+
+    // The same host under systemd: the tenant's processes run in a service of their own, which
+    // has no Delegate=yes (so its exempt process runs under the unit's IO limits).
+    let unit = "oracle-bx1.service".to_string();
+    let mut view = SystemdView {
+        unified: true,
+        page: 4096,
+        ..Default::default()
+    };
+    for pid in [100, 101, 102] {
+        view.unit_of.insert(pid, unit.clone());
+    }
+    view.unit_group
+        .insert(unit.clone(), format!("/system.slice/{unit}"));
+    view.unit_pids.insert(unit.clone(), vec![100, 101, 102]);
+    view.resources.insert(
+        unit.clone(),
+        crate::systemd::UnitResources {
+            memory_low: Some(0),
+            ..Default::default()
+        },
+    );
+    view.scanned = [100, 101, 102, 103].into_iter().collect();
+    let by_systemd = build_with(
+        &p,
+        &inv,
+        &host.layout,
+        &snap,
+        &Shares::new(),
+        false,
+        &Systemd { view: &view },
+    )
+    .unwrap();
+
+    // One computation of the settings, whichever driver writes them.
+    let settings = |plan: &Plan| {
+        plan.tenants
+            .iter()
+            .map(|t| (t.name.clone(), t.settings.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(settings(&by_cgroupfs), settings(&by_systemd));
+
+    // cgroupfs: dbcage's own groups, files and moves; no unit.
+    let kinds = |plan: &Plan| {
+        let mut k: Vec<&str> = plan
+            .steps
+            .iter()
+            .map(|s| match s {
+                Step::Mkdir { .. } => "mkdir",
+                Step::Write { .. } => "write",
+                Step::Move { .. } => "move",
+                Step::SetUnitProperties { .. } => "set",
+                Step::Adopt { .. } => "adopt",
+                _ => "other",
+            })
+            .collect();
+        k.dedup();
+        k
+    };
+    assert_eq!(kinds(&by_cgroupfs), ["mkdir", "write", "move"]);
+    assert!(by_cgroupfs.tenants[0].units.is_empty());
+
+    // systemd: the settings on the tenant's unit, no group of dbcage's, no move.
+    assert_eq!(kinds(&by_systemd), ["set"]);
+    let Step::SetUnitProperties { unit: on, set, .. } = &by_systemd.steps[0] else {
+        unreachable!()
+    };
+    assert_eq!(on, &unit);
+    let shown: Vec<String> = set.iter().map(|x| x.to_string()).collect();
+    // the instance total (8 MiB/s) split over its two disks, as the cgroupfs files have it
+    for want in [
+        "CPUQuotaPerSecUSec=1500000",
+        "CPUWeight=200",
+        "AllowedCPUs=0-1",
+        "IOReadBandwidthMax=/dev/block/7:0 4194304, /dev/block/7:1 4194304",
+    ] {
+        assert!(shown.iter().any(|s| s == want), "{want} in {shown:?}");
+    }
+    assert_eq!(
+        by_systemd.tenants[0].units,
+        vec![format!("/system.slice/{unit}")]
+    );
+    assert!(
+        by_systemd
+            .warnings
+            .iter()
+            .any(|w| w.contains("exempt processes in oracle-bx1.service run under its IO limits")),
+        "{:?}",
+        by_systemd.warnings
     );
 }

@@ -1,0 +1,262 @@
+//! The cgroupfs tree driver (`agent.manager = "cgroupfs"`): dbcage's own groups under its
+//! parent in every hierarchy, created parents first, their files written through the file
+//! driver of each hierarchy (`cgroup::Driver`) in the phases the plan's module comment
+//! describes, the processes moved into their leaves last, and a tenant's groups in
+//! hierarchies its settings no longer use emptied and removed.
+
+use crate::cgroup::driver::SpecInput;
+use crate::cgroup::model::FileSpec;
+use crate::cgroup::{GroupRef, Layout, Snapshot};
+use crate::classify::{Leaf, Placement};
+use crate::policy::Policy;
+
+use super::{Plan, Step, StepInput, TreeDriver};
+
+/// dbcage's own groups, written directly.
+pub struct Cgroupfs;
+
+impl TreeDriver for Cgroupfs {
+    fn name(&self) -> &'static str {
+        "cgroupfs"
+    }
+
+    fn steps(&self, input: &StepInput, plan: &mut Plan) {
+        let StepInput {
+            policy,
+            inv,
+            layout,
+            snap,
+            placements,
+            ..
+        } = *input;
+        let drivers = layout.setup.drivers();
+        // Each driver writes the specs of the controllers in its hierarchies (a hybrid host mixes
+        // them).
+        let spec_input = SpecInput {
+            layout,
+            snap,
+            allowed_cpus: input.allowed_cpus,
+            allowed_mems: input.allowed_mems,
+            tenants: plan
+                .tenants
+                .iter()
+                .map(|t| (t.name.as_str(), &t.settings))
+                .collect(),
+        };
+        // Only in the hierarchies where the tenant has groups (`Layout::grouped`).
+        let grouped: std::collections::HashMap<&str, Vec<bool>> = policy
+            .tenants
+            .iter()
+            .map(|t| (t.name.as_str(), layout.grouped(t)))
+            .collect();
+        let specs: Vec<FileSpec> = drivers
+            .iter()
+            .flat_map(|d| {
+                d.specs(&spec_input).into_iter().filter(|s| {
+                    let Some((h, x)) = layout.setup.driver_of(s.controller) else {
+                        return false;
+                    };
+                    let tenant = match &s.group {
+                        GroupRef::Tenant(t) | GroupRef::Leaf(t, _) => Some(t.as_str()),
+                        GroupRef::Parent | GroupRef::Root => None,
+                    };
+                    x.name() == d.name()
+                        && tenant.is_none_or(|t| grouped.get(t).is_none_or(|g| g[h]))
+                })
+            })
+            .collect();
+        plan.steps.extend(mkdirs(policy, layout, snap));
+        plan.steps.extend(writes(&specs, layout, snap));
+        plan.steps
+            .extend(moves(policy, &inv.procs, layout, snap, placements));
+        plan.steps.extend(removals(policy, layout, snap));
+        for t in &policy.tenants {
+            let named: Vec<&str> = t
+                .rules
+                .iter()
+                .chain(&t.exempt)
+                .filter_map(|r| Some(r.unit.as_ref()?.as_str()))
+                .collect();
+            if !named.is_empty() {
+                plan.warnings.push(format!(
+                    "tenant {}: unit = {} under agent.manager = \"{}\": dbcage moves the \
+                     processes into its own groups, out of their unit (systemctl stop and restart \
+                     then miss them; on cgroup v2 the rule no longer sees a moved process); set \
+                     agent.manager = \"systemd\" (\"auto\" picks it on a host systemd runs)",
+                    t.name,
+                    named.join(", "),
+                    self.name()
+                ));
+            }
+        }
+    }
+}
+
+/// Groups to create, parents before children: dbcage's root in every hierarchy, a tenant's
+/// groups in the hierarchies its settings use (`Layout::grouped`).
+fn mkdirs(policy: &Policy, layout: &Layout, snap: &Snapshot) -> Vec<Step> {
+    let mut out = Vec::new();
+    let grouped: Vec<Vec<bool>> = policy.tenants.iter().map(|t| layout.grouped(t)).collect();
+    for h in 0..layout.setup.hierarchies.len() {
+        let mut groups = vec![(
+            GroupRef::Root,
+            format!("dbcage root `{}`", layout.root_name),
+        )];
+        for (t, _) in policy.tenants.iter().zip(&grouped).filter(|(_, g)| g[h]) {
+            groups.push((
+                GroupRef::Tenant(t.name.clone()),
+                format!("tenant `{}`", t.name),
+            ));
+            for leaf in [Leaf::Limited, Leaf::Exempt] {
+                groups.push((
+                    GroupRef::Leaf(t.name.clone(), leaf),
+                    format!("tenant `{}` {} leaf", t.name, leaf.dir()),
+                ));
+            }
+        }
+        for (g, reason) in groups {
+            let path = layout.dir(h, &g);
+            if !snap.dirs.contains(&path) {
+                out.push(Step::Mkdir { path, reason });
+            }
+        }
+    }
+    out
+}
+
+fn reason_of(spec: &FileSpec) -> String {
+    match &spec.group {
+        GroupRef::Parent => "dbcage's parent cgroup".to_string(),
+        GroupRef::Root => "dbcage root".to_string(),
+        GroupRef::Tenant(t) => format!("tenant `{t}`"),
+        GroupRef::Leaf(t, l) => format!("tenant `{t}` {} leaf", l.dir()),
+    }
+}
+
+/// The writes that turn the current files into the desired ones, ordered as the module
+/// comment describes.
+fn writes(specs: &[FileSpec], layout: &Layout, snap: &Snapshot) -> Vec<Step> {
+    let page = crate::cgroup::page_size();
+    // (phase, order within phase, step): phases run in order.
+    let mut staged: Vec<(u8, i64, Step)> = Vec::new();
+    for spec in specs {
+        let Some((h, driver)) = layout.setup.driver_of(spec.controller) else {
+            continue;
+        };
+        let dir = layout.dir(h, &spec.group);
+        let path = dir.join(spec.file);
+        let current = snap.file(&path).map(|s| s.trim().to_string());
+        // A group this plan creates starts with the kernel's defaults: only what differs is
+        // written (the step still says the file is absent now).
+        let initial = match &current {
+            Some(c) => Some(c.as_str()),
+            None if !snap.dirs.contains(&dir) => driver.new_group_value(spec.file),
+            None => None,
+        };
+        let reason = reason_of(spec);
+        for s in driver.stage(spec, initial, page) {
+            staged.push((
+                s.phase,
+                s.order,
+                Step::Write {
+                    path: path.clone(),
+                    value: s.value,
+                    current: current.clone(),
+                    reason: reason.clone(),
+                },
+            ));
+        }
+    }
+    staged.sort_by_key(|(phase, order, _)| (*phase, *order));
+    staged.into_iter().map(|(_, _, s)| s).collect()
+}
+
+/// The groups of tenants in hierarchies their settings no longer use (a tenant unpinned, its
+/// memory limit dropped): each emptied into dbcage's parent there and removed, after the moves.
+fn removals(policy: &Policy, layout: &Layout, snap: &Snapshot) -> Vec<Step> {
+    let mut out = Vec::new();
+    for t in &policy.tenants {
+        for (h, grouped) in layout.grouped(t).into_iter().enumerate() {
+            let path = layout.tenant_dir(h, &t.name);
+            if grouped || !snap.dirs.contains(&path) {
+                continue;
+            }
+            let controllers: Vec<&str> = layout.setup.hierarchies[h]
+                .controllers
+                .iter()
+                .map(|c| c.v1_name())
+                .collect();
+            out.push(Step::Remove {
+                to: layout.parents[h].clone(),
+                reason: format!(
+                    "tenant `{}` sets nothing the {} hierarchy controls",
+                    t.name,
+                    controllers.join(",")
+                ),
+                path,
+            });
+        }
+    }
+    out
+}
+
+/// Moves for placed processes that are not yet in their leaf in every hierarchy their tenant
+/// has groups in, and out of dbcage's groups in the others. Shared by `build` (all processes)
+/// and the daemon (the one process an event names; `None` where it is not known to be in a
+/// group of dbcage's).
+pub fn moves(
+    policy: &Policy,
+    procs: &[crate::inventory::ProcInfo],
+    layout: &Layout,
+    snap: &Snapshot,
+    placements: &[Placement],
+) -> Vec<Step> {
+    // The daemon's event path passes one process (or a few ancestors): a map only for a scan.
+    let comms: std::collections::HashMap<u32, &str> = if procs.len() > 16 {
+        procs.iter().map(|p| (p.pid, p.comm.as_str())).collect()
+    } else {
+        Default::default()
+    };
+    let comm_of = |pid: u32| match comms.get(&pid) {
+        Some(c) => Some(*c),
+        None => procs
+            .iter()
+            .take(16)
+            .find(|p| p.pid == pid)
+            .map(|p| p.comm.as_str()),
+    };
+    let mut out = Vec::new();
+    for p in placements {
+        let Some(now) = snap.proc_dirs.get(&p.pid) else {
+            continue;
+        }; // gone since the scan
+        let t = &policy.tenants[p.tenant];
+        let mut targets = Vec::new();
+        let mut leave = Vec::new();
+        for (h, grouped) in layout.grouped(t).into_iter().enumerate() {
+            let here = now.get(h).and_then(|d| d.as_ref());
+            if grouped {
+                let mut want = layout.leaf_dir(h, &t.name, p.leaf);
+                if here != Some(&want) {
+                    want.push(crate::cgroup::PROCS);
+                    targets.push(want);
+                }
+            } else if here.is_some_and(|d| d.starts_with(layout.root_dir(h))) {
+                leave.push(crate::cgroup::procs_file(&layout.parents[h]));
+            }
+        }
+        if targets.is_empty() && leave.is_empty() {
+            continue;
+        }
+        out.push(Step::Move {
+            pid: p.pid,
+            comm: comm_of(p.pid).unwrap_or_default().to_string(),
+            tenant: t.name.clone(),
+            leaf: p.leaf,
+            targets,
+            leave,
+            reason: p.reason.clone(),
+        });
+    }
+    out
+}
