@@ -31,21 +31,32 @@ if ! cargo deb --version >/dev/null 2>&1; then
   cargo install cargo-deb --locked --quiet
 fi
 
-echo "== cargo fmt --check"
+# Each step's wall time, printed when the next one starts and at the end (where CI's time goes).
+step_name=""
+step_began=$SECONDS
+step() {
+  [ -n "$step_name" ] && echo "   ($((SECONDS - step_began)) s: $step_name)"
+  step_name=$1
+  step_began=$SECONDS
+  echo "== $1"
+}
+trap '[ -n "$step_name" ] && echo "   ($((SECONDS - step_began)) s: $step_name; $SECONDS s in all)"' EXIT
+
+step "cargo fmt --check"
 cargo fmt --check
-echo "== cargo clippy"
+step "cargo clippy"
 cargo clippy --all-targets --quiet -- -D warnings
-echo "== monitoring mixin: rules and their unit tests (every alert fires and does not)"
+step "monitoring mixin: rules and their unit tests (every alert fires and does not)"
 promtool check rules dist/mixin/rules.yml dist/mixin/alerts.yml
 promtool test rules dist/mixin/tests.yml
-echo "== unit tests"
+step "unit tests"
 cargo test --lib --quiet
-echo "== Debian package (tests/it/package.rs installs it into a debootstrap root)"
+step "Debian package (tests/it/package.rs installs it into a debootstrap root)"
 DBCAGE_DEB=$(scripts/build-deb.sh)
 export DBCAGE_DEB
-echo "== the Ansible role on the Debian 12 systemd guest (3 runs + a refused one; 10-18 min under TCG)"
+step "the Ansible role on the Debian 12 systemd guest (3 runs + a refused one; 10-18 min under TCG)"
 dist/ansible/test/run.sh "$DBCAGE_DEB"
-echo "== integration tests on this host's kernel (root)"
+step "integration tests on this host's kernel (root)"
 # A test that cannot run fails unless tests/it/skips.rs declares the skip; every skip, declared
 # or not, is recorded in target/tmp/it-skips.tsv and listed here.
 skip_log=target/tmp/it-skips.tsv
@@ -63,12 +74,12 @@ if grep -q $'\tUNDECLARED\t' "$skip_log" 2>/dev/null; then
   exit 1
 fi
 [ "$it_status" -eq 0 ] || exit "$it_status"
-echo "== integration tests on cgroup v2: the same test binary in the Debian 12 systemd guest (~8 min under TCG)"
+step "integration tests on cgroup v2: the same test binary in the Debian 12 systemd guest (~8 min under TCG)"
 # tests/it reads the cgroup version it runs on; in the guest it runs in a delegated scope and
 # expects the v2 driver's files. Prints the guest's skips (and what is left out of the v2 run,
 # with why) and fails on a failed test or an undeclared skip.
 tests/sdguest/it.sh
-echo "== cgroup v2 in a VM"
+step "cgroup v2 in a VM"
 cargo build --release --quiet
 tests/vm/run.sh target/release/dbcage tests/vm/smoke.sh
 tests/vm/run.sh target/release/dbcage tests/vm/scenarios.sh
@@ -100,7 +111,7 @@ DBCAGE_VM_MODULES=null_blk tests/vm/run.sh target/release/dbcage tests/vm/guard.
 # Issue 8's storm on v2, quick: favordynmods on and off at 10 execs/s (~45 s); checks dbcage's
 # "mounted without favordynmods" notice and that the option removes the move's grace-period wait.
 bench/run-storm-vm.sh BASE_RATES=10 DBCAGE_RATES=10 DURATION=2 FORK_ROUNDS=1
-echo "== a systemd host in a guest (Debian 12, systemd 252 as PID 1, PostgreSQL 15; qemu/TCG)"
+step "a systemd host in a guest (Debian 12, systemd 252 as PID 1, PostgreSQL 15; qemu/TCG)"
 # Issue 19's scenarios with the daemon governing postgresql@15-main.service through systemd:
 # status and metrics read from the unit, restart sampled every 100 ms, adoption of processes
 # started in a login session (into a running scope within 1 s), kill -9 and restart of the
