@@ -55,6 +55,26 @@ pub fn execute(plan: &Plan) -> Outcome {
                 // Without the controllers enabled there are no limit files to write, and
                 // moved processes would run unlimited: the rest of the plan is left undone.
                 Err(e) if crate::cgroup::enables_controllers(path) => {
+                    // Refused because the group holds processes again: forks of those this
+                    // plan moved out of it into its leaves, made between the plan's reading
+                    // and the moves (a unit's processes under systemd). They follow their
+                    // parent, and the write is tried again.
+                    if is_busy(&e) {
+                        if let Some(followed) = follow_forks(path, &plan.steps[..i]) {
+                            if write_file(path, value).is_ok() {
+                                out.written += 1;
+                                out.moved += followed.len();
+                                out.recovered.push(format!(
+                                    "{}: refused ({}) while pids {followed:?}, forked into its \
+                                     group during the plan's moves, were there; moved after their \
+                                     parents into its leaves and written again",
+                                    path.display(),
+                                    nix::errno::Errno::EBUSY.desc()
+                                ));
+                                continue;
+                            }
+                        }
+                    }
                     out.errors.push(e);
                     out.skipped = plan.steps.len() - i - 1;
                     break;
@@ -123,6 +143,70 @@ pub fn execute(plan: &Plan) -> Outcome {
         }
     }
     out
+}
+
+fn is_busy(e: &CgroupError) -> bool {
+    matches!(e, CgroupError::Write { source, .. } if source.raw_os_error() == Some(nix::libc::EBUSY))
+}
+
+/// Moves the processes in the group of `subtree_control` (a cgroup v2 `cgroup.subtree_control`)
+/// into the leaf their parent (or an earlier ancestor) moved to in `done` (the plan's steps
+/// so far): a process forked while its parent was being moved out of the group stays behind in
+/// it. Rounds until the group is empty (forks go on while it is emptied), at most a few: the
+/// pids moved, or `None` when a process there has no ancestor among the moved ones (not this
+/// plan's to place: the next plan classifies it) or a move failed.
+fn follow_forks(subtree_control: &std::path::Path, done: &[Step]) -> Option<Vec<u32>> {
+    let group = subtree_control.parent()?;
+    // Where each process the plan moved went, for the targets in this group's children.
+    let went: std::collections::HashMap<u32, &std::path::PathBuf> = done
+        .iter()
+        .filter_map(|s| match s {
+            Step::Move { pid, targets, .. } => targets
+                .iter()
+                .find(|t| t.parent().and_then(|leaf| leaf.parent()) == Some(group))
+                .map(|t| (*pid, t)),
+            _ => None,
+        })
+        .collect();
+    if went.is_empty() {
+        return None;
+    }
+    let ppid = |pid: u32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        crate::inventory::procs::parse_stat(&stat).map(|(_, ppid, _)| ppid)
+    };
+    let mut followed = Vec::new();
+    for _ in 0..4 {
+        let left = crate::cgroup::procs_in(group);
+        if left.is_empty() {
+            return Some(followed);
+        }
+        for pid in left {
+            let mut ancestor = ppid(pid);
+            let mut target = None;
+            for _ in 0..16 {
+                match ancestor {
+                    Some(a) if a > 1 => match went.get(&a) {
+                        Some(t) => {
+                            target = Some(*t);
+                            break;
+                        }
+                        None => ancestor = ppid(a),
+                    },
+                    _ => break,
+                }
+            }
+            match write_file(target?, &pid.to_string()) {
+                Ok(()) => followed.push(pid),
+                Err(CgroupError::Write { ref source, .. })
+                    if source.raw_os_error() == Some(nix::libc::ESRCH) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+    crate::cgroup::procs_in(group)
+        .is_empty()
+        .then_some(followed)
 }
 
 /// Adopts a tenant's `pids` (`adopt`: into its scope, through systemd). systemd refuses the

@@ -488,3 +488,107 @@ fn an_io_only_tenant_keeps_its_processes_cpuset_and_memory_groups() {
     );
     drop(p);
 }
+
+/// cgroup v2 forbids processes in a group that enables controllers for its children: a plan
+/// that moves a group's processes into its leaves and then enables a controller there (a
+/// systemd unit's delegated cgroup) is refused with EBUSY when one of them forks between the
+/// plan's reading and its move, the child left behind in the group. `execute` moves such a
+/// child after its parent and writes again. Deterministic here: the child is forked after the
+/// plan is made and before it runs.
+#[test]
+fn a_fork_into_the_group_during_its_moves_follows_its_parent() {
+    if skip() {
+        return;
+    }
+    if cgroup_version() != Version::V2
+        && cannot_run("cgroup v2 only: no group on v1 refuses controllers for holding processes")
+    {
+        return;
+    }
+    let group = TestGroup::new(&parent_dir("cpu"), &format!("dbcage-test-forked-{}", sid()));
+    let tmp = tempfile::Builder::new()
+        .prefix("dbcage-test-fifo")
+        .tempdir()
+        .unwrap();
+    let fifo = tmp.path().join("go");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    // Forks its child when the fifo gives it a line, not before.
+    let script = format!("read x < {}; sleep 300 & wait", fifo.display());
+    let parent = Child::named("dbcage-test-forker", "/bin/sh", &["-c", &script]);
+    std::fs::write(group.dir.join("cgroup.procs"), parent.pid.to_string()).unwrap();
+
+    let leaf = group.dir.join("dbcage-test-leaf");
+    let subtree_control = group.dir.join("cgroup.subtree_control");
+    let plan = dbcage::plan::Plan {
+        steps: vec![
+            dbcage::plan::Step::Mkdir {
+                path: leaf.clone(),
+                reason: "the test's leaf".into(),
+            },
+            dbcage::plan::Step::Move {
+                pid: parent.pid,
+                comm: "sh".into(),
+                tenant: "t".into(),
+                leaf: dbcage::classify::Leaf::Limited,
+                targets: vec![leaf.join("cgroup.procs")],
+                leave: Vec::new(),
+                reason: "into the leaf".into(),
+            },
+            dbcage::plan::Step::Write {
+                path: subtree_control.clone(),
+                value: "+cpu".into(),
+                current: None,
+                reason: "cpu for the leaves".into(),
+            },
+        ],
+        ..Default::default()
+    };
+    std::fs::write(&fifo, "go\n").unwrap();
+    /// The forked child is the test's too: ended by its pid, pass or fail, before the group
+    /// is removed (declared after `group`, so dropped first).
+    struct Forked(u32);
+    impl Drop for Forked {
+        fn drop(&mut self) {
+            if self.0 != 0 {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(self.0 as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+    let mut forked = Forked(0);
+    let mut child = 0;
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            child = procs_in(&group.dir)
+                .into_iter()
+                .find(|&p| p != parent.pid)
+                .unwrap_or(0);
+            forked.0 = child;
+            child != 0
+        }),
+        "the forked child never showed in {}",
+        group.dir.display()
+    );
+    let out = dbcage::engine::execute(&plan);
+    let in_leaf = procs_in(&leaf);
+    let enabled = std::fs::read_to_string(&subtree_control).unwrap_or_default();
+    let parent_pid = parent.pid;
+    drop(forked);
+    drop(parent);
+    assert!(out.errors.is_empty(), "{:?}", out.errors);
+    assert_eq!((out.written, out.moved, out.skipped), (1, 2, 0), "{out:?}");
+    assert!(
+        in_leaf.contains(&parent_pid) && in_leaf.contains(&child),
+        "parent {} and child {child} in the leaf: {in_leaf:?}",
+        parent_pid
+    );
+    assert!(enabled.split_whitespace().any(|c| c == "cpu"), "{enabled}");
+    assert_eq!(out.recovered.len(), 1, "{:?}", out.recovered);
+    assert!(
+        out.recovered[0].contains(&format!("pids [{child}], forked into its group")),
+        "{}",
+        out.recovered[0]
+    );
+}
