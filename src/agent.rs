@@ -697,6 +697,7 @@ impl Daemon {
             .record(write_start.elapsed().as_micros().max(1) as u64);
         self.note_moved(plan);
         // Logged after the writes, so that the line costs the process no time outside its group.
+        self.note_leaf_repairs(plan, &outcome);
         for s in &plan.steps {
             if let Step::SetUnitProperties { unit, set, was, .. } = s {
                 for (want, now) in set.iter().zip(was) {
@@ -734,6 +735,56 @@ impl Daemon {
         }
         self.record(&outcome);
         (outcome.errors.is_empty(), outcome.written)
+    }
+
+    /// Under systemd: an IO limit file of a delegated unit's leaf that held something else
+    /// than the plan (written by someone else: `SystemdWatch` brings the plan at once) and was
+    /// written back, logged and counted with the units' repaired properties. A leaf the same
+    /// plan makes (a restarted unit's) is new, not drifted.
+    fn note_leaf_repairs(&self, plan: &Plan, outcome: &engine::Outcome) {
+        if self.ctx.manager != crate::systemd::Manager::Systemd {
+            return;
+        }
+        let made: std::collections::HashSet<&Path> = plan
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Mkdir { path, .. } => Some(path.as_path()),
+                _ => None,
+            })
+            .collect();
+        let failed: std::collections::HashSet<&Path> =
+            outcome.errors.iter().filter_map(|e| e.path()).collect();
+        let mut repaired = std::collections::BTreeSet::new();
+        for s in &plan.steps {
+            let Step::Write {
+                path,
+                value,
+                current: Some(was),
+                ..
+            } = s
+            else {
+                continue;
+            };
+            let new_leaf = path.parent().is_some_and(|leaf| made.contains(leaf));
+            if !crate::cgroup::is_io_limit_file(path)
+                || new_leaf
+                || failed.contains(path.as_path())
+                || was.trim() == value.trim()
+            {
+                continue;
+            }
+            if repaired.insert(path) {
+                info!(
+                    "{} held {was:?}, which differs from the plan: wrote {value:?}",
+                    path.display()
+                );
+            }
+        }
+        self.shared
+            .health
+            .systemd_repairs
+            .fetch_add(repaired.len() as u64, Ordering::Relaxed);
     }
 
     /// Remembers when the processes a plan moved got there, for `forked_during_move`.
@@ -1202,33 +1253,85 @@ fn watch_dirs(policy: &crate::policy::Policy) -> Option<DirWatch> {
 const SYSTEMD_CONTROL_DIRS: [&str; 2] =
     ["/run/systemd/system.control", "/etc/systemd/system.control"];
 
-/// Under systemd: a watch on the drop-in directories of `set-property` (each directory and its
-/// `UNIT.d` subdirectories, as they are now: rebuilt after each full plan to cover new ones). A
-/// change there is a property set by someone (or by this daemon): the next full plan comes at
-/// once, rather than at the next rescan, and repairs what drifted (measured in the guest under
-/// TCG: a rescan-only repair took up to 9 s while daemon-reloads ran). `daemon-reload` writes
-/// nothing there.
-fn watch_dropins(fs: &crate::hostfs::HostFs) -> Option<Inotify> {
-    let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).ok()?;
-    let flags = AddWatchFlags::IN_CREATE
-        | AddWatchFlags::IN_DELETE
-        | AddWatchFlags::IN_MOVED_TO
-        | AddWatchFlags::IN_CLOSE_WRITE;
-    let mut watched = 0;
-    for base in SYSTEMD_CONTROL_DIRS.map(|d| fs.path(d)) {
-        let Ok(entries) = std::fs::read_dir(&base) else {
-            continue;
-        };
-        if ino.add_watch(&base, flags).is_ok() {
-            watched += 1;
-        }
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) && ino.add_watch(&e.path(), flags).is_ok() {
+/// Under systemd, what makes the next full plan come at once rather than at the next rescan
+/// (it repairs what drifted), watched as they are after each full plan (rebuilt then, to cover
+/// new units):
+/// - the drop-in directories of `set-property` (each directory and its `UNIT.d`
+///   subdirectories): a change there is a property set by someone (or by this daemon). Measured
+///   in the guest under TCG: a rescan-only repair took up to 9 s while daemon-reloads ran.
+///   `daemon-reload` writes nothing there.
+/// - the `limited` leaves in the tenants' delegated units: a write to their IO limit files by
+///   someone else (the other files there change as the kernel pleases: `cgroup.events`,
+///   `memory.events`, and are not looked at).
+///
+/// The daemon's own writes come back as events too: the plan after them finds nothing to do.
+struct SystemdWatch {
+    ino: Inotify,
+    /// The watches on leaves (the rest are drop-in directories).
+    leaves: std::collections::HashSet<nix::sys::inotify::WatchDescriptor>,
+}
+
+impl SystemdWatch {
+    fn new(fs: &crate::hostfs::HostFs, leaves: &[PathBuf]) -> Option<SystemdWatch> {
+        let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).ok()?;
+        let flags = AddWatchFlags::IN_CREATE
+            | AddWatchFlags::IN_DELETE
+            | AddWatchFlags::IN_MOVED_TO
+            | AddWatchFlags::IN_CLOSE_WRITE;
+        let mut watched = 0;
+        for base in SYSTEMD_CONTROL_DIRS.map(|d| fs.path(d)) {
+            let Ok(entries) = std::fs::read_dir(&base) else {
+                continue;
+            };
+            if ino.add_watch(&base, flags).is_ok() {
                 watched += 1;
             }
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir())
+                    && ino.add_watch(&e.path(), flags).is_ok()
+                {
+                    watched += 1;
+                }
+            }
         }
+        let mut on_leaves = std::collections::HashSet::new();
+        for leaf in leaves {
+            // IN_MODIFY: cgroupfs reports a write to a control file to its directory's watch.
+            if let Ok(wd) = ino.add_watch(leaf, AddWatchFlags::IN_MODIFY) {
+                on_leaves.insert(wd);
+            }
+        }
+        (watched + on_leaves.len() > 0).then_some(SystemdWatch {
+            ino,
+            leaves: on_leaves,
+        })
     }
-    (watched > 0).then_some(ino)
+
+    /// Reads every pending event: whether one of them is a change the next plan must look at.
+    fn changed(&self) -> bool {
+        let mut changed = false;
+        while let Ok(evs) = self.ino.read_events() {
+            if evs.is_empty() {
+                break;
+            }
+            changed |= evs.iter().any(|e| {
+                !self.leaves.contains(&e.wd)
+                    || e.name
+                        .as_ref()
+                        .is_some_and(|n| crate::cgroup::is_io_limit_file(Path::new(n)))
+            });
+        }
+        changed
+    }
+}
+
+/// The `limited` leaves of the tenants' delegated units, in the io hierarchy (`SystemdWatch`).
+fn delegated_leaves(governed: &BTreeMap<String, plan::Governed>) -> Vec<PathBuf> {
+    governed
+        .values()
+        .flat_map(|g| &g.delegated)
+        .map(|(_, dir)| dir.join(Leaf::Limited.dir()))
+        .collect()
 }
 
 /// The agent, shared by the main loop and the event thread. A panic on one thread leaves the
@@ -1569,7 +1672,9 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     }
     let mut storage_watch = watch_dirs(&agent.ctx.loaded.policy);
     let systemd = agent.ctx.manager == crate::systemd::Manager::Systemd;
-    let mut dropin_watch = systemd.then(|| watch_dropins(&agent.ctx.fs)).flatten();
+    let mut dropin_watch = systemd
+        .then(|| SystemdWatch::new(&agent.ctx.fs, &delegated_leaves(&agent.governed)))
+        .flatten();
     let mut dropins_at_rescan = agent.stats.rescans;
     let hierarchies: Vec<&Path> = agent
         .ctx
@@ -1705,7 +1810,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             }
             let dropins_at = fds.len();
             if let Some(w) = &dropin_watch {
-                fds.push(PollFd::new(w.as_fd(), PollFlags::POLLIN));
+                fds.push(PollFd::new(w.ino.as_fd(), PollFlags::POLLIN));
             }
             match poll(&mut fds, timeout) {
                 Ok(_) => {}
@@ -1734,14 +1839,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         let woke = Instant::now();
         let mut a = lock(&agent);
         let agent = &mut *a;
-        if dropins_changed {
-            if let Some(w) = &dropin_watch {
-                while let Ok(evs) = w.read_events() {
-                    if evs.is_empty() {
-                        break;
-                    }
-                }
-            }
+        if dropins_changed && dropin_watch.as_ref().is_some_and(SystemdWatch::changed) {
             // set-property writes a few files: one plan shortly after, not one per file.
             let due = Instant::now() + Duration::from_millis(100);
             agent.rescan_due = Some(agent.rescan_due.map_or(due, |d| d.min(due)));
@@ -1872,7 +1970,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             // New units' drop-in directories since the last plan; events of this plan's own
             // writes go with the old watch.
             dropins_at_rescan = agent.stats.rescans;
-            dropin_watch = watch_dropins(&agent.ctx.fs);
+            dropin_watch = SystemdWatch::new(&agent.ctx.fs, &delegated_leaves(&agent.governed));
         }
     }
     // Taking the lock waits for a move in flight on the event thread; that thread then stays
@@ -1927,24 +2025,30 @@ mod tests {
     use super::*;
 
     /// A drop-in written by `set-property` (a new file in an existing `UNIT.d`) wakes the
-    /// watch; nothing happens without one; no directories, no watch.
+    /// watch; nothing happens without one; no directories, no watch. In a delegated unit's
+    /// leaf, a write to an IO limit file does; one to a file the kernel changes by itself
+    /// (`cgroup.events`) does not.
     #[test]
-    fn set_property_drop_ins_are_watched() {
+    fn set_property_drop_ins_and_leaf_limits_are_watched() {
         let dir = tempfile::tempdir().unwrap();
         let fs = crate::hostfs::HostFs::with_root(dir.path());
-        assert!(watch_dropins(&fs).is_none());
+        assert!(SystemdWatch::new(&fs, &[]).is_none());
         let unit = fs.path("/run/systemd/system.control/postgresql@15-main.service.d");
         std::fs::create_dir_all(&unit).unwrap();
-        let w = watch_dropins(&fs).unwrap();
-        assert!(w.read_events().is_err(), "no event before a write (EAGAIN)");
+        let leaf = dir.path().join("limited");
+        std::fs::create_dir(&leaf).unwrap();
+        for f in ["io.max", "cgroup.events"] {
+            std::fs::write(leaf.join(f), "").unwrap();
+        }
+        let w = SystemdWatch::new(&fs, std::slice::from_ref(&leaf)).unwrap();
+        assert!(!w.changed(), "no event before a write");
         std::fs::write(unit.join("50-CPUQuota.conf"), "[Service]\nCPUQuota=90%\n").unwrap();
-        let events = w.read_events().unwrap();
-        assert!(
-            events
-                .iter()
-                .any(|e| e.name.as_deref() == Some(std::ffi::OsStr::new("50-CPUQuota.conf"))),
-            "{events:?}"
-        );
+        assert!(w.changed(), "a drop-in written");
+        assert!(!w.changed(), "the events were read");
+        std::fs::write(leaf.join("cgroup.events"), "populated 1\n").unwrap();
+        assert!(!w.changed(), "a file the kernel changes by itself");
+        std::fs::write(leaf.join("io.max"), "254:32 rbps=1048576\n").unwrap();
+        assert!(w.changed(), "an IO limit written in the leaf");
     }
 
     #[test]

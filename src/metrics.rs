@@ -683,7 +683,7 @@ fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
         ),
         (
             "dbcage_systemd_repairs",
-            "Unit properties that differed from the plan (daemon-reload, set-property by someone else, a package upgrade) and were set again",
+            "Unit properties, and IO limit files of delegated units' leaves, that differed from the plan (daemon-reload, set-property or a write by someone else, a package upgrade) and were set again",
             None,
             Counter,
             get(&h.systemd_repairs),

@@ -505,7 +505,10 @@ fn a_fork_into_the_group_during_its_moves_follows_its_parent() {
     {
         return;
     }
-    let group = TestGroup::new(&parent_dir("cpu"), &format!("dbcage-test-forked-{}", sid()));
+    // cpu offered to the test's group (as dbcage's plans offer it to their root group).
+    let parent = parent_dir("cpu");
+    std::fs::write(parent.join("cgroup.subtree_control"), "+cpu").unwrap();
+    let group = TestGroup::new(&parent, &format!("dbcage-test-forked-{}", sid()));
     let tmp = tempfile::Builder::new()
         .prefix("dbcage-test-fifo")
         .tempdir()
@@ -514,8 +517,8 @@ fn a_fork_into_the_group_during_its_moves_follows_its_parent() {
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
     // Forks its child when the fifo gives it a line, not before.
     let script = format!("read x < {}; sleep 300 & wait", fifo.display());
-    let parent = Child::named("dbcage-test-forker", "/bin/sh", &["-c", &script]);
-    std::fs::write(group.dir.join("cgroup.procs"), parent.pid.to_string()).unwrap();
+    let forker = Child::named("dbcage-test-forker", "/bin/sh", &["-c", &script]);
+    std::fs::write(group.dir.join("cgroup.procs"), forker.pid.to_string()).unwrap();
 
     let leaf = group.dir.join("dbcage-test-leaf");
     let subtree_control = group.dir.join("cgroup.subtree_control");
@@ -526,7 +529,7 @@ fn a_fork_into_the_group_during_its_moves_follows_its_parent() {
                 reason: "the test's leaf".into(),
             },
             dbcage::plan::Step::Move {
-                pid: parent.pid,
+                pid: forker.pid,
                 comm: "sh".into(),
                 tenant: "t".into(),
                 leaf: dbcage::classify::Leaf::Limited,
@@ -563,7 +566,7 @@ fn a_fork_into_the_group_during_its_moves_follows_its_parent() {
         wait_until(Duration::from_secs(10), || {
             child = procs_in(&group.dir)
                 .into_iter()
-                .find(|&p| p != parent.pid)
+                .find(|&p| p != forker.pid)
                 .unwrap_or(0);
             forked.0 = child;
             child != 0
@@ -574,9 +577,9 @@ fn a_fork_into_the_group_during_its_moves_follows_its_parent() {
     let out = dbcage::engine::execute(&plan);
     let in_leaf = procs_in(&leaf);
     let enabled = std::fs::read_to_string(&subtree_control).unwrap_or_default();
-    let parent_pid = parent.pid;
+    let parent_pid = forker.pid;
     drop(forked);
-    drop(parent);
+    drop(forker);
     assert!(out.errors.is_empty(), "{:?}", out.errors);
     assert_eq!((out.written, out.moved, out.skipped), (1, 2, 0), "{out:?}");
     assert!(

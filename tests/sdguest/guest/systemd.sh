@@ -570,6 +570,22 @@ figure "systemctl restart of the delegated $U: every new process in its leaf $to
 if [ $ok = 1 ] && [ $took -le 3000 ]; then pass "restarted processes in their leaves within 3 s ($took ms)"; else fail "restarted processes not in their leaves within 3 s (ok=$ok, $took ms)"; fi
 if [ $V = 2 ]; then f=io.max; else f=blkio.throttle.read_bps_device; fi
 has "limited leaf after the restart" "$(cat $IOD$CG/limited/$f)" "$VDC"
+# Someone lifts the limited leaf's IO limit by hand: the daemon watches the leaf, writes the
+# plan's limit back within 2 s, logs the old value and counts the repair.
+r0=$(metric dbcage_systemd_repairs)
+echo "$VDC rbps=max" >$IOD$CG/limited/io.max
+s=$(ms)
+ok=0
+while [ $(( $(ms) - s )) -lt 5000 ]; do
+	case $(cat $IOD$CG/limited/io.max) in *"$VDC rbps=1048576"*) ok=1; break ;; esac
+	sleep 0.1
+done
+took=$(( $(ms) - s ))
+figure "io.max of the delegated unit's limited leaf lifted by hand: the plan's limit back in $took ms"
+if [ $ok = 1 ] && [ $took -le 2000 ]; then pass "the leaf's limit written back within 2 s ($took ms)"; else fail "the leaf's limit not back within 2 s (ok=$ok, $took ms): $(cat $IOD$CG/limited/io.max)"; fi
+sleep 1
+eq "repairs counted for the leaf's io.max (one)" "$(( $(metric dbcage_systemd_repairs) - ${r0:-0} ))" "1"
+has "the daemon's log names the leaf's file" "$(journalctl -b -u dbcage-test-daemon5 --no-pager -o cat | grep 'differs from the plan')" "$CG/limited/io.max"
 systemctl stop dbcage-test-daemon5
 before=$(main_pids | tr '\n' ' ')
 out=$(dbcage release pg 2>&1) || fail "release pg: $out"
