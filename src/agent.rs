@@ -149,6 +149,9 @@ struct Daemon {
     /// Process events arrive (the event thread runs); otherwise the short fallback rescan.
     connected: bool,
     move_log: MoveLog,
+    /// Under systemd: plans that made leaves in a delegated unit (a restarted unit's new
+    /// cgroup): the main loop watches the new leaves (`SystemdWatch`).
+    leaves_made: u64,
     started: Instant,
     /// Under systemd, per tenant, what the last full plan found (its units, its scope's
     /// properties, the units it shares): what the event path decides from between plans.
@@ -689,6 +692,12 @@ impl Daemon {
             }
         }
         let outcome = engine::execute(plan);
+        // Under systemd dbcage makes no group but a delegated unit's (or its scope's) leaves.
+        if self.ctx.manager == crate::systemd::Manager::Systemd
+            && plan.steps.iter().any(|s| matches!(s, Step::Mkdir { .. }))
+        {
+            self.leaves_made += 1;
+        }
         if let Some(g) = &self.ctx.groups {
             GroupWatch::lock(g).absorb_events_if_due();
         }
@@ -1399,6 +1408,7 @@ fn event_loop(mut connector: Connector, agent: &Mutex<Daemon>, waker: &Waker) {
         let received = connector.wait_receive(&mut events);
         let at = Instant::now();
         let mut a = lock(agent);
+        let leaves_made = a.leaves_made;
         match received {
             Ok(Received::Events) => {
                 for ev in events.drain(..) {
@@ -1420,6 +1430,10 @@ fn event_loop(mut connector: Connector, agent: &Mutex<Daemon>, waker: &Waker) {
         }
         if let Some(due) = a.rescan_due {
             waker.wake_before(due);
+        }
+        if a.leaves_made != leaves_made {
+            // A restarted unit's new leaves: the main loop watches them now.
+            waker.wake_before(at);
         }
     }
 }
@@ -1624,6 +1638,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         connected: connector.is_some(),
         started: Instant::now(),
         move_log: MoveLog::default(),
+        leaves_made: 0,
     };
     agent.publish();
     let manager = crate::systemd::resolve(agent.ctx.loaded.policy.agent.manager, &agent.ctx.fs)
@@ -1675,7 +1690,9 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     let mut dropin_watch = systemd
         .then(|| SystemdWatch::new(&agent.ctx.fs, &delegated_leaves(&agent.governed)))
         .flatten();
-    let mut dropins_at_rescan = agent.stats.rescans;
+    // What the watch was built after: plans, and the leaves the event path made since.
+    let watched_after = |a: &Daemon| (a.stats.rescans, a.leaves_made);
+    let mut watch_built = watched_after(&agent);
     let hierarchies: Vec<&Path> = agent
         .ctx
         .layout
@@ -1966,10 +1983,10 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             agent.rescan_due = None;
             agent.rescan("a tenant's process in a new unit, or a unit's drop-in changed");
         }
-        if systemd && agent.stats.rescans != dropins_at_rescan {
-            // New units' drop-in directories since the last plan; events of this plan's own
-            // writes go with the old watch.
-            dropins_at_rescan = agent.stats.rescans;
+        if systemd && watched_after(agent) != watch_built {
+            // New units' drop-in directories and new leaves since the last plan; events of
+            // this plan's own writes go with the old watch.
+            watch_built = watched_after(agent);
             dropin_watch = SystemdWatch::new(&agent.ctx.fs, &delegated_leaves(&agent.governed));
         }
     }
