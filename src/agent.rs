@@ -19,7 +19,7 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use serde::Serialize;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::cgroup::{GroupWatch, Snapshot};
 use crate::classify::connector::{self, Connector, ProcEvent, Received, Timed};
@@ -152,6 +152,9 @@ struct Daemon {
     /// Under systemd: plans that made leaves in a delegated unit (a restarted unit's new
     /// cgroup): the main loop watches the new leaves (`SystemdWatch`).
     leaves_made: u64,
+    /// Set while a plan that changes limits on purpose runs (`execute_change`: the demand
+    /// split, a guard): what it sets under systemd is that change, not a repair of drift.
+    changing: Option<&'static str>,
     started: Instant,
     /// Under systemd, per tenant, what the last full plan found (its units, its scope's
     /// properties, the units it shares): what the event path decides from between plans.
@@ -709,6 +712,12 @@ impl Daemon {
         self.note_leaf_repairs(plan, &outcome);
         for s in &plan.steps {
             if let Step::SetUnitProperties { unit, set, was, .. } = s {
+                if let Some(by) = self.changing {
+                    for (want, now) in set.iter().zip(was) {
+                        debug!(unit = %unit, "{by}: set {want} (was {now})");
+                    }
+                    continue;
+                }
                 for (want, now) in set.iter().zip(was) {
                     info!(unit = %unit, "unit property {now} differs from the plan: set {want}");
                 }
@@ -751,7 +760,7 @@ impl Daemon {
     /// written back, logged and counted with the units' repaired properties. A leaf the same
     /// plan makes (a restarted unit's) is new, not drifted.
     fn note_leaf_repairs(&self, plan: &Plan, outcome: &engine::Outcome) {
-        if self.ctx.manager != crate::systemd::Manager::Systemd {
+        if self.ctx.manager != crate::systemd::Manager::Systemd || self.changing.is_some() {
             return;
         }
         let made: std::collections::HashSet<&Path> = plan
@@ -794,6 +803,15 @@ impl Daemon {
             .health
             .systemd_repairs
             .fetch_add(repaired.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Runs a plan that changes limits on purpose (`by`: the demand split, a guard), whose
+    /// unit properties and leaf files are that change (logged at debug level), not repairs.
+    fn execute_change(&mut self, plan: &Plan, by: &'static str) -> (bool, usize) {
+        self.changing = Some(by);
+        let done = self.execute(plan, None);
+        self.changing = None;
+        done
     }
 
     /// Remembers when the processes a plan moved got there, for `forked_during_move`.
@@ -1334,6 +1352,15 @@ impl SystemdWatch {
     }
 }
 
+/// After a plan that changed limits on purpose (`Daemon::execute_change`): the drop-ins and
+/// leaf files it wrote are its own, not someone's change, and bring no full plan (the demand
+/// split changes a unit's IO properties every interval while a load moves).
+fn forget_own_writes(watch: &Option<SystemdWatch>) {
+    if let Some(w) = watch {
+        w.changed();
+    }
+}
+
 /// The `limited` leaves of the tenants' delegated units, in the io hierarchy (`SystemdWatch`).
 fn delegated_leaves(governed: &BTreeMap<String, plan::Governed>) -> Vec<PathBuf> {
     governed
@@ -1639,6 +1666,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         started: Instant::now(),
         move_log: MoveLog::default(),
         leaves_made: 0,
+        changing: None,
     };
     agent.publish();
     let manager = crate::systemd::resolve(agent.ctx.loaded.policy.agent.manager, &agent.ctx.fs)
@@ -1773,7 +1801,8 @@ pub fn run(opts: AgentOptions) -> Result<()> {
                 protection.adjust(&a.ctx.loaded.policy, &mut a.adjust);
                 match engine::plan(&a.ctx, &a.adjust) {
                     Ok(plan) => {
-                        a.execute(&plan, None);
+                        a.execute_change(&plan, "protection guard");
+                        forget_own_writes(&dropin_watch);
                     }
                     Err(e) => warn!("protection guard: cannot plan the donors' limits: {e:#}"),
                 }
@@ -1936,7 +1965,8 @@ pub fn run(opts: AgentOptions) -> Result<()> {
                     Ok(plan) => {
                         let plan = crate::balance::io_writes_only(plan);
                         if !plan.steps.is_empty() {
-                            agent.execute(&plan, None);
+                            agent.execute_change(&plan, "io.split = demand");
+                            forget_own_writes(&dropin_watch);
                         }
                     }
                     Err(e) => warn!("io.split = demand: cannot plan the new shares: {e:#}"),
@@ -1953,7 +1983,8 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             protection.adjust(&agent.ctx.loaded.policy, &mut agent.adjust);
             match engine::plan(&agent.ctx, &agent.adjust) {
                 Ok(plan) => {
-                    agent.execute(&plan, None);
+                    agent.execute_change(&plan, "protection guard");
+                    forget_own_writes(&dropin_watch);
                     if lowered {
                         info!(
                             "protection guard: donors' limits written {} ms after the pressure trigger",
@@ -1968,7 +1999,8 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             agent.adjust.raises = replication.raises().clone();
             match engine::plan(&agent.ctx, &agent.adjust) {
                 Ok(plan) => {
-                    agent.execute(&plan, None);
+                    agent.execute_change(&plan, "replication guard");
+                    forget_own_writes(&dropin_watch);
                 }
                 Err(e) => warn!("replication guard: cannot plan the changed limits: {e:#}"),
             }

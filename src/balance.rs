@@ -529,15 +529,38 @@ pub fn unpublish(root_name: &str) {
     let _ = std::fs::remove_file(published_path(root_name));
 }
 
-/// Keeps only the writes of per-device IO limits (a rebalance moves no process). Limits the
-/// kernel already holds (per-device overrides, a share written before) give no step.
+/// Keeps only the writes of per-device IO limits (a rebalance moves no process): the limit
+/// files, and under systemd the per-device IO properties of the tenants' units (a delegated
+/// unit's limits are files on its leaf). Limits already in force (per-device overrides, a
+/// share written before) give no step.
 pub fn io_writes_only(plan: Plan) -> Plan {
     let steps = plan
         .steps
         .into_iter()
-        .filter(|s| match s {
-            Step::Write { path, .. } => cgroup::is_io_limit_file(path),
-            _ => false,
+        .filter_map(|s| match s {
+            Step::Write { ref path, .. } => cgroup::is_io_limit_file(path).then_some(s),
+            // Under systemd the shares are the unit's per-device IO properties.
+            Step::SetUnitProperties {
+                unit,
+                tenant,
+                set,
+                was,
+                reason,
+            } => {
+                let (set, was): (Vec<_>, Vec<_>) = set
+                    .into_iter()
+                    .zip(was)
+                    .filter(|(p, _)| p.is_io_limit())
+                    .unzip();
+                (!set.is_empty()).then_some(Step::SetUnitProperties {
+                    unit,
+                    tenant,
+                    set,
+                    was,
+                    reason,
+                })
+            }
+            _ => None,
         })
         .collect();
     Plan {
@@ -814,5 +837,64 @@ mod tests {
             let sums_ok = got.iter().all(|l| l.iter().map(|x| *x as u128).sum::<u128>() <= total as u128);
             prop_assert!(sums_ok);
         }
+    }
+
+    /// A rebalance under systemd: the unit's per-device IO properties stay (their old values
+    /// with them), its other properties, adoptions and moves go; a leaf's io.max stays.
+    #[test]
+    fn a_rebalance_keeps_only_io_limits_files_and_unit_properties() {
+        use crate::systemd::{DeviceLimit, Property};
+        let io = |bps| Property::IoReadBandwidthMax(vec![DeviceLimit::new("/dev/vdc", bps)]);
+        let plan = Plan {
+            steps: vec![
+                Step::SetUnitProperties {
+                    unit: "postgresql@15-main.service".into(),
+                    tenant: "pg".into(),
+                    set: vec![Property::CpuWeight(Some(50)), io(2 << 20)],
+                    was: vec![Property::CpuWeight(None), io(1 << 20)],
+                    reason: String::new(),
+                },
+                Step::SetUnitProperties {
+                    unit: "other.service".into(),
+                    tenant: "pg".into(),
+                    set: vec![Property::MemoryMax(Some(1 << 30))],
+                    was: vec![Property::MemoryMax(None)],
+                    reason: String::new(),
+                },
+                Step::Adopt {
+                    tenant: "pg".into(),
+                    pids: vec![7],
+                    leaf: None,
+                    properties: Vec::new(),
+                    reason: String::new(),
+                },
+                Step::Write {
+                    path: "/sys/fs/cgroup/x.service/limited/io.max".into(),
+                    value: "254:32 rbps=2097152".into(),
+                    current: None,
+                    reason: String::new(),
+                },
+                Step::Write {
+                    path: "/sys/fs/cgroup/x.service/limited/cpu.max".into(),
+                    value: "max 100000".into(),
+                    current: None,
+                    reason: String::new(),
+                },
+            ],
+            ..Plan::default()
+        };
+        let kept = io_writes_only(plan).steps;
+        assert_eq!(kept.len(), 2, "{kept:?}");
+        assert_eq!(
+            kept[0],
+            Step::SetUnitProperties {
+                unit: "postgresql@15-main.service".into(),
+                tenant: "pg".into(),
+                set: vec![io(2 << 20)],
+                was: vec![io(1 << 20)],
+                reason: String::new(),
+            }
+        );
+        assert!(matches!(&kept[1], Step::Write { path, .. } if path.ends_with("io.max")));
     }
 }

@@ -61,6 +61,18 @@ pub enum Property {
 }
 
 impl Property {
+    /// A per-device IO limit (bandwidth or IOPS, read or write): what the demand split
+    /// changes and a delegated unit's `limited` leaf holds instead of the unit.
+    pub fn is_io_limit(&self) -> bool {
+        matches!(
+            self,
+            Property::IoReadBandwidthMax(_)
+                | Property::IoWriteBandwidthMax(_)
+                | Property::IoReadIopsMax(_)
+                | Property::IoWriteIopsMax(_)
+        )
+    }
+
     /// systemd's property name on the bus.
     pub fn name(&self) -> &'static str {
         match self {

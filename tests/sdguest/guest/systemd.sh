@@ -715,6 +715,61 @@ for _ in $(seq 50); do systemctl is-active --quiet $SC || break; sleep 0.1; done
 rm -f /usr/local/bin/dbcagescoped /usr/local/bin/dbcagescopelog
 figure "dbcage's-scope section (adoption, leaves, reads, the daemon, release): $(( $(ms) - t0 )) ms"
 
+# ---------------------------------------------------------------- the demand split on a unit's properties
+# io.split = "demand" under systemd: the balancer's per-device shares become the unit's
+# IOReadBandwidthMax at its own interval (500 ms), not at the next rescan (10 min here), and are
+# not counted as repairs of drift. One reader of vdc in a unit of its own (tenant matched by
+# unit =): vdc's share of the 4 MiB/s total grows past the equal 2 MiB/s, vdd's falls, the sum
+# stays within the total, and the kernel holds the unit's value.
+t0=$(ms)
+R=dbcage-test-reader.service
+cat >/etc/dbcage/dbcage.toml <<EOF
+[agent]
+metrics = "127.0.0.1:9477"
+[[tenant]]
+name = "rd"
+match = [{ unit = "$R" }]
+storage = ["/dev/vdc", "/dev/vdd"]
+[tenant.io]
+read_bps = "4MiB"
+split = "demand"
+EOF
+systemd-run --quiet --unit=$R bash -c 'while :; do dd if=/dev/vdc of=/dev/null bs=64k count=256 iflag=direct status=none; done'
+RCG=$(show $R ControlGroup)
+share() { show $R IOReadBandwidthMax | sed -n "s|^$1 \([0-9]*\)$|\1|p"; }
+daemon dbcage-test-daemon8 600s
+r0=$(metric dbcage_systemd_repairs)
+s=$(ms)
+ok=0
+while [ $(( $(ms) - s )) -lt 30000 ]; do
+	c=$(share /dev/vdc) d=$(share /dev/vdd)
+	if [ -n "$c" ] && [ -n "$d" ] && [ "$c" -gt 2097152 ] && [ "$d" -lt 2097152 ]; then ok=1; break; fi
+	sleep 0.2
+done
+took=$(( $(ms) - s ))
+figure "io.split = demand on $R: vdc/vdd shares ${c:-?}/${d:-?} B/s of 4 MiB/s on the unit's IOReadBandwidthMax $took ms after the daemon was ready"
+if [ $ok = 1 ]; then pass "the unit's per-device shares follow the reader ($c on vdc, $d on vdd)"; else fail "the unit's shares did not follow the reader within 30 s: $(show $R IOReadBandwidthMax | tr '\n' ' ')"; fi
+if [ $(( ${c:-0} + ${d:-0} )) -le 4194304 ]; then pass "the shares sum within the total"; else fail "the shares sum past the total: $c + $d"; fi
+eq "rescans while the shares moved (only the first plan)" "$(metric dbcage_rescans)" "0"
+# The kernel holds the unit's value (read until both agree: the split may move in between).
+kernel=""
+for _ in $(seq 15); do
+	want=$(share /dev/vdc)
+	if [ $V = 2 ]; then
+		kernel=$(grep "^$VDC " /sys/fs/cgroup$RCG/io.max | sed -n 's/.* rbps=\([0-9]*\) .*/\1/p')
+	else
+		kernel=$(sed -n "s/^$VDC \([0-9]*\)$/\1/p" /sys/fs/cgroup/blkio$RCG/blkio.throttle.read_bps_device)
+	fi
+	[ -n "$want" ] && [ "$kernel" = "$want" ] && break
+	sleep 0.2
+done
+eq "the kernel's read limit on vdc for the reader's unit" "$kernel" "$want"
+eq "rebalances counted as repairs" "$(( $(metric dbcage_systemd_repairs) - ${r0:-0} ))" "0"
+systemctl stop dbcage-test-daemon8
+systemctl stop $R
+dbcage release rd >/dev/null 2>&1 || true
+figure "demand-split section: $(( $(ms) - t0 )) ms"
+
 # ---------------------------------------------------------------- MariaDB under the mysql preset
 # mariadb.service (MariaDB 10.11, Debian's package) governed by `preset = "mysql"`: the server is
 # found from its pid file; its limits go on the unit (CPUQuota, MemoryMax, and the IO limits on
