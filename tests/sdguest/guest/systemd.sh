@@ -184,6 +184,21 @@ case $out in *"NOT LIMITED"*) fail "status says NOT LIMITED" ;; *) pass "status:
 eq "metric dbcage_cpu_quota_cores" "$(metric dbcage_cpu_quota_cores)" "0.5"
 eq "metric dbcage_memory_limit_bytes" "$(metric dbcage_memory_limit_bytes)" "536870912"
 eq "metric dbcage_processes" "$(metric dbcage_processes)" "$n"
+# The instance total holds on the disks, measured: a shell joins the unit's group (in the io
+# hierarchy) and reads 4 MiB directly from vdc and from vdd at once; each disk's 2 MiB/s share
+# of the 4 MiB/s total binds (unlimited, a direct reader gets 4.7-8.4 MiB/s here under TCG).
+if [ $V = 2 ]; then UIO=/sys/fs/cgroup$CG; else UIO=/sys/fs/cgroup/blkio$CG; fi
+reads=$(bash -c "echo \$\$ >$UIO/cgroup.procs || exit 1
+for d in vdc vdd; do ( s=\${EPOCHREALTIME/./}; dd if=/dev/\$d of=/dev/null bs=64k count=64 iflag=direct status=none; echo \$d \$(( (\${EPOCHREALTIME/./} - s) / 1000 )) ) & done
+wait") || fail "joining $UIO to read"
+total=0
+for d in vdc vdd; do
+	t=$(sed -n "s/^$d \([0-9]*\)$/\1/p" <<<"$reads")
+	r=$(( 4096 * 1000 / (${t:-0} > 0 ? ${t:-0} : 1) ))
+	total=$((total + r))
+	if [ -n "$t" ] && [ $r -le 2600 ]; then pass "direct reads from $d in $U: $r KiB/s (share 2048)"; else fail "direct reads from $d in $U: ${r} KiB/s in ${t:-?} ms (share 2048 KiB/s)"; fi
+done
+figure "direct reads of 4 MiB from vdc and vdd at once in $U (4 MiB/s over both): $(tr '\n' ' ' <<<"$reads")ms, $total KiB/s together"
 
 # ---------------------------------------------------------------- 2. restart, sampled
 # Every 100 ms from the restart until 2 s after it returned: each postgres process is in the
