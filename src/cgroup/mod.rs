@@ -148,6 +148,15 @@ pub enum CgroupError {
 }
 
 impl CgroupError {
+    /// The OS error number of a failed write (ESRCH: the process moved has exited; EBUSY: a
+    /// v2 group that holds processes cannot enable controllers for its children).
+    pub fn write_errno(&self) -> Option<i32> {
+        match self {
+            CgroupError::Write { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+
     /// The file or group the error is about, if it is one.
     pub fn path(&self) -> Option<&Path> {
         match self {
@@ -827,8 +836,7 @@ pub fn drain_and_remove(dir: &Path, to: &Path) -> Result<usize, CgroupError> {
             for pid in procs_in(&d) {
                 match apply::write_file(&to.join("cgroup.procs"), &pid.to_string()) {
                     Ok(()) => moved += 1,
-                    Err(CgroupError::Write { ref source, .. })
-                        if source.raw_os_error() == Some(nix::libc::ESRCH) => {}
+                    Err(e) if e.write_errno() == Some(nix::libc::ESRCH) => {}
                     Err(e) => return Err(e),
                 }
             }

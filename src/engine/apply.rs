@@ -59,7 +59,7 @@ pub fn execute(plan: &Plan) -> Outcome {
                     // plan moved out of it into its leaves, made between the plan's reading
                     // and the moves (a unit's processes under systemd). They follow their
                     // parent, and the write is tried again.
-                    if is_busy(&e) {
+                    if e.write_errno() == Some(nix::libc::EBUSY) {
                         if let Some(followed) = follow_forks(path, &plan.steps[..i]) {
                             if write_file(path, value).is_ok() {
                                 out.written += 1;
@@ -121,9 +121,7 @@ pub fn execute(plan: &Plan) -> Outcome {
                 for t in targets.iter().chain(leave) {
                     match write_file(t, &pid) {
                         Ok(()) => {}
-                        Err(CgroupError::Write { ref source, .. })
-                            if source.raw_os_error() == Some(nix::libc::ESRCH) =>
-                        {
+                        Err(e) if e.write_errno() == Some(nix::libc::ESRCH) => {
                             gone = true;
                             break;
                         }
@@ -143,10 +141,6 @@ pub fn execute(plan: &Plan) -> Outcome {
         }
     }
     out
-}
-
-fn is_busy(e: &CgroupError) -> bool {
-    matches!(e, CgroupError::Write { source, .. } if source.raw_os_error() == Some(nix::libc::EBUSY))
 }
 
 /// Moves the processes in the group of `subtree_control` (a cgroup v2 `cgroup.subtree_control`)
@@ -182,24 +176,14 @@ fn follow_forks(subtree_control: &std::path::Path, done: &[Step]) -> Option<Vec<
             return Some(followed);
         }
         for pid in left {
-            let mut ancestor = ppid(pid);
-            let mut target = None;
-            for _ in 0..16 {
-                match ancestor {
-                    Some(a) if a > 1 => match went.get(&a) {
-                        Some(t) => {
-                            target = Some(*t);
-                            break;
-                        }
-                        None => ancestor = ppid(a),
-                    },
-                    _ => break,
-                }
-            }
-            match write_file(target?, &pid.to_string()) {
+            // Its parent's leaf, or the nearest ancestor's (a fork of a fork), below init.
+            let target = std::iter::successors(ppid(pid), |&a| ppid(a))
+                .take(16)
+                .take_while(|&a| a > 1)
+                .find_map(|a| went.get(&a))?;
+            match write_file(target, &pid.to_string()) {
                 Ok(()) => followed.push(pid),
-                Err(CgroupError::Write { ref source, .. })
-                    if source.raw_os_error() == Some(nix::libc::ESRCH) => {}
+                Err(e) if e.write_errno() == Some(nix::libc::ESRCH) => {}
                 Err(_) => return None,
             }
         }

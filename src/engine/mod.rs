@@ -200,9 +200,10 @@ fn plan_with_view(
         crate::systemd::Manager::Systemd => Some(systemd_view(p, &pids)?),
         crate::systemd::Manager::Cgroupfs => None,
     };
-    let driver: Box<dyn plan::TreeDriver + '_> = match &view {
-        Some(view) => Box::new(plan::Systemd { view }),
-        None => Box::new(plan::Cgroupfs),
+    let systemd = view.as_ref().map(|view| plan::Systemd { view });
+    let driver: &dyn plan::TreeDriver = match &systemd {
+        Some(d) => d,
+        None => &plan::Cgroupfs,
     };
     let mut watch = p.groups.as_ref().map(|g| GroupWatch::lock(g));
     let mut snap = Snapshot::read_watched(&p.fs, &p.layout, &pids, watch.as_deref_mut());
@@ -214,7 +215,7 @@ fn plan_with_view(
             snap,
             &adjust.shares,
             adjust.migrate_memory,
-            driver.as_ref(),
+            driver,
         )
     };
     let mut plan = build(&snap)?;
@@ -234,7 +235,6 @@ fn plan_with_view(
         w.keep(&mut snap);
     }
     drop(watch);
-    drop(driver);
     Ok((plan, view, placements))
 }
 

@@ -423,13 +423,19 @@ fn full_inventory(p: &Policy) -> Inventory {
     inventory(p, &[vec![dev(0), dev(1)]], full_procs())
 }
 
+/// `p` on a host with swap accounting, no dbcage group yet, and `full_procs` at the root.
+fn full_host(p: &Policy) -> (Host, Inventory, Snapshot) {
+    let host = Host::with(p, true);
+    let inv = full_inventory(p);
+    let mut snap = host.empty_snapshot();
+    host.at_root(&mut snap, &[100, 101, 102, 103]);
+    (host, inv, snap)
+}
+
 #[test]
 fn empty_snapshot_creates_groups_then_writes_then_moves() {
     let p = full_pinned();
-    let host = Host::with(&p, true);
-    let inv = full_inventory(&p);
-    let mut snap = host.empty_snapshot();
-    host.at_root(&mut snap, &[100, 101, 102, 103]);
+    let (host, inv, snap) = full_host(&p);
     let plan = build(&p, &inv, &host.layout, &snap).unwrap();
     let steps = &plan.steps;
 
@@ -567,10 +573,7 @@ fn empty_snapshot_creates_groups_then_writes_then_moves() {
 #[test]
 fn a_snapshot_that_holds_the_plan_gives_an_empty_plan() {
     let p = policy(FULL);
-    let host = Host::with(&p, true);
-    let inv = full_inventory(&p);
-    let mut snap = host.empty_snapshot();
-    host.at_root(&mut snap, &[100, 101, 102, 103]);
+    let (host, inv, mut snap) = full_host(&p);
     let first = build(&p, &inv, &host.layout, &snap).unwrap();
     assert!(!first.is_empty());
     host.apply(&mut snap, &first.steps);
@@ -1670,10 +1673,7 @@ fn numa_auto_places_huge_pages_on_the_node_with_the_pool() {
 #[test]
 fn one_policy_and_host_planned_by_each_tree_driver() {
     let p = full_pinned();
-    let host = Host::with(&p, true);
-    let inv = full_inventory(&p);
-    let mut snap = host.empty_snapshot();
-    host.at_root(&mut snap, &[100, 101, 102, 103]);
+    let (host, inv, snap) = full_host(&p);
     let by_cgroupfs = build_with(
         &p,
         &inv,
