@@ -17,7 +17,7 @@ pub mod render;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde::Serialize;
@@ -345,6 +345,9 @@ pub struct TenantKey {
 #[derive(Debug, Clone, Default)]
 pub struct CgroupOwners {
     owner: BTreeMap<u64, String>,
+    /// Cgroup ids known to be no tenant's: ids the program had seen before a walk that did not
+    /// find them under a tenant (`note_foreign`).
+    foreign: BTreeSet<u64>,
 }
 
 impl CgroupOwners {
@@ -369,13 +372,35 @@ impl CgroupOwners {
                 }
             }
         }
-        CgroupOwners { owner }
+        CgroupOwners {
+            owner,
+            foreign: BTreeSet::new(),
+        }
     }
 
     pub fn from_pairs(pairs: impl IntoIterator<Item = (u64, String)>) -> CgroupOwners {
         CgroupOwners {
             owner: pairs.into_iter().collect(),
+            foreign: BTreeSet::new(),
         }
+    }
+
+    /// Notes the cgroups of `before` (a reading taken before this walk) that no tenant owns:
+    /// they existed when the tenants' directories were walked, and a cgroup id is never reused
+    /// nor moved to another parent, so they stay no tenant's.
+    pub fn note_foreign(&mut self, before: &Snapshot) {
+        let foreign: Vec<u64> = (before.entries.keys())
+            .map(|k| k.cgroup_id)
+            .filter(|id| !self.owner.contains_key(id))
+            .collect();
+        self.foreign.extend(foreign);
+    }
+
+    /// Whether this walk tells the owner of every cgroup in `snap` (a tenant or none): if not, a
+    /// group was made since (a new leaf, a restarted unit) and the walk must be done again.
+    pub fn knows_all(&self, snap: &Snapshot) -> bool {
+        (snap.entries.keys())
+            .all(|k| self.owner.contains_key(&k.cgroup_id) || self.foreign.contains(&k.cgroup_id))
     }
 
     pub fn tenant_of(&self, cgroup_id: u64) -> Option<&str> {

@@ -120,6 +120,33 @@ fn cgroups_fold_into_their_tenants_and_strangers_are_left_out() {
 }
 
 #[test]
+fn a_walk_is_kept_until_the_program_sees_a_cgroup_it_does_not_know() {
+    let dev = Dev { major: 7, minor: 1 };
+    let with = |ids: &[u64]| {
+        let mut snap = Snapshot::default();
+        for &cgroup_id in ids {
+            let key = Key {
+                cgroup_id,
+                dev,
+                op: Op::Read,
+            };
+            snap.entries.insert(key, Stages::default());
+        }
+        snap
+    };
+    let mut owners = CgroupOwners::from_pairs([(10, "a".to_string())]);
+    let before = with(&[10, 99]);
+    assert!(!owners.knows_all(&before), "99 was not walked");
+    owners.note_foreign(&before);
+    assert!(owners.knows_all(&with(&[10, 99])));
+    assert_eq!(owners.tenant_of(99), None, "known as no tenant's");
+    assert!(
+        !owners.knows_all(&with(&[10, 99, 100])),
+        "a cgroup made after the walk (maybe a tenant's new leaf) needs a new walk"
+    );
+}
+
+#[test]
 fn cgroup_owners_are_the_inodes_of_the_tenant_directories() {
     use std::os::unix::fs::MetadataExt;
     let dir = tempfile::tempdir().unwrap();
