@@ -89,9 +89,13 @@ impl Patterns {
         Patterns { set, rule_of }
     }
 
-    /// Which patterns match `text` (None when there are none to try).
+    /// Which patterns match `text` (None when none does: most processes of a host match no
+    /// rule, and walking a thousand patterns' slots for each of them was 5% of a rescan's CPU).
     fn matches(&self, text: &str) -> Option<regex::SetMatches> {
-        (!self.rule_of.is_empty()).then(|| self.set.matches(text))
+        if self.rule_of.is_empty() {
+            return None;
+        }
+        Some(self.set.matches(text)).filter(regex::SetMatches::matched_any)
     }
 }
 
