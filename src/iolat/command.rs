@@ -93,14 +93,19 @@ fn parse_device(sys: &Path, s: &str) -> Result<Dev> {
     })
 }
 
-/// Which tenant owns which cgroup id, for the tenants of a policy in its io hierarchy.
+/// Which tenant owns which cgroup id, for the tenants of a policy in its io hierarchy: its own
+/// group, or under systemd the cgroups of the units that govern it (`Layout::units`; dbcage's
+/// own group does not exist there), each with the groups below (a delegated unit's leaves).
 pub fn owners(layout: &Layout, tenants: &[String]) -> CgroupOwners {
     let Some(h) = layout.setup.hierarchy_of(Controller::Io) else {
         return CgroupOwners::default();
     };
     let dirs: Vec<(&str, PathBuf)> = tenants
         .iter()
-        .map(|t| (t.as_str(), layout.tenant_dir(h, t)))
+        .flat_map(|t| {
+            let own = std::iter::once(layout.tenant_dir(h, t));
+            own.chain(layout.unit_dirs(h, t)).map(|d| (t.as_str(), d))
+        })
         .collect();
     CgroupOwners::read(dirs.iter().map(|(t, d)| (*t, d.as_path())))
 }

@@ -146,6 +146,46 @@ fn a_walk_is_kept_until_the_program_sees_a_cgroup_it_does_not_know() {
     );
 }
 
+/// Under systemd a tenant's processes are in its units' cgroups, not in a group of dbcage's:
+/// the histograms of those cgroups (and of a delegated unit's leaves) are the tenant's.
+#[test]
+fn under_systemd_the_units_cgroups_are_the_tenants() {
+    use crate::cgroup::{Controller, Hierarchy, Layout, Setup, Version};
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let unified = tmp.path().join("unified");
+    let text = "[agent]\nmanager = \"systemd\"\n\n[[tenant]]\nname = \"pg\"\nmatch = [{ unit = \"postgresql@15-main.service\" }]\n";
+    let loaded = crate::policy::from_str("dbcage.toml", text, &crate::policy::FakeAccounts)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let setup = Setup {
+        hierarchies: vec![Hierarchy {
+            version: Version::V2,
+            mount_point: unified.clone(),
+            mount_root: "/".into(),
+            controllers: vec![Controller::Io, Controller::Cpu],
+            mount_controllers: Vec::new(),
+            own_path: "/".into(),
+        }],
+        missing: Vec::new(),
+    };
+    let mut layout = Layout::new(setup, &loaded.policy.agent).unwrap();
+    let unit = "/system.slice/system-postgresql.slice/postgresql@15-main.service";
+    layout.units.insert("pg".into(), vec![unit.into()]);
+    let unit_dir = unified.join(&unit[1..]);
+    std::fs::create_dir_all(unit_dir.join("limited")).unwrap();
+    let owners = super::command::owners(&layout, &["pg".to_string()]);
+    for d in [unit_dir.clone(), unit_dir.join("limited")] {
+        let ino = std::fs::metadata(&d).unwrap().ino();
+        assert_eq!(owners.tenant_of(ino), Some("pg"), "{}", d.display());
+    }
+    let slice = std::fs::metadata(unit_dir.parent().unwrap()).unwrap().ino();
+    assert_eq!(
+        owners.tenant_of(slice),
+        None,
+        "the slice above is not the tenant's"
+    );
+}
+
 #[test]
 fn cgroup_owners_are_the_inodes_of_the_tenant_directories() {
     use std::os::unix::fs::MetadataExt;
