@@ -10,10 +10,13 @@ if ! need cargo; then
   echo "cargo is missing: install Rust (https://rustup.rs) or Debian's cargo package" >&2
   exit 1
 fi
-if ! need python3; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3 >/dev/null
-fi
 [ "$(id -u)" = 0 ] || { echo "run as root: dbcage writes cgroups" >&2; exit 1; }
+# shellcheck source=scripts/build-deps.sh
+. scripts/build-deps.sh
+missing=()
+need python3 || missing+=(python3)
+add_missing_build_deps
+apt_install "${missing[@]}"
 
 cargo build --release --quiet
 bin=$PWD/target/release/dbcage

@@ -9,22 +9,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for pair in fio:fio promtool:prometheus curl:curl openssl:openssl mkfs.ext4:e2fsprogs losetup:mount /usr/bin/python3:python3 qemu-system-x86_64:qemu-system-x86 busybox:busybox-static tmux:tmux debootstrap:debootstrap man:man-db systemd-analyze:systemd mariadbd:mariadb-server sysbench:sysbench cgconfigparser:cgroup-tools /usr/lib/postgresql/15/bin/pgbench:postgresql-15 /usr/lib/postgresql/15/bin/pg_basebackup:postgresql-client-15 useradd:passwd gpasswd:passwd setpriv:util-linux cc:gcc; do
+for pair in fio:fio promtool:prometheus curl:curl openssl:openssl mkfs.ext4:e2fsprogs losetup:mount /usr/bin/python3:python3 qemu-system-x86_64:qemu-system-x86 busybox:busybox-static tmux:tmux debootstrap:debootstrap man:man-db systemd-analyze:systemd mariadbd:mariadb-server sysbench:sysbench cgconfigparser:cgroup-tools /usr/lib/postgresql/15/bin/pgbench:postgresql-15 /usr/lib/postgresql/15/bin/pg_basebackup:postgresql-client-15 useradd:passwd gpasswd:passwd setpriv:util-linux; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || missing+=(python3-prometheus-client)
-# Building: clang compiles the eBPF program (src/iolat/bpf/); libbpf (vendored by libbpf-sys)
-# needs libelf, zlib, pkg-config and make.
-for pair in clang:clang pkg-config:pkg-config make:make; do
-  command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
-done
-[ -e /usr/include/libelf.h ] || missing+=(libelf-dev)
-[ -e /usr/include/zlib.h ] || missing+=(zlib1g-dev)
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "installing: ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
-fi
+# shellcheck source=scripts/build-deps.sh
+. scripts/build-deps.sh
+add_missing_build_deps
+apt_install "${missing[@]}"
 
 if ! cargo deb --version >/dev/null 2>&1; then
   echo "installing cargo-deb (cargo install cargo-deb --locked; a few minutes)"
