@@ -1215,8 +1215,7 @@ impl crate::control::Governor for Daemon {
         self.live = live;
         self.ctx = ctx;
         self.take_governed(&plan);
-        // Tenants may be gone or renamed: their groups' latency is no longer theirs.
-        *self.shared.owners.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        (self.shared.owners.lock().unwrap_or_else(|e| e.into_inner())).forget();
         self.publish();
         self.publish_policy();
         let outcome = engine::execute(&plan);

@@ -74,10 +74,9 @@ pub struct Shared {
     /// The IO latency program, once the daemon has loaded it (`crate::iolat`): set after the
     /// daemon is ready (loading it is ~13% of the start at 1,000 tenants), empty when it could not.
     pub iolat: std::sync::OnceLock<crate::iolat::loader::IoLatency>,
-    /// Which tenant owns which cgroup, as the last scrape walked it: walked again only when the
-    /// program has seen a cgroup the walk does not know, or the layout was published again (at
-    /// 1,000 tenants the walk was a quarter of a scrape's system calls).
-    pub owners: Mutex<Option<crate::iolat::CgroupOwners>>,
+    /// Which tenant owns which cgroup of the IO latency program's histograms, as the last scrape
+    /// walked it (forgotten on a reload).
+    pub owners: Mutex<crate::iolat::KeptOwners>,
 }
 
 impl Shared {
@@ -91,7 +90,7 @@ impl Shared {
                 ..PolicyState::default()
             }),
             iolat: std::sync::OnceLock::new(),
-            owners: Mutex::new(None),
+            owners: Mutex::default(),
         }
     }
 }
@@ -706,18 +705,15 @@ fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
     }
     if let Some(prog) = shared.iolat.get() {
         let snap = prog.read();
-        let mut owners = shared.owners.lock().unwrap_or_else(|e| e.into_inner());
-        if !owners.as_ref().is_some_and(|o| o.knows_all(&snap)) {
+        let mut kept = shared.owners.lock().unwrap_or_else(|e| e.into_inner());
+        let owners = kept.of(&snap, || {
             let view = shared.view.read().unwrap_or_else(|e| e.into_inner());
             let (policy, layout) = &*view;
             let names: Vec<String> = policy.tenants.iter().map(|t| t.name.clone()).collect();
-            let mut walked = crate::iolat::command::owners(layout, &names);
-            drop(view);
-            walked.note_foreign(&snap);
-            *owners = Some(walked);
-        }
-        let by = snap.by_tenant(owners.as_ref().expect("walked above"));
-        drop(owners);
+            crate::iolat::command::owners(layout, &names)
+        });
+        let by = snap.by_tenant(owners);
+        drop(kept);
         fam(
             "dbcage_io_latency_uncounted",
             "IO requests the latency program saw complete but did not record: reason=full when all of its 1024 histograms (cgroup, disk, operation) are taken, raced when CPUs raced for a new one",

@@ -96,18 +96,22 @@ struct View {
 struct LatencySource {
     prog: Result<IoLatency, String>,
     prev: iolat::Snapshot,
-    owners: iolat::CgroupOwners,
+    owners: iolat::KeptOwners,
+    /// Where the tenants' groups are, for walking them again (`KeptOwners`).
+    layout: Layout,
+    names: Vec<String>,
 }
 
 impl LatencySource {
     fn start(layout: &Layout, policy: &Policy) -> LatencySource {
-        let names: Vec<String> = policy.tenants.iter().map(|t| t.name.clone()).collect();
         let prog = IoLatency::load().map_err(|e| e.to_string());
         let prev = prog.as_ref().map(IoLatency::read).unwrap_or_default();
         LatencySource {
             prog,
             prev,
-            owners: iolat::command::owners(layout, &names),
+            owners: iolat::KeptOwners::default(),
+            layout: layout.clone(),
+            names: policy.tenants.iter().map(|t| t.name.clone()).collect(),
         }
     }
 
@@ -119,9 +123,12 @@ impl LatencySource {
         };
         let snap = prog.read();
         let delta = snap.since(&self.prev);
+        let (layout, names) = (&self.layout, &self.names);
+        let owners = (self.owners).of(&snap, || iolat::command::owners(layout, names));
+        let by_tenant = delta.by_tenant(owners);
         self.prev = snap;
         let mut per: std::collections::BTreeMap<&str, iolat::Hist> = Default::default();
-        for (k, s) in delta.by_tenant(&self.owners) {
+        for (k, s) in by_tenant {
             let Some(t) = sample.tenants.iter().find(|t| t.name == k.tenant) else {
                 continue;
             };

@@ -134,16 +134,26 @@ fn a_walk_is_kept_until_the_program_sees_a_cgroup_it_does_not_know() {
         }
         snap
     };
-    let mut owners = CgroupOwners::from_pairs([(10, "a".to_string())]);
-    let before = with(&[10, 99]);
-    assert!(!owners.knows_all(&before), "99 was not walked");
-    owners.note_foreign(&before);
-    assert!(owners.knows_all(&with(&[10, 99])));
+    let walks = std::cell::Cell::new(0);
+    let walk = || {
+        walks.set(walks.get() + 1);
+        CgroupOwners::from_pairs([(10, "a".to_string())])
+    };
+    let mut kept = KeptOwners::default();
+    assert_eq!(kept.of(&with(&[10, 99]), walk).tenant_of(10), Some("a"));
+    assert_eq!(walks.get(), 1, "nothing kept yet");
+    let owners = kept.of(&with(&[10, 99]), walk);
     assert_eq!(owners.tenant_of(99), None, "known as no tenant's");
-    assert!(
-        !owners.knows_all(&with(&[10, 99, 100])),
+    assert_eq!(walks.get(), 1, "99 was seen before the walk: no walk again");
+    kept.of(&with(&[10, 99, 100]), walk);
+    assert_eq!(
+        walks.get(),
+        2,
         "a cgroup made after the walk (maybe a tenant's new leaf) needs a new walk"
     );
+    kept.forget();
+    kept.of(&with(&[10]), walk);
+    assert_eq!(walks.get(), 3, "forgotten: walked again");
 }
 
 /// Under systemd a tenant's processes are in its units' cgroups, not in a group of dbcage's:

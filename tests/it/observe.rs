@@ -214,7 +214,8 @@ fn metrics_endpoint_parses_with_the_reference_parser() {
         d.log()
     );
     // A scrape before the reads walks the tenants' groups for the histograms' owners; the
-    // scrape after them reuses that walk (the tenant's leaf was there) and must still name it.
+    // scrape after them keeps that walk (the tenant's leaf was there; unless other IO on the host
+    // brought a cgroup it did not know) and must still name the tenant's histograms.
     scrape(&addr).unwrap_or_else(|| panic!("no answer at {addr}; daemon log:\n{}", d.log()));
     // 64 direct reads in the tenant, for the IO latency histogram.
     let dd = Command::new(DBCAGE)

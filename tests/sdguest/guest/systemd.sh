@@ -45,9 +45,12 @@ mem_of() { # mem_of CGROUP: its memory limit in bytes (memory.max, v1 memory.lim
 	if [ $V = 2 ]; then cat "/sys/fs/cgroup$1/memory.max" 2>&1; else cat "/sys/fs/cgroup/memory$1/memory.limit_in_bytes" 2>&1; fi
 }
 procs_in() { cat "$SD$1/cgroup.procs" 2>/dev/null; }
+scrape() { # the daemon's metrics endpoint's answer (text format)
+	(exec 3<>/dev/tcp/127.0.0.1/9477 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3)
+}
 metric() { # metric NAME: its value for tenant pg (or without labels)
 	local m
-	m=$(exec 3<>/dev/tcp/127.0.0.1/9477 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3)
+	m=$(scrape)
 	sed -n "s/^$1\(_total\)\?\({tenant=\"pg\"}\)\? \([0-9.e+]*\)$/\3/p" <<<"$m" | head -n1
 }
 pg_pids() { pgrep -f '^/usr/lib/postgresql/15/bin/postgres|^postgres: '; }
@@ -201,7 +204,7 @@ done
 figure "direct reads of 4 MiB from vdc and vdd at once in $U (4 MiB/s over both): $(tr '\n' ' ' <<<"$reads")ms, $total KiB/s together"
 # Those reads' latency is the tenant's: under systemd its processes are in the unit's cgroup (no
 # group of dbcage's exists), which the IO latency histograms must count as pg's.
-m=$(exec 3<>/dev/tcp/127.0.0.1/9477 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3)
+m=$(scrape)
 for d in vdc vdd; do
 	dev=$(cat /sys/block/$d/dev)
 	c=$(sed -n "s/^dbcage_io_latency_seconds_count{tenant=\"pg\",device=\"$dev\",name=\"$d\",op=\"read\"} \([0-9]*\).*/\1/p" <<<"$m")
