@@ -273,8 +273,11 @@ fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// The daemon's latency histograms (microseconds, up to 60,000 s): two significant digits, so
+/// a figure is within 1% of what was recorded. Three kept 221 KiB per histogram, 0.9 MiB of
+/// the daemon's heap for the four; two keep 30 KiB.
 fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
+    Histogram::new_with_bounds(1, 60_000_000_000, 2).expect("valid histogram bounds")
 }
 
 impl Daemon {
@@ -387,7 +390,9 @@ impl Daemon {
                     .fetch_add(written as u64, Ordering::Relaxed);
                 self.refresh_members();
                 // A full plan's paths and values are the daemon's peak after the first; freed,
-                // they would stay in its RSS (1,000 tenants: 24 -> 32 MiB over 20 rescans).
+                // they would stay in its RSS (1,000 tenants: 24 -> 32 MiB over 20 rescans). The
+                // plan goes first (0.5 MiB more at 1,000 tenants when trimmed with it alive).
+                drop(plan);
                 release_freed_memory();
             }
             Err(e) => warn!("rescan ({why}) failed, keeping the previous state: {e:#}"),
