@@ -18,6 +18,7 @@ pub mod stats;
 pub mod systemd;
 pub mod v1;
 pub mod v2;
+pub mod values;
 pub mod watch;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -29,6 +30,7 @@ use crate::classify::Leaf;
 use crate::hostfs::HostFs;
 use crate::inventory::MountTable;
 use crate::policy::{Agent, ParentSpec};
+pub use values::{GroupFiles, GroupPath};
 pub use watch::GroupWatch;
 
 /// The controllers dbcage drives. `Cpuacct` exists only on v1 (v2 reports cpu time in cpu.stat).
@@ -480,8 +482,8 @@ fn read_groups(
 ) {
     use rustix::fs::{Mode, OFlags};
     use watch::Freshness;
-    let mut visited: HashSet<PathBuf> = HashSet::new();
-    let mut stack = vec![(root.to_path_buf(), 0)];
+    let mut visited: HashSet<GroupPath> = HashSet::new();
+    let mut stack: Vec<(GroupPath, usize)> = vec![(GroupPath::from(root), 0)];
     while let Some((dir, depth)) = stack.pop() {
         let freshness = watch
             .as_deref()
@@ -502,7 +504,7 @@ fn read_groups(
         }
         // Not there, or not a directory: nothing under it.
         let Ok(fd) = rustix::fs::open(
-            &dir,
+            &*dir,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         ) else {
@@ -521,19 +523,15 @@ fn read_groups(
             Some(w) => (&mut w.dirs, &mut w.files),
             None => (&mut snap.dirs, &mut snap.files),
         };
-        for f in files {
-            let path = dir.join(f);
-            let text = crate::inventory::procs::read_small_at(&fd, f, buf)
-                .and_then(|raw| std::str::from_utf8(raw).ok());
-            match text {
-                Some(v) => {
-                    values.insert(path, v.to_string());
-                }
-                None => {
-                    values.remove(&path);
-                }
-            }
-        }
+        let read: Vec<values::FileValue> = files
+            .iter()
+            .filter_map(|f| {
+                let raw = crate::inventory::procs::read_small_at(&fd, f, buf)?;
+                let text = std::str::from_utf8(raw).ok()?;
+                Some((std::borrow::Cow::Borrowed(*f), Box::from(text)))
+            })
+            .collect();
+        values.set_group(dir.clone(), read);
         if freshness == Freshness::Unknown && depth < 2 {
             if let Ok(entries) = rustix::fs::Dir::read_from(&fd) {
                 for e in entries.flatten() {
@@ -546,6 +544,11 @@ fn read_groups(
                     if dir_or_unknown && name != b"." && name != b".." {
                         use std::os::unix::ffi::OsStrExt as _;
                         let sub = dir.join(std::ffi::OsStr::from_bytes(name));
+                        // Known before (its listing was stale, not it): the path kept.
+                        let sub = dirs
+                            .get(sub.as_path())
+                            .cloned()
+                            .unwrap_or_else(|| sub.into());
                         stack.push((sub, depth + 1));
                     }
                 }
@@ -556,17 +559,15 @@ fn read_groups(
     }
     // Groups cached from an earlier walk that this one did not find are gone.
     if let Some(w) = watch {
-        let gone: Vec<PathBuf> = w
+        let gone: Vec<GroupPath> = w
             .dirs
             .range::<Path, _>((std::ops::Bound::Included(root), std::ops::Bound::Unbounded))
             .take_while(|d| d.starts_with(root))
-            .filter(|d| !visited.contains(d.as_path()))
+            .filter(|d| !visited.contains(&***d))
             .cloned()
             .collect();
         for d in gone {
-            for f in files {
-                w.files.remove(&d.join(f));
-            }
+            w.files.remove_group(&d);
             w.dirs.remove(&d);
         }
     }
@@ -575,9 +576,9 @@ fn read_groups(
 /// The subgroups of `dir` among the groups read before (paths sort by component, so a
 /// group's descendants follow it).
 fn subgroups_known<'a>(
-    dirs: &'a BTreeSet<PathBuf>,
+    dirs: &'a BTreeSet<GroupPath>,
     dir: &'a Path,
-) -> impl Iterator<Item = PathBuf> + 'a {
+) -> impl Iterator<Item = GroupPath> + 'a {
     dirs.range::<Path, _>((std::ops::Bound::Excluded(dir), std::ops::Bound::Unbounded))
         .take_while(move |d| d.starts_with(dir))
         .filter(move |d| d.parent() == Some(dir))
@@ -598,8 +599,8 @@ pub enum GroupRef {
 /// file the drivers manage, and where each given process is.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
-    pub dirs: BTreeSet<PathBuf>,
-    pub files: HashMap<PathBuf, String>,
+    pub dirs: BTreeSet<GroupPath>,
+    pub files: GroupFiles,
     /// pid → its group directory in each hierarchy (indexed like `Setup::hierarchies`).
     pub proc_dirs: HashMap<u32, Vec<Option<PathBuf>>>,
     /// pid → resident memory in bytes.
@@ -681,7 +682,7 @@ impl Snapshot {
             w.end();
             // The snapshot lends the watch's groups until `keep` gives them back; the parent's
             // and the hierarchy root's files, read every time, are not kept.
-            w.extra = snap.files.keys().cloned().collect();
+            w.extra = snap.files.paths().collect();
             let mut files = std::mem::take(&mut w.files);
             files.extend(std::mem::take(&mut snap.files));
             snap.files = files;
@@ -707,7 +708,7 @@ impl Snapshot {
     }
 
     pub fn file(&self, path: &Path) -> Option<&str> {
-        self.files.get(path).map(String::as_str)
+        self.files.get(path)
     }
 
     /// A tenant's cpuset now: (its hierarchy, cpus, mems) from its group's `cpuset.cpus` and

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::inotify::{self, ReadFlags, WatchFlags};
 
+use super::{GroupFiles, GroupPath};
+
 /// Everything is read again at least this often, whatever the events said.
 pub const FULL_SWEEP: Duration = Duration::from_secs(300);
 
@@ -53,14 +55,14 @@ pub enum Freshness {
 pub struct GroupWatch {
     inotify: OwnedFd,
     /// Watch descriptor → the directory it watches.
-    watched: HashMap<i32, PathBuf>,
+    watched: HashMap<i32, GroupPath>,
     /// Watch descriptors of dbcage's parent groups, and the name of dbcage's root in them: an
     /// event there about the root or a file its groups inherit from makes everything stale.
     parents: HashMap<i32, std::ffi::OsString>,
     /// Group directories read and watched, and the files read in them (what the last snapshot
     /// had; only dbcage's own groups, not the parent's or the hierarchy root's files).
-    pub(super) dirs: BTreeSet<PathBuf>,
-    pub(super) files: HashMap<PathBuf, String>,
+    pub(super) dirs: BTreeSet<GroupPath>,
+    pub(super) files: GroupFiles,
     /// Directories whose subgroups changed since they were read.
     listing_stale: HashSet<PathBuf>,
     /// Directories written to since they were read: their files and their subgroups' files.
@@ -94,7 +96,7 @@ impl GroupWatch {
             watched: HashMap::new(),
             parents: HashMap::new(),
             dirs: BTreeSet::new(),
-            files: HashMap::new(),
+            files: GroupFiles::default(),
             listing_stale: HashSet::new(),
             subtree_stale: HashSet::new(),
             unwatched: HashSet::new(),
@@ -201,13 +203,13 @@ impl GroupWatch {
                 continue;
             };
             if flags.contains(ReadFlags::IGNORED) {
-                let dir = dir.clone();
+                let dir = dir.to_path_buf();
                 self.watched.remove(&wd);
                 forgotten.insert(dir);
                 continue;
             }
             if flags.intersects(LISTING) {
-                self.listing_stale.insert(dir.clone());
+                self.listing_stale.insert(dir.to_path_buf());
                 // A subgroup removed or renamed: its watch and everything below it go (the
                 // kernel keeps a watched cgroup's inode alive until its watch is removed).
                 if flags.intersects(ReadFlags::DELETE | ReadFlags::MOVED_FROM) {
@@ -218,8 +220,8 @@ impl GroupWatch {
                     }
                 }
             }
-            if flags.contains(ReadFlags::MODIFY) && !self.subtree_stale.contains(dir) {
-                self.subtree_stale.insert(dir.clone());
+            if flags.contains(ReadFlags::MODIFY) && !self.subtree_stale.contains(&**dir) {
+                self.subtree_stale.insert(dir.to_path_buf());
             }
         }
         if overran {
@@ -248,7 +250,7 @@ impl GroupWatch {
             self.watched.remove(&wd);
         }
         self.dirs.retain(|d| !under(d));
-        self.files.retain(|f, _| !f.parent().is_some_and(&under));
+        self.files.retain_groups(|d| !under(d));
         self.unwatched.retain(|d| !under(d));
     }
 
@@ -270,14 +272,14 @@ impl GroupWatch {
 
     /// Watches a directory about to be read (before its files are read: a write between the
     /// two is then seen at the next walk).
-    pub(super) fn watch(&mut self, dir: &Path) {
-        if self.dirs.contains(dir) && !self.unwatched.contains(dir) {
+    pub(super) fn watch(&mut self, dir: &GroupPath) {
+        if self.dirs.contains(&**dir) && !self.unwatched.contains(&**dir) {
             return; // watched since its first reading; only its listing was stale
         }
-        match inotify::add_watch(&self.inotify, dir, WatchFlags::MODIFY | dir_flags()) {
+        match inotify::add_watch(&self.inotify, &**dir, WatchFlags::MODIFY | dir_flags()) {
             Ok(wd) => {
-                self.watched.insert(wd, dir.to_path_buf());
-                self.unwatched.remove(dir);
+                self.watched.insert(wd, dir.clone());
+                self.unwatched.remove(&**dir);
             }
             Err(_) => {
                 // ENOSPC (fs.inotify.max_user_watches) or a group gone: read it every time.
@@ -375,7 +377,7 @@ mod tests {
     }
 
     fn value<'a>(w: &'a GroupWatch, path: &Path) -> Option<&'a str> {
-        w.files.get(path).map(String::as_str)
+        w.files.get(path)
     }
 
     fn counts(read: u64, reread_files: u64, cached: u64) -> WatchStats {
@@ -412,7 +414,7 @@ mod tests {
         fs::remove_dir(&gone).unwrap();
         let s = walk(&mut w, &t);
         assert_eq!(s.read, 1, "b listed again: {s:?}");
-        assert!(!w.dirs.contains(&gone));
+        assert!(!w.dirs.contains(gone.as_path()));
         assert!(FILES.iter().all(|f| value(&w, &gone.join(f)).is_none()));
         assert_eq!(w.watches(), 6, "the removed leaf's watch is removed too");
 

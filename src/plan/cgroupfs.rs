@@ -116,7 +116,7 @@ fn mkdirs(policy: &Policy, layout: &Layout, snap: &Snapshot) -> Vec<Step> {
         }
         for (g, reason) in groups {
             let path = layout.dir(h, &g);
-            if !snap.dirs.contains(&path) {
+            if !snap.dirs.contains(path.as_path()) {
                 out.push(Step::Mkdir { path, reason });
             }
         }
@@ -150,7 +150,7 @@ fn writes(specs: &[FileSpec], layout: &Layout, snap: &Snapshot) -> Vec<Step> {
         // written (the step still says the file is absent now).
         let initial = match &current {
             Some(c) => Some(c.as_str()),
-            None if !snap.dirs.contains(&dir) => driver.new_group_value(spec.file),
+            None if !snap.dirs.contains(dir.as_path()) => driver.new_group_value(spec.file),
             None => None,
         };
         let reason = reason_of(spec);
@@ -178,7 +178,7 @@ fn removals(policy: &Policy, layout: &Layout, snap: &Snapshot) -> Vec<Step> {
     for t in &policy.tenants {
         for (h, grouped) in layout.grouped(t).into_iter().enumerate() {
             let path = layout.tenant_dir(h, &t.name);
-            if grouped || !snap.dirs.contains(&path) {
+            if grouped || !snap.dirs.contains(path.as_path()) {
                 continue;
             }
             let controllers: Vec<&str> = layout.setup.hierarchies[h]

@@ -99,11 +99,12 @@ impl Host {
     fn snapshot_with_groups(&self, policy: &Policy, pids: &[u32]) -> Snapshot {
         let mut snap = self.empty_snapshot();
         for h in 0..self.layout.setup.hierarchies.len() {
-            snap.dirs.insert(self.layout.root_dir(h));
+            snap.dirs.insert(self.layout.root_dir(h).into());
             for t in &policy.tenants {
-                snap.dirs.insert(self.layout.tenant_dir(h, &t.name));
+                snap.dirs.insert(self.layout.tenant_dir(h, &t.name).into());
                 for leaf in [Leaf::Limited, Leaf::Exempt] {
-                    snap.dirs.insert(self.layout.leaf_dir(h, &t.name, leaf));
+                    snap.dirs
+                        .insert(self.layout.leaf_dir(h, &t.name, leaf).into());
                 }
             }
         }
@@ -131,7 +132,7 @@ impl Host {
         for s in steps {
             match s {
                 Step::Mkdir { path, .. } => {
-                    snap.dirs.insert(path.clone());
+                    snap.dirs.insert(path.as_path().into());
                     for f in v1::managed_files(&crate::cgroup::CONTROLLERS) {
                         if let Some(v) = v1::V1.new_group_value(f) {
                             snap.files.insert(path.join(f), v.to_string());

@@ -152,7 +152,7 @@ fn run(l: &Layout, snap: &mut Snapshot, steps: &[Step]) {
     for s in steps {
         match s {
             Step::Mkdir { path, .. } => {
-                snap.dirs.insert(path.clone());
+                snap.dirs.insert(path.as_path().into());
                 // a new group holds the kernel's defaults
                 for f in [
                     v2::CPU_MAX,

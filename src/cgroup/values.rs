@@ -1,0 +1,194 @@
+//! The control file values of a reading, kept by group: each group's path once, shared with the
+//! group set and the watch (`GroupPath`), and its files by name.
+//!
+//! At 1,000 tenants on v1 a reading holds some 9,000 groups and 21,000 files, and the daemon
+//! keeps it between rescans (`watch`). Keyed by each file's full path it took a path per file
+//! and three copies of each group's path (the files' keys, the group set, the watch's
+//! descriptors): 6 of the daemon's 15 MiB of heap.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A group directory's path, shared by whatever holds it (cloning does not copy the path).
+pub type GroupPath = Arc<Path>;
+
+/// One file of a group: its name (the drivers' names are static) and the value read.
+pub type FileValue = (Cow<'static, str>, Box<str>);
+
+/// Control file values by group directory, then file name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GroupFiles {
+    by_dir: HashMap<GroupPath, Vec<FileValue>>,
+}
+
+/// The group directory and the file name of a control file's path.
+fn split(path: &Path) -> Option<(&Path, &str)> {
+    Some((path.parent()?, path.file_name()?.to_str()?))
+}
+
+impl GroupFiles {
+    /// The value read from the file at `path`.
+    pub fn get(&self, path: &Path) -> Option<&str> {
+        let (dir, name) = split(path)?;
+        let files = self.by_dir.get(dir)?;
+        files.iter().find(|(n, _)| n == name).map(|(_, v)| &**v)
+    }
+
+    /// Sets the value of the file at `path` (a path without a file name is ignored).
+    pub fn insert(&mut self, path: PathBuf, value: String) {
+        let Some((dir, name)) = split(&path) else {
+            return;
+        };
+        let value = value.into_boxed_str();
+        match self.by_dir.get_mut(dir) {
+            Some(files) => match files.iter_mut().find(|(n, _)| n == name) {
+                Some(slot) => slot.1 = value,
+                None => files.push((Cow::Owned(name.to_owned()), value)),
+            },
+            None => {
+                let files = vec![(Cow::Owned(name.to_owned()), value)];
+                self.by_dir.insert(Arc::from(dir), files);
+            }
+        }
+    }
+
+    /// Forgets the file at `path`.
+    pub fn remove(&mut self, path: &Path) {
+        let Some((dir, name)) = split(path) else {
+            return;
+        };
+        if let Some(files) = self.by_dir.get_mut(dir) {
+            files.retain(|(n, _)| n != name);
+            if files.is_empty() {
+                self.by_dir.remove(dir);
+            }
+        }
+    }
+
+    /// Replaces everything known of `dir`'s files with `files` (a group read again).
+    pub fn set_group(&mut self, dir: GroupPath, mut files: Vec<FileValue>) {
+        if files.is_empty() {
+            self.by_dir.remove(&dir);
+        } else {
+            files.shrink_to_fit();
+            self.by_dir.insert(dir, files);
+        }
+    }
+
+    /// Forgets every file of `dir` (not of its subgroups).
+    pub fn remove_group(&mut self, dir: &Path) {
+        self.by_dir.remove(dir);
+    }
+
+    /// Keeps the files of the groups `keep` says yes to.
+    pub fn retain_groups(&mut self, mut keep: impl FnMut(&Path) -> bool) {
+        self.by_dir.retain(|dir, _| keep(dir));
+    }
+
+    /// Takes in `other`'s files, over any of the same path.
+    pub fn extend(&mut self, other: GroupFiles) {
+        for (dir, files) in other.by_dir {
+            match self.by_dir.get_mut(&dir) {
+                None => {
+                    self.by_dir.insert(dir, files);
+                }
+                Some(mine) => {
+                    for (name, value) in files {
+                        match mine.iter_mut().find(|(n, _)| *n == name) {
+                            Some(slot) => slot.1 = value,
+                            None => mine.push((name, value)),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every file's path.
+    pub fn paths(&self) -> impl Iterator<Item = PathBuf> + '_ {
+        (self.by_dir.iter()).flat_map(|(dir, files)| files.iter().map(|(n, _)| dir.join(&**n)))
+    }
+
+    /// How many files.
+    pub fn len(&self) -> usize {
+        self.by_dir.values().map(Vec::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_dir.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.by_dir.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_are_found_by_path_whichever_way_they_came_in() {
+        let mut f = GroupFiles::default();
+        let dir: GroupPath = Arc::from(Path::new("/cg/blkio/dbcage/pg"));
+        f.set_group(
+            dir.clone(),
+            vec![
+                (Cow::Borrowed("blkio.weight"), "100\n".into()),
+                (Cow::Borrowed("tasks"), "".into()),
+            ],
+        );
+        f.insert("/cg/blkio/dbcage/pg/blkio.weight".into(), "200\n".into());
+        f.insert("/cg/blkio/dbcage/pg/cgroup.procs".into(), "1\n".into());
+        f.insert("/cg/blkio/dbcage/io.cost.qos".into(), "q\n".into());
+        assert_eq!(
+            f.get(Path::new("/cg/blkio/dbcage/pg/blkio.weight")),
+            Some("200\n")
+        );
+        assert_eq!(f.get(Path::new("/cg/blkio/dbcage/pg/tasks")), Some(""));
+        assert_eq!(
+            f.get(Path::new("/cg/blkio/dbcage/pg/cgroup.procs")),
+            Some("1\n")
+        );
+        assert_eq!(f.get(Path::new("/cg/blkio/dbcage/pg/other")), None);
+        assert_eq!(f.get(Path::new("/cg/blkio/dbcage/other/tasks")), None);
+        assert_eq!(f.len(), 4);
+
+        f.remove(Path::new("/cg/blkio/dbcage/pg/tasks"));
+        assert_eq!(f.get(Path::new("/cg/blkio/dbcage/pg/tasks")), None);
+        let mut paths: Vec<PathBuf> = f.paths().collect();
+        paths.sort();
+        assert_eq!(
+            paths,
+            [
+                "/cg/blkio/dbcage/io.cost.qos",
+                "/cg/blkio/dbcage/pg/blkio.weight",
+                "/cg/blkio/dbcage/pg/cgroup.procs"
+            ]
+            .map(PathBuf::from)
+        );
+
+        // Read again: what the group holds now, nothing of before.
+        f.set_group(dir.clone(), vec![(Cow::Borrowed("tasks"), "7\n".into())]);
+        assert_eq!(f.get(Path::new("/cg/blkio/dbcage/pg/blkio.weight")), None);
+        assert_eq!(f.get(Path::new("/cg/blkio/dbcage/pg/tasks")), Some("7\n"));
+        f.set_group(dir, Vec::new());
+        assert_eq!(f.len(), 1);
+
+        let mut other = GroupFiles::default();
+        other.insert("/cg/blkio/dbcage/io.cost.qos".into(), "r\n".into());
+        other.insert("/cg/blkio/io.stat".into(), "s\n".into());
+        f.extend(other);
+        assert_eq!(
+            f.get(Path::new("/cg/blkio/dbcage/io.cost.qos")),
+            Some("r\n")
+        );
+        assert_eq!(f.get(Path::new("/cg/blkio/io.stat")), Some("s\n"));
+        f.retain_groups(|d| d != Path::new("/cg/blkio"));
+        assert_eq!(f.len(), 1);
+        f.remove_group(Path::new("/cg/blkio/dbcage"));
+        assert!(f.is_empty());
+    }
+}
