@@ -83,6 +83,64 @@ fn comm_regex_looks_at_comm_not_cmdline() {
 }
 
 #[test]
+fn whole_text_patterns_are_looked_up_and_others_searched_alike() {
+    // `^postgres$` and `^oracleX$` are looked up by their text (`PatternShape::exact`); the
+    // others go through the regex set. Both kinds answer the same in one field and one rule.
+    let exact = |p: &str| {
+        crate::policy::Pattern::new(p)
+            .unwrap()
+            .shape()
+            .exact
+            .clone()
+    };
+    assert_eq!(exact("^postgres$").as_deref(), Some("postgres"));
+    assert_eq!(exact(r"\Aora\.x\z").as_deref(), Some("ora.x"));
+    for searched in [
+        "^postgres",
+        "postgres$",
+        "(?i)^postgres$",
+        "(?m)^postgres$",
+        "^(postgres)$",
+        "^post.res$",
+    ] {
+        assert_eq!(exact(searched), None, "{searched}");
+    }
+    let ts = tenants(
+        "[[tenant]]\nname = \"a\"\n[[tenant.match]]\ncomm = \"^postgres$\"\nuser = \"postgres\"\n\
+         [[tenant]]\nname = \"b\"\n[[tenant.match]]\ncomm = \"(?i)^POSTGRES$\"\n\
+         [[tenant.match]]\ncomm = \"^ora\"\ncmdline = \"^oracleX$\"\n\
+         [[tenant]]\nname = \"c\"\n[[tenant.match]]\ncomm = \"^postgres$\"\n",
+    );
+    let procs = [
+        owned(proc(10, "postgres", "postgres -D /data"), 104, 110),
+        proc(11, "postgres", "postgres -D /data"),
+        proc(12, "oracle", "oracleX"),
+        proc(13, "oracle", "oracleX (LOCAL=NO)"),
+        proc(14, "postgres\n", "x"),
+        proc(15, "Postgres", "x"),
+    ];
+    let got = placed(&ts, &procs);
+    assert_eq!(got.get(&10), Some(&(0, Leaf::Limited)), "a: comm and user");
+    assert_eq!(
+        got.get(&11),
+        Some(&(1, Leaf::Limited)),
+        "b before c: tenant order"
+    );
+    assert_eq!(
+        got.get(&12),
+        Some(&(1, Leaf::Limited)),
+        "b: comm searched, cmdline exact"
+    );
+    assert_eq!(got.get(&13), None, "the exact cmdline is the whole text");
+    assert_eq!(got.get(&14), None, "`$` is the text's end, not a newline's");
+    assert_eq!(
+        got.get(&15),
+        Some(&(1, Leaf::Limited)),
+        "b: case-insensitive, searched"
+    );
+}
+
+#[test]
 fn exe_is_compared_as_a_whole_path() {
     let ts = tenants(
         "[[tenant]]\nname = \"a\"\n[[tenant.match]]\nexe = \"/u01/app/oracle/bin/oracle\"\n",

@@ -397,6 +397,9 @@ pub(crate) struct PatternShape {
     /// As the narrow side: anchored at the start, the literal prefixes every match begins with
     /// (None when there are none, or one is empty or not UTF-8: then nothing is proven).
     pub prefixes: Option<Vec<String>>,
+    /// The one text the pattern matches, when it is a literal anchored at both ends
+    /// (`^postgres$`): the rule set looks such patterns up instead of searching for them.
+    pub exact: Option<String>,
 }
 
 impl PatternShape {
@@ -426,7 +429,23 @@ impl PatternShape {
         PatternShape {
             may_imply,
             prefixes,
+            exact: exact_text(hir),
         }
+    }
+}
+
+/// The text a pattern of the form `^literal$` matches: `^` and `$` without the multi-line flag
+/// are the text's start and end, so it matches that text and nothing else.
+fn exact_text(hir: &regex_syntax::hir::Hir) -> Option<String> {
+    use regex_syntax::hir::{HirKind, Look};
+    let HirKind::Concat(parts) = hir.kind() else {
+        return None;
+    };
+    match parts.iter().map(|h| h.kind()).collect::<Vec<_>>()[..] {
+        [HirKind::Look(Look::Start), HirKind::Literal(lit), HirKind::Look(Look::End)] => {
+            std::str::from_utf8(&lit.0).ok().map(str::to_string)
+        }
+        _ => None,
     }
 }
 

@@ -66,10 +66,25 @@ struct CompiledRule {
     label: String,
 }
 
-/// One field's regexes as a set, and which rule each belongs to.
+/// One field's patterns, and which rule each belongs to: those that match one whole text
+/// (`^postgres$`) by that text, the others as one `RegexSet`. A literal costs a map entry
+/// where the set took about 2 KiB (its automaton and search caches) and a search.
 struct Patterns {
     set: RegexSet,
+    /// Index in `set` → pattern index.
+    in_set: Vec<u32>,
+    /// Exact text → the patterns that match it alone (one per rule naming it).
+    exact: std::collections::HashMap<Box<str>, Vec<u32>>,
     rule_of: Vec<u32>,
+}
+
+/// The patterns of one field that matched a text, in ascending order.
+struct Matched(Vec<u32>);
+
+impl Matched {
+    fn contains(&self, pattern: u32) -> bool {
+        self.0.binary_search(&pattern).is_ok()
+    }
 }
 
 /// A pattern set is one automaton over all patterns; its size limit is raised from the default
@@ -78,24 +93,52 @@ struct Patterns {
 const SET_SIZE_LIMIT: usize = 512 << 20;
 
 impl Patterns {
-    fn new(patterns: Vec<(&str, u32)>) -> Patterns {
+    fn new(patterns: Vec<(&super::Pattern, u32)>) -> Patterns {
         let rule_of = patterns.iter().map(|(_, r)| *r).collect();
-        let set = RegexSetBuilder::new(patterns.iter().map(|(p, _)| *p))
+        let mut exact: std::collections::HashMap<Box<str>, Vec<u32>> = Default::default();
+        let mut searched = Vec::new();
+        let mut in_set = Vec::new();
+        for (i, (p, _)) in patterns.iter().enumerate() {
+            match &p.shape().exact {
+                Some(text) => exact
+                    .entry(text.as_str().into())
+                    .or_default()
+                    .push(i as u32),
+                None => {
+                    searched.push(p.as_str());
+                    in_set.push(i as u32);
+                }
+            }
+        }
+        let set = RegexSetBuilder::new(searched)
             .size_limit(SET_SIZE_LIMIT)
             .build()
             // Every pattern compiled on its own when the policy was validated; together they
             // can only exceed the size limit, which is far above what 100,000 simple rules take.
             .unwrap_or_else(|e| panic!("compiling the rules' patterns into one set: {e}"));
-        Patterns { set, rule_of }
+        Patterns {
+            set,
+            in_set,
+            exact,
+            rule_of,
+        }
     }
 
     /// Which patterns match `text` (None when none does: most processes of a host match no
     /// rule, and walking a thousand patterns' slots for each of them was 5% of a rescan's CPU).
-    fn matches(&self, text: &str) -> Option<regex::SetMatches> {
-        if self.rule_of.is_empty() {
+    fn matches(&self, text: &str) -> Option<Matched> {
+        let mut found: Vec<u32> = self.exact.get(text).cloned().unwrap_or_default();
+        if !self.in_set.is_empty() {
+            let m = self.set.matches(text);
+            if m.matched_any() {
+                found.extend(m.iter().map(|i| self.in_set[i]));
+            }
+        }
+        if found.is_empty() {
             return None;
         }
-        Some(self.set.matches(text)).filter(regex::SetMatches::matched_any)
+        found.sort_unstable();
+        Some(Matched(found))
     }
 }
 
@@ -167,14 +210,12 @@ impl RuleSet {
         let mut candidates = self.unconditional.clone();
         for (patterns, matched) in [(&self.cmdline, &cmdline), (&self.comm, &comm)] {
             if let Some(m) = matched {
-                candidates.extend(m.iter().map(|i| patterns.rule_of[i]));
+                candidates.extend(m.0.iter().map(|&i| patterns.rule_of[i as usize]));
             }
         }
         candidates.sort_unstable();
         candidates.dedup();
-        let matched = |set: &Option<regex::SetMatches>, i: u32| {
-            set.as_ref().is_some_and(|m| m.matched(i as usize))
-        };
+        let matched = |set: &Option<Matched>, i: u32| set.as_ref().is_some_and(|m| m.contains(i));
         candidates.retain(|&i| {
             let r = &self.rules[i as usize];
             r.cmdline.is_none_or(|c| matched(&cmdline, c))
@@ -248,12 +289,12 @@ impl CompiledRule {
         list: List,
         r: &'a Rule,
         index_of_rule: u32,
-        cmdline: &mut Vec<(&'a str, u32)>,
-        comm: &mut Vec<(&'a str, u32)>,
+        cmdline: &mut Vec<(&'a super::Pattern, u32)>,
+        comm: &mut Vec<(&'a super::Pattern, u32)>,
     ) -> CompiledRule {
-        let index = |list: &mut Vec<(&'a str, u32)>, re: &'a Option<super::Pattern>| {
+        let index = |list: &mut Vec<(&'a super::Pattern, u32)>, re: &'a Option<super::Pattern>| {
             re.as_ref().map(|re| {
-                list.push((re.as_str(), index_of_rule));
+                list.push((re, index_of_rule));
                 (list.len() - 1) as u32
             })
         };
