@@ -184,6 +184,13 @@ pub fn plan(p: &Prepared, adjust: &Adjustments) -> Result<Plan> {
     Ok(plan_with_view(p, adjust)?.0)
 }
 
+/// `plan`, with the placements of the host's processes it was made from (the daemon keeps them
+/// as its members instead of classifying every process again).
+pub fn plan_placed(p: &Prepared, adjust: &Adjustments) -> Result<(Plan, Vec<Placement>)> {
+    let (plan, _, placements) = plan_with_view(p, adjust)?;
+    Ok((plan, placements))
+}
+
 /// `plan`, also giving the systemd view it planned from (under systemd) and the processes'
 /// placements, for callers that act on the same units (`systemd_release`) without reading
 /// them again.
