@@ -18,7 +18,7 @@ pub type GroupPath = Arc<Path>;
 pub type FileValue = (Cow<'static, str>, Box<str>);
 
 /// Control file values by group directory, then file name.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct GroupFiles {
     by_dir: HashMap<GroupPath, Vec<FileValue>>,
 }
@@ -111,11 +111,6 @@ impl GroupFiles {
         (self.by_dir.iter()).flat_map(|(dir, files)| files.iter().map(|(n, _)| dir.join(&**n)))
     }
 
-    /// How many files.
-    pub fn len(&self) -> usize {
-        self.by_dir.values().map(Vec::len).sum()
-    }
-
     pub fn is_empty(&self) -> bool {
         self.by_dir.is_empty()
     }
@@ -154,7 +149,7 @@ mod tests {
         );
         assert_eq!(f.get(Path::new("/cg/blkio/dbcage/pg/other")), None);
         assert_eq!(f.get(Path::new("/cg/blkio/dbcage/other/tasks")), None);
-        assert_eq!(f.len(), 4);
+        assert_eq!(f.paths().count(), 4);
 
         f.remove(Path::new("/cg/blkio/dbcage/pg/tasks"));
         assert_eq!(f.get(Path::new("/cg/blkio/dbcage/pg/tasks")), None);
@@ -175,7 +170,7 @@ mod tests {
         assert_eq!(f.get(Path::new("/cg/blkio/dbcage/pg/blkio.weight")), None);
         assert_eq!(f.get(Path::new("/cg/blkio/dbcage/pg/tasks")), Some("7\n"));
         f.set_group(dir, Vec::new());
-        assert_eq!(f.len(), 1);
+        assert_eq!(f.paths().count(), 1);
 
         let mut other = GroupFiles::default();
         other.insert("/cg/blkio/dbcage/io.cost.qos".into(), "r\n".into());
@@ -187,7 +182,7 @@ mod tests {
         );
         assert_eq!(f.get(Path::new("/cg/blkio/io.stat")), Some("s\n"));
         f.retain_groups(|d| d != Path::new("/cg/blkio"));
-        assert_eq!(f.len(), 1);
+        assert_eq!(f.paths().count(), 1);
         f.remove_group(Path::new("/cg/blkio/dbcage"));
         assert!(f.is_empty());
     }

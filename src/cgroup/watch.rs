@@ -64,11 +64,11 @@ pub struct GroupWatch {
     pub(super) dirs: BTreeSet<GroupPath>,
     pub(super) files: GroupFiles,
     /// Directories whose subgroups changed since they were read.
-    listing_stale: HashSet<PathBuf>,
+    listing_stale: HashSet<GroupPath>,
     /// Directories written to since they were read: their files and their subgroups' files.
-    subtree_stale: HashSet<PathBuf>,
+    subtree_stale: HashSet<GroupPath>,
     /// Directories that could not be watched (no watches left): read every time.
-    unwatched: HashSet<PathBuf>,
+    unwatched: HashSet<GroupPath>,
     swept_at: Option<Instant>,
     absorbed_at: Instant,
     /// Files of the last snapshot outside dbcage's groups (the parent's, the hierarchy root's).
@@ -133,9 +133,9 @@ impl GroupWatch {
     /// A write to `path` (a control file or a group) failed: no event will say what the kernel
     /// holds there, so the group (and its parent's list of subgroups) is read again next time.
     pub fn failed(&mut self, path: &Path) {
-        self.listing_stale.insert(path.to_path_buf());
+        self.listing_stale.insert(path.into());
         if let Some(parent) = path.parent() {
-            self.listing_stale.insert(parent.to_path_buf());
+            self.listing_stale.insert(parent.into());
         }
     }
 
@@ -209,7 +209,7 @@ impl GroupWatch {
                 continue;
             }
             if flags.intersects(LISTING) {
-                self.listing_stale.insert(dir.to_path_buf());
+                self.listing_stale.insert(dir.clone());
                 // A subgroup removed or renamed: its watch and everything below it go (the
                 // kernel keeps a watched cgroup's inode alive until its watch is removed).
                 if flags.intersects(ReadFlags::DELETE | ReadFlags::MOVED_FROM) {
@@ -220,8 +220,8 @@ impl GroupWatch {
                     }
                 }
             }
-            if flags.contains(ReadFlags::MODIFY) && !self.subtree_stale.contains(&**dir) {
-                self.subtree_stale.insert(dir.to_path_buf());
+            if flags.contains(ReadFlags::MODIFY) {
+                self.subtree_stale.insert(dir.clone());
             }
         }
         if overran {
@@ -283,7 +283,7 @@ impl GroupWatch {
             }
             Err(_) => {
                 // ENOSPC (fs.inotify.max_user_watches) or a group gone: read it every time.
-                self.unwatched.insert(dir.to_path_buf());
+                self.unwatched.insert(dir.clone());
             }
         }
     }
