@@ -492,11 +492,6 @@ fn main() {
         "{tenants} tenants, {} of their processes: first apply {wall:.0} ms ({cpu:.0} ms CPU)",
         sleepers.count
     );
-    if hold > 0 {
-        // For a profiler: the policy and its processes stay this long before the measurements.
-        println!("holding {hold} s: policy {}", fx.policy.display());
-        std::thread::sleep(Duration::from_secs(hold));
-    }
     println!(
         "{:>7} {:>5} {:>3}  {:>14} {:>14} {:>14} {:>9} {:>14} {:>10} {:>8}",
         "procs",
@@ -522,6 +517,15 @@ fn main() {
             })
             .count();
         sleepers.add(level.saturating_sub(now), "dbcage-test-idl");
+        if hold > 0 && level == levels[0] {
+            // For a profiler: the policy and the first level's processes stay this long before
+            // the measurements.
+            println!(
+                "holding {hold} s at {level} processes: policy {}",
+                fx.policy.display()
+            );
+            std::thread::sleep(Duration::from_secs(hold));
+        }
         for run in 1..=runs {
             for (name, bin) in &builds {
                 let apply = timed(bin, &fx.policy, &["apply"]);

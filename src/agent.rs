@@ -57,6 +57,16 @@ pub struct AgentOptions {
 const MOVED_AT_KEEP: usize = 4096;
 const MOVED_AT_HORIZON: Duration = Duration::from_secs(10);
 
+/// A rescan reads again the processes with `pid % SWEEP_SHARES` equal to its turn, however
+/// quiet they were: every process is read at least every this many rescans (see
+/// `procs::Reuse`).
+const SWEEP_SHARES: u32 = 10;
+
+/// Past this many processes named by events since the last rescan, the next one reads every
+/// process (no dearer than looking each up), and the sets are emptied: their memory is bounded
+/// in a fork storm.
+const CHANGED_PIDS_MAX: usize = 65_536;
+
 /// After a fork inside a tenant, the child is re-read this long after the fork, to catch
 /// retitles that produce no event.
 const RECHECK_AFTER: [Duration; 3] = [
@@ -93,6 +103,10 @@ pub struct AgentStats {
     pub forked_during_move: u64,
     /// How plans read dbcage's groups: in full, files only (written since), from the watch.
     pub groups: crate::cgroup::watch::WatchStats,
+    /// Processes the rescans read from /proc, and those they kept from the scan before
+    /// (unchanged by the events, see `procs::Reuse`), summed over all rescans.
+    pub rescan_procs_read: u64,
+    pub rescan_procs_kept: u64,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -148,6 +162,13 @@ struct Daemon {
     live: crate::control::Live,
     /// Process events arrive (the event thread runs); otherwise the short fallback rescan.
     connected: bool,
+    /// The processes the events said changed (forked, exec'd, renamed, new ids) since the last
+    /// rescan, and in the period before it: a rescan reads these again and keeps the others
+    /// from the scan before, but for its sweep (see `procs::Reuse`).
+    changed_pids: HashSet<u32>,
+    changed_before: HashSet<u32>,
+    /// The next rescan reads every process: events were lost since the last one.
+    scan_all_next: bool,
     move_log: MoveLog,
     /// Under systemd: plans that made leaves in a delegated unit (a restarted unit's new
     /// cgroup): the main loop watches the new leaves (`SystemdWatch`).
@@ -357,6 +378,31 @@ impl Daemon {
         Ok(ctx)
     }
 
+    /// `read_host` for a rescan: with process events flowing and none lost since the scan
+    /// before, the processes they do not name are kept from it (a tenth of them read again in
+    /// turn, for what changes without an event); otherwise every process is read. A rule on
+    /// `unit` reads every process: a unit's processes can change groups without an event.
+    fn read_host_again(&self) -> Result<Prepared> {
+        let loaded = self.ctx.loaded.clone();
+        if !self.connected || self.scan_all_next || self.fields.unit {
+            return self.read_host(loaded);
+        }
+        let changed =
+            |pid: u32| self.changed_pids.contains(&pid) || self.changed_before.contains(&pid);
+        let reuse = crate::inventory::procs::Reuse {
+            previous: &self.ctx.inventory.procs,
+            skipped: &self.ctx.inventory.skipped_pids,
+            changed: &changed,
+            sweep: crate::inventory::procs::Sweep {
+                turn: self.stats.rescans,
+                of: SWEEP_SHARES,
+            },
+        };
+        let mut ctx = engine::read_host_reusing(loaded, reuse)?;
+        ctx.groups = self.ctx.groups.clone();
+        Ok(ctx)
+    }
+
     fn rescan(&mut self, why: &str) {
         let start = Instant::now();
         self.stats.rescans += 1;
@@ -368,11 +414,17 @@ impl Daemon {
         // Re-read the host (devices and processes) so that device changes are picked up too,
         // but not the policy file: that changes on SIGHUP only, and a broken file must not stop
         // the safety net.
-        match self.read_host(self.ctx.loaded.clone()).and_then(|c| {
+        match self.read_host_again().and_then(|c| {
             let (plan, placed) = engine::plan_placed(&c, &self.adjust)?;
             Ok((c, plan, placed))
         }) {
             Ok((ctx, plan, placed)) => {
+                let scanned = ctx.inventory.scanned;
+                self.stats.rescan_procs_read += scanned.read as u64;
+                self.stats.rescan_procs_kept += (scanned.listed - scanned.read) as u64;
+                // The events since this scan began are kept for the next two.
+                self.changed_before = std::mem::take(&mut self.changed_pids);
+                self.scan_all_next = false;
                 self.ctx = ctx;
                 self.take_governed(&plan);
                 self.publish();
@@ -1030,11 +1082,18 @@ impl Daemon {
         let ev = timed.event;
         self.stats.events += 1;
         self.shared.health.events.fetch_add(1, Ordering::Relaxed);
+        if self.changed_pids.len() >= CHANGED_PIDS_MAX {
+            self.changed_pids = HashSet::new();
+            self.changed_before = HashSet::new();
+            self.scan_all_next = true;
+        }
         match ev {
             ProcEvent::Exec { pid } | ProcEvent::Comm { pid } | ProcEvent::Ids { pid } => {
+                self.changed_pids.insert(pid);
                 self.handle_pid(pid, at)
             }
             ProcEvent::Fork { parent, child } => {
+                self.changed_pids.insert(child);
                 if let Some(&t) = self.members.get(&parent) {
                     self.members.insert(child, t);
                     for d in RECHECK_AFTER {
@@ -1097,6 +1156,7 @@ impl Daemon {
             "process events were lost (socket buffer overrun): rescanning now"
         );
         let known: HashSet<u32> = self.ctx.inventory.procs.iter().map(|p| p.pid).collect();
+        self.scan_all_next = true;
         self.rescan("events lost");
         // The lost events included forks, and with them the re-checks their children were due
         // (a child retitled after this rescan would otherwise wait for the next periodic one).
@@ -1677,6 +1737,9 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         opts,
         live,
         connected: connector.is_some(),
+        changed_pids: HashSet::new(),
+        changed_before: HashSet::new(),
+        scan_all_next: false,
         started: Instant::now(),
         move_log: MoveLog::default(),
         leaves_made: 0,

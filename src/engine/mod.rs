@@ -122,8 +122,19 @@ pub fn prepare(config: &PolicyPath) -> Result<Prepared> {
 
 /// For a policy already loaded: reads the host (devices, processes, cgroups).
 pub fn read_host(loaded: Loaded, scan: Scan) -> Result<Prepared> {
+    let exact_comm = scan == Scan::Full;
+    read_host_with(loaded, inventory::ProcScan::All { exact_comm })
+}
+
+/// The daemon's rescan: `read_host` (`Scan::Rules`) keeping the processes that `reuse` says
+/// have not changed since the scan before.
+pub fn read_host_reusing(loaded: Loaded, reuse: inventory::procs::Reuse) -> Result<Prepared> {
+    read_host_with(loaded, inventory::ProcScan::Reusing(reuse))
+}
+
+fn read_host_with(loaded: Loaded, scan: inventory::ProcScan) -> Result<Prepared> {
     let fs = HostFs::default();
-    let (inventory, problems) = inventory::gather(&fs, &loaded.policy, scan == Scan::Full)?;
+    let (inventory, problems) = inventory::gather(&fs, &loaded.policy, scan)?;
     if !problems.is_empty() {
         return Err(PolicyErrors(problems).into());
     }

@@ -31,6 +31,11 @@ pub struct Inventory {
     pub tenants: Vec<TenantDevices>,
     pub numa: NumaTopology,
     pub procs: Vec<ProcInfo>,
+    /// The pids listed that are no process `procs` holds: kernel threads, and processes gone
+    /// before their read (see `procs::Reuse::skipped`).
+    pub skipped_pids: Vec<u32>,
+    /// How many processes the scan listed and read (a rescan keeps what has not changed).
+    pub scanned: procs::ScanCount,
     pub mounts: MountTable,
     /// The host's memory (`MemTotal` of /proc/meminfo), in bytes; `None` when unreadable.
     pub mem_total: Option<u64>,
@@ -86,12 +91,21 @@ pub fn resolve_devices(
     (out, problems)
 }
 
-/// Reads everything the plan needs from the host. With `exact_comm`, every process's `comm` is
-/// read even where no rule needs it (plans and status show it); the daemon passes false.
+/// How `gather` reads the processes.
+pub enum ProcScan<'a> {
+    /// Every process. With `exact_comm`, every process's `comm` is read even where no rule
+    /// needs it (plans and status show it); the daemon's rescan leaves it out.
+    All { exact_comm: bool },
+    /// The daemon's rescan with its process events: what the scan before read and has not
+    /// changed since is kept (see `procs::Reuse`; `comm` only where a rule needs it).
+    Reusing(procs::Reuse<'a>),
+}
+
+/// Reads everything the plan needs from the host.
 pub fn gather(
     fs: &HostFs,
     policy: &Policy,
-    exact_comm: bool,
+    scan: ProcScan,
 ) -> anyhow::Result<(Inventory, Vec<Problem>)> {
     use anyhow::Context;
     let mounts = MountTable::read(fs).context("reading /proc/self/mountinfo")?;
@@ -99,11 +113,24 @@ pub fn gather(
     let numa = NumaTopology::read(fs).context("reading NUMA topology from /sys/devices/system")?;
     policy.refresh_pid_files(fs);
     let needed = procs::Fields::needed_by(&policy.tenants);
-    let fields = crate::inventory::procs::Fields {
-        comm: needed.comm || exact_comm,
-        ..needed
+    let (procs, skipped_pids, scanned) = match scan {
+        ProcScan::All { exact_comm } => {
+            let fields = procs::Fields {
+                comm: needed.comm || exact_comm,
+                ..needed
+            };
+            let (procs, skipped) = procs::scan_listed(fs, fields).context("scanning /proc")?;
+            let listed = procs.len() + skipped.len();
+            let count = procs::ScanCount {
+                listed,
+                read: listed,
+            };
+            (procs, skipped, count)
+        }
+        ProcScan::Reusing(reuse) => {
+            procs::scan_reusing(fs, needed, &reuse).context("scanning /proc")?
+        }
     };
-    let procs = procs::scan_fields(fs, fields).context("scanning /proc")?;
     let mem_total = fs
         .read_to_string("/proc/meminfo")
         .ok()
@@ -113,6 +140,8 @@ pub fn gather(
             tenants,
             numa,
             procs,
+            skipped_pids,
+            scanned,
             mounts,
             mem_total,
         },

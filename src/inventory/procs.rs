@@ -263,30 +263,179 @@ pub fn scan(fs: &HostFs) -> std::io::Result<Vec<ProcInfo>> {
 
 /// `scan`, reading only the optional fields asked for (see `Fields`).
 pub fn scan_fields(fs: &HostFs, fields: Fields) -> std::io::Result<Vec<ProcInfo>> {
+    let pids = list_pids(fs)?;
+    read_pids(fs, fields, &pids)
+}
+
+/// `scan_fields`, with the pids listed but not read as a process: kernel threads, and
+/// processes gone before they were read (what `Reuse::skipped` takes).
+pub fn scan_listed(fs: &HostFs, fields: Fields) -> std::io::Result<(Vec<ProcInfo>, Vec<u32>)> {
+    let pids = list_pids(fs)?;
+    let procs = read_pids(fs, fields, &pids)?;
+    let skipped = not_read(&pids, &procs);
+    Ok((procs, skipped))
+}
+
+/// The pids of `listed` (in order) that `read` (in order) has no process for.
+fn not_read(listed: &[u32], read: &[ProcInfo]) -> Vec<u32> {
+    let mut read = read.iter().map(|p| p.pid).peekable();
+    listed
+        .iter()
+        .copied()
+        .filter(|&pid| {
+            while read.next_if(|&r| r < pid).is_some() {}
+            read.next_if_eq(&pid).is_none()
+        })
+        .collect()
+}
+
+/// The pids of /proc, in order.
+fn list_pids(fs: &HostFs) -> std::io::Result<Vec<u32>> {
     let mut pids: Vec<u32> = std::fs::read_dir(fs.proc())?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
     pids.sort_unstable();
-    let read = |reader: &mut ProcReader, chunk: &[u32]| -> Vec<ProcInfo> {
-        chunk
-            .iter()
-            .filter_map(|&pid| reader.read(pid, fields))
-            .collect()
-    };
-    let mut first_reader = ProcReader::open(fs)?;
-    // Reading /proc is all syscalls; on a host with thousands of processes two threads halve
-    // the time of a scan (the daemon's safety net runs one every 30 s).
+    Ok(pids)
+}
+
+/// Reads these processes (those still there and not kernel threads), in their order. Reading
+/// /proc is all syscalls; on a host with thousands of processes two threads halve the time.
+fn read_pids(fs: &HostFs, fields: Fields, pids: &[u32]) -> std::io::Result<Vec<ProcInfo>> {
+    let mut reader = ProcReader::open(fs)?;
     if pids.len() < 2000 {
-        return Ok(read(&mut first_reader, &pids));
+        return Ok(pids
+            .iter()
+            .filter_map(|&p| reader.read(p, fields))
+            .collect());
     }
     let mut second_reader = ProcReader::open(fs)?;
     let (a, b) = pids.split_at(pids.len() / 2);
     Ok(std::thread::scope(|s| {
-        let second = s.spawn(|| read(&mut second_reader, b));
-        let mut first = read(&mut first_reader, a);
+        let second = s.spawn(|| {
+            let r = &mut second_reader;
+            b.iter()
+                .filter_map(|&p| r.read(p, fields))
+                .collect::<Vec<_>>()
+        });
+        let mut first: Vec<ProcInfo> = a.iter().filter_map(|&p| reader.read(p, fields)).collect();
         first.extend(second.join().expect("proc reader thread"));
         first
     }))
+}
+
+/// What a rescan may take from the scan before it instead of reading /proc again. The process
+/// events tell what changed: a fork makes a new process (or a reused pid), an exec a new
+/// program, and comm, uid and gid changes have events of their own. What has none is a
+/// rewrite of argv in place (PostgreSQL's titles) and, with `Fields::tree`, a new parent when
+/// the old one exits (exits are not subscribed): `changed` covers the first for a while after a
+/// process's last event, the sweep (every `of`-th pid in turn) all the rest, and a parent that
+/// is gone or younger than its child is read again at once.
+pub struct Reuse<'a> {
+    /// The scan before, in pid order, read with the same `Fields`.
+    pub previous: &'a [ProcInfo],
+    /// The pids it listed but found no process at (kernel threads, processes gone before
+    /// their read), in order: not read again either until an event names them.
+    pub skipped: &'a [u32],
+    /// Processes to read again: each one with an event in the last rescan periods.
+    pub changed: &'a dyn Fn(u32) -> bool,
+    /// Processes read again however quiet they were: those with `pid % of == turn % of`.
+    pub sweep: Sweep,
+}
+
+/// A share of the processes read again at each rescan (see `Reuse`).
+#[derive(Debug, Clone, Copy)]
+pub struct Sweep {
+    pub turn: u64,
+    pub of: u32,
+}
+
+impl Sweep {
+    fn covers(&self, pid: u32) -> bool {
+        self.of <= 1 || u64::from(pid % self.of) == self.turn % u64::from(self.of)
+    }
+}
+
+/// What `scan_reusing` did: processes listed, and read (the rest were kept).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScanCount {
+    pub listed: usize,
+    pub read: usize,
+}
+
+/// `scan_listed`, keeping what `reuse` says has not changed: /proc is listed, and only the
+/// processes that are new, changed or swept are read.
+pub fn scan_reusing(
+    fs: &HostFs,
+    fields: Fields,
+    reuse: &Reuse,
+) -> std::io::Result<(Vec<ProcInfo>, Vec<u32>, ScanCount)> {
+    let pids = list_pids(fs)?;
+    let previous = |pid: u32| {
+        reuse
+            .previous
+            .binary_search_by_key(&pid, |p| p.pid)
+            .ok()
+            .map(|i| &reuse.previous[i])
+    };
+    let (mut kept, mut unread, mut skipped) = (Vec::with_capacity(pids.len()), vec![], vec![]);
+    for &pid in &pids {
+        let quiet = !(reuse.changed)(pid) && !reuse.sweep.covers(pid);
+        match previous(pid) {
+            Some(p) if quiet => kept.push(p.clone()),
+            None if quiet && reuse.skipped.binary_search(&pid).is_ok() => skipped.push(pid),
+            _ => unread.push(pid),
+        }
+    }
+    let mut count = ScanCount {
+        listed: pids.len(),
+        read: unread.len(),
+    };
+    let kept_pids: Vec<u32> = kept.iter().map(|p| p.pid).collect();
+    let read = read_pids(fs, fields, &unread)?;
+    skipped.extend(not_read(&unread, &read));
+    skipped.sort_unstable();
+    let mut procs = merge_by_pid(kept, read);
+    if fields.tree {
+        // A kept process whose parent is gone, or younger than itself (its pid reused), has a
+        // new parent (its reaper): read it again.
+        let find = |procs: &[ProcInfo], pid: u32| procs.binary_search_by_key(&pid, |p| p.pid).ok();
+        let orphans: Vec<u32> = kept_pids
+            .iter()
+            .filter_map(|&pid| {
+                let p = &procs[find(&procs, pid)?];
+                let parent = (p.ppid > 1).then(|| find(&procs, p.ppid))?;
+                parent
+                    .is_none_or(|i| procs[i].start_time > p.start_time)
+                    .then_some(pid)
+            })
+            .collect();
+        if !orphans.is_empty() {
+            count.read += orphans.len();
+            procs.retain(|p| orphans.binary_search(&p.pid).is_err());
+            let read = read_pids(fs, fields, &orphans)?;
+            skipped.extend(not_read(&orphans, &read));
+            skipped.sort_unstable();
+            procs = merge_by_pid(procs, read);
+        }
+    }
+    Ok((procs, skipped, count))
+}
+
+/// Two lists in pid order as one.
+fn merge_by_pid(a: Vec<ProcInfo>, b: Vec<ProcInfo>) -> Vec<ProcInfo> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+    loop {
+        let next = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) if x.pid <= y.pid => a.next(),
+            (Some(_), Some(_)) => b.next(),
+            (Some(_), None) => a.next(),
+            (None, Some(_)) => b.next(),
+            (None, None) => break,
+        };
+        out.extend(next);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -379,6 +528,89 @@ mod tests {
         assert_eq!(procs[1].uid, 1000);
         assert_eq!(procs[1].gid, 1001);
         assert_eq!(procs[1].cmdline, "ora_pmon_BX1");
+    }
+
+    #[test]
+    fn a_rescan_reads_what_changed_and_its_sweep_and_keeps_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = HostFs::with_root(dir.path());
+        let mk = |pid: u32, ppid: u32, start: u64, argv: &str| {
+            let d = fs.proc().join(pid.to_string());
+            std::fs::create_dir_all(&d).unwrap();
+            let stat =
+                format!("{pid} (p{pid}) S {ppid} 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0");
+            std::fs::write(d.join("stat"), stat).unwrap();
+            std::fs::write(d.join("cmdline"), format!("{argv}\0")).unwrap();
+        };
+        let tree = Fields {
+            ids: false,
+            exe: false,
+            tree: true,
+            comm: false,
+            unit: false,
+        };
+        mk(1, 0, 1, "init");
+        mk(2, 0, 1, ""); // kthreadd
+        mk(10, 1, 100, "quiet");
+        mk(11, 10, 110, "forked");
+        mk(13, 40, 130, "child-of-40");
+        mk(14, 15, 140, "child-of-15");
+        mk(15, 1, 120, "parent-15");
+        mk(17, 1, 170, "swept");
+        mk(20, 1, 200, "gone-soon");
+        mk(40, 1, 90, "parent-40");
+        let (previous, skipped) = scan_listed(&fs, tree).unwrap();
+        assert_eq!(skipped, vec![2]);
+        // What changed without an event: 10 and 17 retitled, 13's parent 40 exited (13 now a
+        // child of init), 15 exited and its pid went to a process younger than 14 (14 now a
+        // child of init too). With events: 11 exec'd, 30 was forked; 20 is gone.
+        mk(10, 1, 100, "quiet-retitled");
+        mk(11, 10, 110, "exec'd");
+        mk(13, 1, 130, "child-of-40");
+        std::fs::remove_dir_all(fs.proc().join("40")).unwrap();
+        mk(14, 1, 140, "child-of-15");
+        mk(15, 1, 150, "new-15");
+        mk(17, 1, 170, "swept-retitled");
+        std::fs::remove_dir_all(fs.proc().join("20")).unwrap();
+        mk(30, 1, 300, "new");
+        let changed = |pid: u32| [11, 15, 30].contains(&pid);
+        let reuse = Reuse {
+            previous: &previous,
+            skipped: &skipped,
+            changed: &changed,
+            sweep: Sweep { turn: 27, of: 10 },
+        };
+        let (procs, now_skipped, count) = scan_reusing(&fs, tree, &reuse).unwrap();
+        assert_eq!(now_skipped, vec![2]);
+        let got: Vec<(u32, u32, &str)> = procs
+            .iter()
+            .map(|p| (p.pid, p.ppid, p.cmdline.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, 0, "init"),
+                (10, 1, "quiet"), // kept: no event, not its turn
+                (11, 10, "exec'd"),
+                (13, 1, "child-of-40"),
+                (14, 1, "child-of-15"),
+                (15, 1, "new-15"),
+                (17, 1, "swept-retitled"),
+                (30, 1, "new"),
+            ]
+        );
+        // Listed: 1 2 10 11 13 14 15 17 30; read: 11 15 17 30 in the first round, 13 and 14
+        // (orphans) in the second; 2 (a kernel thread) is not read again.
+        assert_eq!(count, ScanCount { listed: 9, read: 6 });
+        // Every pid is swept in turn: with `of` 1 the whole host is read.
+        let all = Sweep { turn: 0, of: 1 };
+        let reuse = Reuse {
+            sweep: all,
+            ..reuse
+        };
+        let (procs, _, count) = scan_reusing(&fs, tree, &reuse).unwrap();
+        assert_eq!(count.read, 9);
+        assert!(procs.iter().any(|p| p.cmdline == "quiet-retitled"));
     }
 
     #[test]

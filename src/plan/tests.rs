@@ -220,6 +220,8 @@ fn inventory(policy: &Policy, devices: &[Vec<DevNum>], procs: Vec<ProcInfo>) -> 
             huge_pages: Default::default(),
         },
         procs,
+        skipped_pids: Vec::new(),
+        scanned: Default::default(),
         mounts: Default::default(),
         mem_total: None,
     }

@@ -107,6 +107,8 @@ fn inventory(p: &Policy, devices: &[DevNum]) -> Inventory {
             balancing: None,
             huge_pages: Default::default(),
         },
+        skipped_pids: Vec::new(),
+        scanned: Default::default(),
         procs: vec![ProcInfo {
             pid: 100,
             ppid: 1,

@@ -1909,6 +1909,67 @@ fn daemon_catches_retitle_without_event() {
     drop(runs);
 }
 
+/// A rescan keeps what the events say has not changed and reads the rest (`procs::Reuse`): a
+/// process that retitles long after its last event (past the fork re-checks and the two
+/// rescans after the fork) is found by the sweep, which reads a tenth of the processes in
+/// turn: within ten rescans. And the rescans did keep processes (not a full read each time).
+#[test]
+fn daemon_rescan_keeps_unchanged_processes_and_its_sweep_finds_a_late_retitle() {
+    if skip() {
+        return;
+    }
+    let _m = measure_lock();
+    let Some(r) = Retitle::new("dsweep", 12) else {
+        return;
+    };
+    let (t, main) = (&r.t, &r.main);
+    let interval = 0.3;
+    let mut d = Daemon::start(t, &["--rescan-interval", "300ms"]);
+    let delay_ms = 2000u64;
+    let out = t.dir().join("dbcage-test-retitle-sweep.out");
+    let parent = Child::spawn(r.command(delay_ms, &out), main);
+    assert!(
+        wait_until(Duration::from_secs(15), || out.exists()),
+        "no result from the retitled child; log:\n{}",
+        d.log()
+    );
+    let (pid, waited, retitled) = retitle_result(&out);
+    assert!(
+        waited >= 0.0 && placed(t, pid, "db", "exempt") && placed(t, parent.pid, "db", "limited"),
+        "child {pid}, retitled {retitled:.1} s after its fork, not in exempt ({waited}); log:\n{}",
+        d.log()
+    );
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL);
+    drop(parent);
+    d.stop(Duration::from_secs(10));
+    let stats = d.stats();
+    let (rescans, read, kept) = (
+        stats["rescans"].as_u64().unwrap(),
+        stats["rescan_procs_read"].as_u64().unwrap(),
+        stats["rescan_procs_kept"].as_u64().unwrap(),
+    );
+    let rescan_max = stats["rescan_ms"]["max"].as_f64().unwrap() / 1000.0;
+    println!(
+        "retitle {retitled:.1} s after the fork, no event: in exempt {:.0} ms later; {rescans} rescans (longest {:.0} ms) read {read} processes and kept {kept}",
+        waited * 1000.0,
+        rescan_max * 1000.0
+    );
+    // Ten rescan periods (the sweep's round), one more for a rescan under way at the retitle,
+    // each as long as the longest rescan besides its interval (a guest under TCG is slow), and
+    // a second of room for a loaded host.
+    let bound = 11.0 * (interval + rescan_max) + 1.0;
+    assert!(
+        waited <= bound,
+        "child {pid}, retitled {retitled:.1} s after its fork: in exempt {waited:.2} s later (bound {bound:.1} s: the sweep's round of ten rescans); log:\n{}",
+        d.log()
+    );
+    // With a tenth swept and the events' few, most of the host is kept at each rescan.
+    assert!(
+        rescans >= 5 && kept > 4 * read,
+        "the rescans kept {kept} processes and read {read} in {rescans} rescans: most should be kept"
+    );
+}
+
 /// PostgreSQL retitles its children without exec (`postgres: CLUSTER: walwriter`): the tenant
 /// takes the postmaster by `exe` with its descendants, and the walwriter is exempt by its title.
 #[test]
