@@ -625,16 +625,18 @@ impl Snapshot {
     /// same descriptor: with 1,000 tenants that is some 9,000 groups and 21,000 files in every
     /// plan and rescan, and a walk from `/` plus a `statx` per file was most of their cost.
     pub fn read(fs: &HostFs, layout: &Layout, pids: &[u32]) -> Snapshot {
-        Snapshot::read_watched(fs, layout, pids, None)
+        Snapshot::read_watched(fs, layout, pids, &|_, _| true, None)
     }
 
     /// `read`, taking dbcage's groups from `watch` where no event said they changed since it
     /// last read them (the daemon's rescans and guard plans; see `watch`). Give the snapshot
-    /// back with `GroupWatch::keep` once planned.
+    /// back with `GroupWatch::keep` once planned. The resident memory (`proc_rss`) is read only
+    /// for the pids `rss_wanted` names, asked once the groups are read.
     pub fn read_watched(
         fs: &HostFs,
         layout: &Layout,
         pids: &[u32],
+        rss_wanted: &(dyn Fn(&Snapshot, u32) -> bool + Sync),
         mut watch: Option<&mut GroupWatch>,
     ) -> Snapshot {
         let mut snap = Snapshot::default();
@@ -690,11 +692,13 @@ impl Snapshot {
         }
         // Each process's groups and resident memory (/proc/PID/cgroup and statm, ~40 us a
         // process), in two threads once there are many.
+        let read = &snap;
         let placed = crate::threads::in_two(pids, 512, |part| {
             part.iter()
                 .filter_map(|&pid| {
                     let dirs = proc_group_dirs(fs, layout, pid)?;
-                    Some((pid, dirs, resident_set_size(fs, pid)))
+                    let rss = rss_wanted(read, pid).then(|| resident_set_size(fs, pid));
+                    Some((pid, dirs, rss.flatten()))
                 })
                 .collect()
         });

@@ -224,7 +224,19 @@ fn plan_with_view(
         None => &plan::Cgroupfs,
     };
     let mut watch = p.groups.as_ref().map(|g| GroupWatch::lock(g));
-    let mut snap = Snapshot::read_watched(&p.fs, &p.layout, &pids, watch.as_deref_mut());
+    // The resident memory only where the plan looks at it: a tenant's memory.max (checked
+    // against what its processes hold) and a tenant in a cpuset now (its memory moves).
+    let tenant_of: std::collections::HashMap<u32, &crate::policy::Tenant> = placements
+        .iter()
+        .map(|x| (x.pid, &policy.tenants[x.tenant]))
+        .collect();
+    let rss_wanted = |snap: &Snapshot, pid: u32| {
+        tenant_of.get(&pid).is_some_and(|t| {
+            t.memory.max.is_some() || snap.tenant_cpuset(&p.layout, &t.name).is_some()
+        })
+    };
+    let mut snap =
+        Snapshot::read_watched(&p.fs, &p.layout, &pids, &rss_wanted, watch.as_deref_mut());
     let build = |snap: &Snapshot| {
         plan::build_with(
             &policy,
