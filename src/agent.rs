@@ -420,8 +420,12 @@ impl Daemon {
         }) {
             Ok((ctx, plan, placed)) => {
                 let scanned = ctx.inventory.scanned;
-                self.stats.rescan_procs_read += scanned.read as u64;
-                self.stats.rescan_procs_kept += (scanned.listed - scanned.read) as u64;
+                let (read, kept) = (scanned.read as u64, (scanned.listed - scanned.read) as u64);
+                self.stats.rescan_procs_read += read;
+                self.stats.rescan_procs_kept += kept;
+                let health = &self.shared.health;
+                health.rescan_procs_read.fetch_add(read, Ordering::Relaxed);
+                health.rescan_procs_kept.fetch_add(kept, Ordering::Relaxed);
                 // The events since this scan began are kept for the next two.
                 self.changed_before = std::mem::take(&mut self.changed_pids);
                 self.scan_all_next = false;

@@ -46,6 +46,10 @@ pub struct Health {
     pub corrections: AtomicU64,
     /// Writes and moves that failed.
     pub apply_errors: AtomicU64,
+    /// Processes the rescans read from /proc, and kept from the scan before (no event named
+    /// them; see `procs::Reuse`).
+    pub rescan_procs_read: AtomicU64,
+    pub rescan_procs_kept: AtomicU64,
 }
 
 /// The policy in force as the metrics show it; replaced by the daemon on start, reload and `set`.
@@ -634,7 +638,7 @@ fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
 
     let h = &shared.health;
     let get = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
-    let daemon: [(&'static str, &'static str, Option<Unit>, Kind, f64); 10] = [
+    let daemon: [(&'static str, &'static str, Option<Unit>, Kind, f64); 12] = [
         (
             "dbcage_events",
             "Process events handled by the daemon",
@@ -656,7 +660,27 @@ fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
             Gauge,
             get(&h.events_connected),
         ),
-        ("dbcage_rescans", "Full rescans", None, Counter, get(&h.rescans)),
+        (
+            "dbcage_rescans",
+            "Rescans (the periodic safety net, and one after lost events)",
+            None,
+            Counter,
+            get(&h.rescans),
+        ),
+        (
+            "dbcage_rescan_processes_read",
+            "Processes the rescans read from /proc: named by a process event since the rescan before last, swept in turn (a tenth), or new",
+            None,
+            Counter,
+            get(&h.rescan_procs_read),
+        ),
+        (
+            "dbcage_rescan_processes_kept",
+            "Processes the rescans kept from the scan before: no process event named them",
+            None,
+            Counter,
+            get(&h.rescan_procs_kept),
+        ),
         (
             "dbcage_moves",
             "Processes moved into tenant groups",

@@ -316,6 +316,8 @@ fn metrics_endpoint_parses_with_the_reference_parser() {
         "dbcage_memory_oom_kills",
         "dbcage_events_lost",
         "dbcage_rescans",
+        "dbcage_rescan_processes_read",
+        "dbcage_rescan_processes_kept",
     ] {
         assert!(fams.get(fam).is_some(), "family {fam} missing:\n{text}");
     }
