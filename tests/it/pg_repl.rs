@@ -218,10 +218,12 @@ fn pg_replication_lag_limited_vs_exempt() {
     drop(p);
 
     let last = |v: &[Lag]| v.last().map_or(0, |l| l.replay);
-    // Still growing in the second half, and far behind by the end.
+    // Still growing in the second half, and far behind by the end. The primary's load varies
+    // (its own disk, its checkpoints): a CI run saw 171 -> 217 MiB over the second half (1.27x)
+    // after 78 -> 171 over the first, so the bound is 1.2x, not 1.3x.
     let half = |v: &[Lag]| v.get(v.len() / 2).map_or(0, |l| l.replay);
     assert!(
-        last(&limited) > half(&limited) * 13 / 10 && last(&limited) > 64 << 20,
+        last(&limited) > half(&limited) * 6 / 5 && last(&limited) > 64 << 20,
         "with wal = \"limited\" the lag should grow: {}",
         series_text(&limited)
     );
