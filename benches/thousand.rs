@@ -20,12 +20,14 @@
 //!
 //! Sleepers are forked (no exec) and die with this process (`PR_SET_PDEATHSIG`); they, the
 //! daemon, the groups (`release --all`, then any group left) are all removed at the end, also on
-//! panic. The sleepers need free memory (about 100 KiB each) and pids (`kernel.pid_max`): the
-//! bench refuses a `--procs` that leaves fewer than 2,000 pids or 2 GiB of memory to the host.
+//! panic, and on SIGINT, SIGTERM and SIGHUP (`trap_signals`). The sleepers need free memory
+//! (about 100 KiB each) and pids (`kernel.pid_max`): the bench refuses a `--procs` that leaves
+//! fewer than 2,000 pids or 2 GiB of memory to the host.
 
 use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 /// The sleepers: children of a spawner forked at the start, while this process is small (a
@@ -95,6 +97,7 @@ impl Sleepers {
             unsafe { libc::_exit(0) };
         }
         drop((orders_r, done_w));
+        SPAWNER.store(spawner, Ordering::SeqCst);
         Sleepers {
             spawner,
             to: orders_w,
@@ -116,18 +119,64 @@ impl Sleepers {
 
 impl Drop for Sleepers {
     fn drop(&mut self) {
-        unsafe {
-            libc::kill(-self.spawner, libc::SIGKILL);
-            libc::waitpid(self.spawner, std::ptr::null_mut(), 0);
-        }
-        // Its children, reparented, are reaped by init: wait until the group is empty.
-        let start = Instant::now();
-        while unsafe { libc::kill(-self.spawner, 0) } == 0
-            && start.elapsed() < Duration::from_secs(30)
-        {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        end_sleepers(self.spawner);
     }
+}
+
+/// Kills the spawner's process group and waits until it is empty.
+fn end_sleepers(spawner: libc::pid_t) {
+    unsafe {
+        libc::kill(-spawner, libc::SIGKILL);
+        libc::waitpid(spawner, std::ptr::null_mut(), 0);
+    }
+    // Its children, reparented, are reaped by init: wait until the group is empty.
+    let start = Instant::now();
+    while unsafe { libc::kill(-spawner, 0) } == 0 && start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// What a signal's teardown needs (see `trap_signals`): the sleepers' spawner, the daemon that
+/// runs now (0: none), and the groups.
+static SPAWNER: AtomicI32 = AtomicI32::new(0);
+static DAEMON: AtomicI32 = AtomicI32::new(0);
+static GROUPS: std::sync::OnceLock<(PathBuf, PathBuf, dbcage::cgroup::Layout, Vec<String>)> =
+    std::sync::OnceLock::new();
+
+/// The `Drop` guards clean up on a normal end and on a panic, not when the bench is killed
+/// (`timeout`, ^C, a `kill` of a held bench): that left its groups behind, the memory ones
+/// nested in this process's own memory cgroup. So SIGINT, SIGTERM and SIGHUP are blocked in
+/// every thread and taken by one that does the same teardown (the daemon, the groups, the
+/// sleepers, the policy's directory) and exits 128 + the signal. Called first in `main`, before
+/// any thread or child (the children's exec clears the mask).
+fn trap_signals() {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(sig);
+    }
+    set.thread_block()
+        .expect("blocking SIGINT, SIGTERM and SIGHUP");
+    std::thread::spawn(move || {
+        let Ok(sig) = set.wait() else { return };
+        eprintln!("thousand: {sig}, cleaning up");
+        let daemon = DAEMON.swap(0, Ordering::SeqCst);
+        if daemon > 0 {
+            unsafe {
+                libc::kill(daemon, libc::SIGTERM);
+                libc::waitpid(daemon, std::ptr::null_mut(), 0);
+            }
+        }
+        if let Some((dir, policy, layout, tenants)) = GROUPS.get() {
+            release_groups(policy, layout, tenants);
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        let spawner = SPAWNER.swap(0, Ordering::SeqCst);
+        if spawner > 0 {
+            end_sleepers(spawner);
+        }
+        std::process::exit(128 + sig as i32);
+    });
 }
 
 /// The daemon, if one runs: stopped whatever happened.
@@ -161,12 +210,19 @@ impl Groups {
         let mounts = dbcage::inventory::MountTable::read(&fs).unwrap();
         let setup = dbcage::cgroup::Setup::detect(&fs, &mounts).unwrap();
         let layout = dbcage::cgroup::Layout::new(setup, &loaded.policy.agent).unwrap();
-        let tenants = loaded
+        let tenants: Vec<String> = loaded
             .policy
             .tenants
             .iter()
             .map(|t| t.name.clone())
             .collect();
+        let trap = (
+            dir.path().to_path_buf(),
+            policy.clone(),
+            layout.clone(),
+            tenants.clone(),
+        );
+        GROUPS.set(trap).expect("one set of groups per run");
         Groups {
             dir,
             policy,
@@ -178,22 +234,26 @@ impl Groups {
 
 impl Drop for Groups {
     fn drop(&mut self) {
-        let out = Command::new(env!("CARGO_BIN_EXE_dbcage"))
-            .arg("-c")
-            .arg(&self.policy)
-            .args(["release", "--all"])
-            .output();
-        if !out.as_ref().is_ok_and(|o| o.status.success()) {
-            eprintln!("thousand: release --all failed: {out:?}");
-        }
-        // Whatever release left, in every hierarchy.
-        for t in &self.tenants {
-            let _ = dbcage::cgroup::release_tenant(&self.layout, t);
-        }
-        if let Err(e) = dbcage::cgroup::remove_root(&self.layout) {
-            eprintln!("thousand: groups left behind: {e}");
-        }
+        release_groups(&self.policy, &self.layout, &self.tenants);
         let _ = &self.dir;
+    }
+}
+
+/// `dbcage release --all`, then whatever it left, in every hierarchy.
+fn release_groups(policy: &Path, layout: &dbcage::cgroup::Layout, tenants: &[String]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_dbcage"))
+        .arg("-c")
+        .arg(policy)
+        .args(["release", "--all"])
+        .output();
+    if !out.as_ref().is_ok_and(|o| o.status.success()) {
+        eprintln!("thousand: release --all failed: {out:?}");
+    }
+    for t in tenants {
+        let _ = dbcage::cgroup::release_tenant(layout, t);
+    }
+    if let Err(e) = dbcage::cgroup::remove_root(layout) {
+        eprintln!("thousand: groups left behind: {e}");
     }
 }
 
@@ -299,6 +359,7 @@ fn daemon(fx: &mut Fixture, bin: &Path, scrapes: usize, window: Duration) -> Dae
         .spawn()
         .expect("dbcage run");
     let pid = child.id();
+    DAEMON.store(child.id() as i32, Ordering::SeqCst);
     fx.daemon = Some(child);
     let ready_ms = loop {
         if std::fs::read_to_string(&log).is_ok_and(|t| t.contains("dbcage running")) {
@@ -344,6 +405,7 @@ fn daemon(fx: &mut Fixture, bin: &Path, scrapes: usize, window: Duration) -> Dae
         .spawn()
         .expect("dbcage run");
     let pid = child.id();
+    DAEMON.store(child.id() as i32, Ordering::SeqCst);
     fx.daemon = Some(child);
     while std::net::TcpStream::connect(&addr).is_err() {
         assert!(start.elapsed() < Duration::from_secs(120), "no endpoint");
@@ -376,8 +438,11 @@ fn daemon(fx: &mut Fixture, bin: &Path, scrapes: usize, window: Duration) -> Dae
 
 /// SIGTERM (the daemon's own stop), then waits.
 fn stop(mut daemon: Child) {
-    unsafe { libc::kill(daemon.id() as libc::pid_t, libc::SIGTERM) };
-    let _ = daemon.wait();
+    // Not the signal teardown's any more (it would wait for a child reaped here).
+    if DAEMON.swap(0, Ordering::SeqCst) > 0 {
+        unsafe { libc::kill(daemon.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = daemon.wait();
+    }
 }
 
 fn mem_available_kib() -> u64 {
@@ -423,6 +488,7 @@ fn main() {
         eprintln!("skipped: the thousand-tenant benchmark needs root");
         std::process::exit(1);
     }
+    trap_signals();
     let mut builds = vec![("new", PathBuf::from(env!("CARGO_BIN_EXE_dbcage")))];
     if let Ok(old) = std::env::var("DBCAGE_OLD_BIN") {
         builds.push(("old", PathBuf::from(old)));
