@@ -373,9 +373,7 @@ impl Daemon {
 
     /// The host read again for a policy, with the daemon's watched groups.
     fn read_host(&self, loaded: crate::policy::Loaded) -> Result<Prepared> {
-        let mut ctx = engine::read_host(loaded, Scan::Rules)?;
-        ctx.groups = self.ctx.groups.clone();
-        Ok(ctx)
+        Ok(self.with_watched_groups(engine::read_host(loaded, Scan::Rules)?))
     }
 
     /// `read_host` for a rescan: with process events flowing and none lost since the scan
@@ -398,9 +396,13 @@ impl Daemon {
                 of: SWEEP_SHARES,
             },
         };
-        let mut ctx = engine::read_host_reusing(loaded, reuse)?;
+        Ok(self.with_watched_groups(engine::read_host_reusing(loaded, reuse)?))
+    }
+
+    /// A host read given the daemon's watched groups (see `GroupWatch`).
+    fn with_watched_groups(&self, mut ctx: Prepared) -> Prepared {
         ctx.groups = self.ctx.groups.clone();
-        Ok(ctx)
+        ctx
     }
 
     fn rescan(&mut self, why: &str) {
