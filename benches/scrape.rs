@@ -4,7 +4,8 @@
 //! It attaches 8 loop devices (sparse `dbcage-test` files), applies a policy of 50 tenants whose
 //! storage is all 8 devices with read and write limits, renders the exposition 200 times, and
 //! reports the time per scrape (p50, p99, max) and the heap allocated per scrape (a counting
-//! allocator). Everything is released and detached at the end, also on panic.
+//! allocator). Everything is released and detached at the end, also on panic and on SIGINT,
+//! SIGTERM and SIGHUP (`common::trap_signals`).
 
 use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::process::Command;
@@ -16,6 +17,8 @@ use dbcage::cgroup::{Layout, Setup};
 use dbcage::hostfs::HostFs;
 use dbcage::inventory::MountTable;
 use dbcage::metrics::{render_as, Format, Shared};
+
+mod common;
 
 struct Counting;
 static ALLOCATED: AtomicU64 = AtomicU64::new(0);
@@ -39,42 +42,24 @@ const TENANTS: usize = 50;
 const DEVICES: usize = 8;
 const SCRAPES: usize = 200;
 
-struct Fixture {
-    dir: tempfile::TempDir,
-    loops: Vec<String>,
-    policy: std::path::PathBuf,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let _ = Command::new(env!("CARGO_BIN_EXE_dbcage"))
-            .arg("-c")
-            .arg(&self.policy)
-            .args(["release", "--all"])
-            .output();
-        for l in &self.loops {
-            let _ = Command::new("losetup").args(["-d", l]).output();
-        }
-        let _ = &self.dir;
-    }
-}
-
 fn main() {
     if !nix::unistd::geteuid().is_root() {
         eprintln!("skipped: the scrape benchmark needs root");
         return;
     }
+    common::trap_signals("scrape");
+    // Each thing made is removed when its guard drops (the last made first), or at a signal.
     let dir = tempfile::Builder::new()
         .prefix("dbcage-test-scrape-")
         .tempdir()
         .unwrap();
-    let mut fx = Fixture {
-        policy: dir.path().join("dbcage.toml"),
-        dir,
-        loops: Vec::new(),
-    };
+    let path = dir.path().to_path_buf();
+    let _remove_dir = common::on_exit(move || drop(dir));
+    let policy_file = path.join("dbcage.toml");
+    let mut loops = Vec::new();
+    let mut _detach = Vec::new();
     for i in 0..DEVICES {
-        let img = fx.dir.path().join(format!("dbcage-test-{i}.img"));
+        let img = path.join(format!("dbcage-test-{i}.img"));
         std::fs::File::create(&img)
             .and_then(|f| f.set_len(64 << 20))
             .unwrap();
@@ -88,11 +73,18 @@ fn main() {
             "losetup: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        fx.loops
-            .push(String::from_utf8_lossy(&out.stdout).trim().to_string());
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let detached = dev.clone();
+        // Dropped in the order made: detached after the groups are released.
+        _detach.insert(
+            0,
+            common::on_exit(move || {
+                let _ = Command::new("losetup").args(["-d", &detached]).output();
+            }),
+        );
+        loops.push(dev);
     }
-    let storage = fx
-        .loops
+    let storage = loops
         .iter()
         .map(|l| format!("\"{l}\""))
         .collect::<Vec<_>>()
@@ -106,10 +98,18 @@ fn main() {
             "\n[[tenant]]\nname = \"t{t:02}\"\nmatch = [{{ cmdline = \"^dbcage-test-nothing-{t}$\" }}]\nstorage = [{storage}]\n[tenant.io]\nread_bps = \"80MiB\"\nwrite_iops = 800\n[tenant.cpu]\ncores = 1\n[tenant.memory]\nmax = \"1GiB\"\n"
         ));
     }
-    std::fs::write(&fx.policy, &policy).unwrap();
+    std::fs::write(&policy_file, &policy).unwrap();
+    let released = policy_file.clone();
+    let _release = common::on_exit(move || {
+        let _ = Command::new(env!("CARGO_BIN_EXE_dbcage"))
+            .arg("-c")
+            .arg(&released)
+            .args(["release", "--all"])
+            .output();
+    });
     let out = Command::new(env!("CARGO_BIN_EXE_dbcage"))
         .arg("-c")
-        .arg(&fx.policy)
+        .arg(&policy_file)
         .arg("apply")
         .output()
         .unwrap();
@@ -120,7 +120,7 @@ fn main() {
     );
 
     let fs = HostFs::default();
-    let loaded = dbcage::policy::load(&fx.policy, &dbcage::policy::SystemAccounts).unwrap();
+    let loaded = dbcage::policy::load(&policy_file, &dbcage::policy::SystemAccounts).unwrap();
     let setup = Setup::detect(&fs, &MountTable::read(&fs).unwrap()).unwrap();
     let layout = Layout::new(setup, &loaded.policy.agent).unwrap();
     let shared = Arc::new(Shared::new(fs, loaded.policy, layout));

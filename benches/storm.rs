@@ -28,6 +28,8 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
+mod common;
+
 const ENV_CHILD: &str = "DBCAGE_STORM_CHILD";
 const ENV_EXPECT: &str = "DBCAGE_STORM_EXPECT";
 const ENV_OUT: &str = "DBCAGE_STORM_OUT";
@@ -451,40 +453,27 @@ fn seed_names(n: usize) -> Vec<String> {
     v
 }
 
-/// The temp dir with the links; removed on drop.
-struct StormDir {
-    dir: PathBuf,
-}
-impl Drop for StormDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A cpu cgroup made by `--baseline`; on drop, leftover processes go back to the parent and the
-/// group is removed.
-struct BaselineGroup {
-    dir: PathBuf,
-}
-impl Drop for BaselineGroup {
-    fn drop(&mut self) {
-        let parent = self.dir.parent().map(|p| p.join("cgroup.procs"));
+/// A group made by `--baseline`, removed when the guard drops (or at a signal): leftover
+/// processes go back to the parent, then the group is removed.
+fn remove_baseline_group(dir: PathBuf) -> common::Guard {
+    common::on_exit(move || {
+        let parent = dir.parent().map(|p| p.join("cgroup.procs"));
         for _ in 0..50 {
             if let (Ok(s), Some(parent)) = (
-                std::fs::read_to_string(self.dir.join("cgroup.procs")),
+                std::fs::read_to_string(dir.join("cgroup.procs")),
                 parent.as_ref(),
             ) {
                 for pid in s.split_whitespace() {
                     let _ = std::fs::write(parent, pid);
                 }
             }
-            if std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists() {
+            if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        eprintln!("storm: could not remove {}", self.dir.display());
-    }
+        eprintln!("storm: could not remove {}", dir.display());
+    })
 }
 
 fn reap(block: bool) -> usize {
@@ -757,12 +746,18 @@ fn parent() -> Result<ExitCode, String> {
         return Ok(ExitCode::SUCCESS);
     }
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    // From here on it makes things (the links' directory, --baseline groups): removed when their
+    // guards drop, or at a signal.
+    common::trap_signals("storm");
     let dir = tempfile::Builder::new()
         .prefix("dbcage-test-storm-")
         .tempdir_in(&o.tmpdir)
         .map_err(|e| format!("temp dir in {}: {e}", o.tmpdir.display()))?
         .keep();
-    let _dir_guard = StormDir { dir: dir.clone() };
+    let removed = dir.clone();
+    let _dir_guard = common::on_exit(move || {
+        let _ = std::fs::remove_dir_all(removed);
+    });
     // Hard links to a private copy by default: cgrulesengd resolves a symlinked executable to its
     // target (realpath) and would never see the seed name; with a hard link /proc/PID/exe, comm
     // and argv[0] all carry it. `--symlinks` links straight to the bench binary instead.
@@ -785,7 +780,9 @@ fn parent() -> Result<ExitCode, String> {
         links.push(l);
     }
 
-    let mut baseline_guard: Vec<BaselineGroup> = Vec::new();
+    // The --baseline groups made, and their guards (dropped at the end: removed).
+    let mut baseline_groups: Vec<PathBuf> = Vec::new();
+    let mut baseline_guard: Vec<common::Guard> = Vec::new();
     let expect = if o.baseline.is_empty() {
         o.expect.clone()
     } else {
@@ -808,7 +805,8 @@ fn parent() -> Result<ExitCode, String> {
                 }
                 let rel = bdir.strip_prefix(&mp).map_err(|e| e.to_string())?;
                 std::fs::create_dir(bdir).map_err(|e| format!("mkdir {}: {e}", bdir.display()))?;
-                baseline_guard.push(BaselineGroup { dir: bdir.clone() });
+                baseline_guard.push(remove_baseline_group(bdir.clone()));
+                baseline_groups.push(bdir.clone());
                 v2_expect = Some(root.join(rel).display().to_string());
                 continue;
             }
@@ -821,7 +819,8 @@ fn parent() -> Result<ExitCode, String> {
                 return Err(format!("--baseline: not in the {hier} hierarchy"));
             }
             std::fs::create_dir(bdir).map_err(|e| format!("mkdir {}: {e}", bdir.display()))?;
-            baseline_guard.push(BaselineGroup { dir: bdir.clone() });
+            baseline_guard.push(remove_baseline_group(bdir.clone()));
+            baseline_groups.push(bdir.clone());
             if hier == "cpuset" {
                 // A new v1 cpuset group is empty: give it its parent's cpus and mems.
                 let parent = bdir.parent().ok_or("--baseline: no parent")?;
@@ -908,15 +907,15 @@ fn parent() -> Result<ExitCode, String> {
         let before = o.classifier_pid.and_then(sample);
         let total = (rate as f64 * o.duration.as_secs_f64()).round() as u64;
         let period_ns = 1_000_000_000 / rate;
-        let procs_file = if baseline_guard.is_empty() {
+        let procs_file = if baseline_groups.is_empty() {
             None
         } else {
-            let files: Result<Vec<File>, String> = baseline_guard
+            let files: Result<Vec<File>, String> = baseline_groups
                 .iter()
                 .map(|g| {
                     OpenOptions::new()
                         .write(true)
-                        .open(g.dir.join("cgroup.procs"))
+                        .open(g.join("cgroup.procs"))
                         .map_err(|e| format!("open cgroup.procs: {e}"))
                 })
                 .collect();

@@ -20,25 +20,27 @@
 //!
 //! Sleepers are forked (no exec) and die with this process (`PR_SET_PDEATHSIG`); they, the
 //! daemon, the groups (`release --all`, then any group left) are all removed at the end, also on
-//! panic, and on SIGINT, SIGTERM and SIGHUP (`trap_signals`). The sleepers need free memory
+//! panic, and on SIGINT, SIGTERM and SIGHUP (`common::trap_signals`). The sleepers need free memory
 //! (about 100 KiB each) and pids (`kernel.pid_max`): the bench refuses a `--procs` that leaves
 //! fewer than 2,000 pids or 2 GiB of memory to the host.
 
 use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
+
+mod common;
 
 /// The sleepers: children of a spawner forked at the start, while this process is small (a
 /// fork copies the parent's page tables, and `status` walks every member's with smaps_rollup),
 /// in a process group of its own; they die with it (`PR_SET_PDEATHSIG`), and it with this
 /// process.
 struct Sleepers {
-    spawner: libc::pid_t,
     to: std::fs::File,
     from: std::io::BufReader<std::fs::File>,
     count: usize,
+    /// Ends them all (`end_sleepers`).
+    _end: common::Guard,
 }
 
 /// Sets the parent-death signal and, if the parent is already gone, exits.
@@ -97,12 +99,11 @@ impl Sleepers {
             unsafe { libc::_exit(0) };
         }
         drop((orders_r, done_w));
-        SPAWNER.store(spawner, Ordering::SeqCst);
         Sleepers {
-            spawner,
             to: orders_w,
             from: std::io::BufReader::new(done_r),
             count: 0,
+            _end: common::on_exit(move || end_sleepers(spawner)),
         }
     }
 
@@ -114,12 +115,6 @@ impl Sleepers {
         self.from.read_line(&mut answer).unwrap();
         assert_eq!(answer.trim(), "ok", "the spawner stopped");
         self.count += count;
-    }
-}
-
-impl Drop for Sleepers {
-    fn drop(&mut self) {
-        end_sleepers(self.spawner);
     }
 }
 
@@ -136,71 +131,19 @@ fn end_sleepers(spawner: libc::pid_t) {
     }
 }
 
-/// What a signal's teardown needs (see `trap_signals`): the sleepers' spawner, the daemon that
-/// runs now (0: none), and the groups.
-static SPAWNER: AtomicI32 = AtomicI32::new(0);
-static DAEMON: AtomicI32 = AtomicI32::new(0);
-static GROUPS: std::sync::OnceLock<(PathBuf, PathBuf, dbcage::cgroup::Layout, Vec<String>)> =
-    std::sync::OnceLock::new();
-
-/// The `Drop` guards clean up on a normal end and on a panic, not when the bench is killed
-/// (`timeout`, ^C, a `kill` of a held bench): that left its groups behind, the memory ones
-/// nested in this process's own memory cgroup. So SIGINT, SIGTERM and SIGHUP are blocked in
-/// every thread and taken by one that does the same teardown (the daemon, the groups, the
-/// sleepers, the policy's directory) and exits 128 + the signal. Called first in `main`, before
-/// any thread or child (the children's exec clears the mask).
-fn trap_signals() {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut set = SigSet::empty();
-    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        set.add(sig);
-    }
-    set.thread_block()
-        .expect("blocking SIGINT, SIGTERM and SIGHUP");
-    std::thread::spawn(move || {
-        let Ok(sig) = set.wait() else { return };
-        eprintln!("thousand: {sig}, cleaning up");
-        let daemon = DAEMON.swap(0, Ordering::SeqCst);
-        if daemon > 0 {
-            unsafe {
-                libc::kill(daemon, libc::SIGTERM);
-                libc::waitpid(daemon, std::ptr::null_mut(), 0);
-            }
-        }
-        if let Some((dir, policy, layout, tenants)) = GROUPS.get() {
-            release_groups(policy, layout, tenants);
-            let _ = std::fs::remove_dir_all(dir);
-        }
-        let spawner = SPAWNER.swap(0, Ordering::SeqCst);
-        if spawner > 0 {
-            end_sleepers(spawner);
-        }
-        std::process::exit(128 + sig as i32);
-    });
-}
-
-/// The daemon, if one runs: stopped whatever happened.
+/// The daemon, if one runs: stopped (`stop`) when the guard drops.
 struct Fixture {
     dir: PathBuf,
     policy: PathBuf,
-    daemon: Option<Child>,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        if let Some(d) = self.daemon.take() {
-            stop(d);
-        }
-    }
+    daemon: Option<common::Guard>,
 }
 
 /// The policy's directory and groups, released at the end, with the layout read up front so
 /// that nothing depends on the policy file then.
 struct Groups {
-    dir: tempfile::TempDir,
-    policy: PathBuf,
-    layout: dbcage::cgroup::Layout,
-    tenants: Vec<String>,
+    dir: PathBuf,
+    /// Releases the groups (`release_groups`), then removes the directory.
+    _release: common::Guard,
 }
 
 impl Groups {
@@ -216,26 +159,13 @@ impl Groups {
             .iter()
             .map(|t| t.name.clone())
             .collect();
-        let trap = (
-            dir.path().to_path_buf(),
-            policy.clone(),
-            layout.clone(),
-            tenants.clone(),
-        );
-        GROUPS.set(trap).expect("one set of groups per run");
         Groups {
-            dir,
-            policy,
-            layout,
-            tenants,
+            dir: dir.path().to_path_buf(),
+            _release: common::on_exit(move || {
+                release_groups(&policy, &layout, &tenants);
+                drop(dir);
+            }),
         }
-    }
-}
-
-impl Drop for Groups {
-    fn drop(&mut self) {
-        release_groups(&self.policy, &self.layout, &self.tenants);
-        let _ = &self.dir;
     }
 }
 
@@ -359,8 +289,7 @@ fn daemon(fx: &mut Fixture, bin: &Path, scrapes: usize, window: Duration) -> Dae
         .spawn()
         .expect("dbcage run");
     let pid = child.id();
-    DAEMON.store(child.id() as i32, Ordering::SeqCst);
-    fx.daemon = Some(child);
+    fx.daemon = Some(common::on_exit(move || stop(child)));
     let ready_ms = loop {
         if std::fs::read_to_string(&log).is_ok_and(|t| t.contains("dbcage running")) {
             break start.elapsed().as_secs_f64() * 1000.0;
@@ -391,7 +320,7 @@ fn daemon(fx: &mut Fixture, bin: &Path, scrapes: usize, window: Duration) -> Dae
         * 1000.0;
     walls.sort_by(f64::total_cmp);
     let scrape_wall = walls[walls.len() / 2];
-    stop(fx.daemon.take().unwrap());
+    drop(fx.daemon.take());
 
     // The rescans: a second daemon that rescans every second.
     let start = Instant::now();
@@ -405,8 +334,7 @@ fn daemon(fx: &mut Fixture, bin: &Path, scrapes: usize, window: Duration) -> Dae
         .spawn()
         .expect("dbcage run");
     let pid = child.id();
-    DAEMON.store(child.id() as i32, Ordering::SeqCst);
-    fx.daemon = Some(child);
+    fx.daemon = Some(common::on_exit(move || stop(child)));
     while std::net::TcpStream::connect(&addr).is_err() {
         assert!(start.elapsed() < Duration::from_secs(120), "no endpoint");
         std::thread::sleep(Duration::from_millis(5));
@@ -425,7 +353,7 @@ fn daemon(fx: &mut Fixture, bin: &Path, scrapes: usize, window: Duration) -> Dae
             line.split_whitespace().nth(1)?.parse::<f64>().ok()
         })
         .map_or(f64::NAN, |kib| kib / 1024.0);
-    stop(fx.daemon.take().unwrap());
+    drop(fx.daemon.take());
     DaemonFigures {
         ready_ms,
         scrape_wall,
@@ -438,11 +366,8 @@ fn daemon(fx: &mut Fixture, bin: &Path, scrapes: usize, window: Duration) -> Dae
 
 /// SIGTERM (the daemon's own stop), then waits.
 fn stop(mut daemon: Child) {
-    // Not the signal teardown's any more (it would wait for a child reaped here).
-    if DAEMON.swap(0, Ordering::SeqCst) > 0 {
-        unsafe { libc::kill(daemon.id() as libc::pid_t, libc::SIGTERM) };
-        let _ = daemon.wait();
-    }
+    unsafe { libc::kill(daemon.id() as libc::pid_t, libc::SIGTERM) };
+    let _ = daemon.wait();
 }
 
 fn mem_available_kib() -> u64 {
@@ -488,7 +413,7 @@ fn main() {
         eprintln!("skipped: the thousand-tenant benchmark needs root");
         std::process::exit(1);
     }
-    trap_signals();
+    common::trap_signals("thousand");
     let mut builds = vec![("new", PathBuf::from(env!("CARGO_BIN_EXE_dbcage")))];
     if let Ok(old) = std::env::var("DBCAGE_OLD_BIN") {
         builds.push(("old", PathBuf::from(old)));
@@ -548,7 +473,7 @@ fn main() {
         sleepers.add(per_tenant, &format!("oracleT{i:04}"));
     }
     let mut fx = Fixture {
-        dir: groups.dir.path().to_path_buf(),
+        dir: groups.dir.clone(),
         policy,
         daemon: None,
     };
