@@ -46,6 +46,15 @@ impl HostFs {
         self.path("/proc")
     }
 
+    /// `/proc/PID/NAME` in this root, built in one buffer (read for every placed process in
+    /// every plan).
+    pub fn proc_file(&self, pid: u32, name: &str) -> PathBuf {
+        use std::fmt::Write as _;
+        let mut rel = String::with_capacity(24 + name.len());
+        let _ = write!(rel, "proc/{pid}/{name}");
+        self.root.join(rel)
+    }
+
     pub fn read_to_string(&self, host_path: impl AsRef<Path>) -> io::Result<String> {
         read_text(self.path(host_path))
     }

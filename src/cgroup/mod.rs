@@ -172,20 +172,32 @@ impl CgroupError {
     }
 }
 
-/// /proc/PID/cgroup: `ID:controllers:path` per hierarchy (`0::path` for v2).
-pub fn parse_proc_cgroup(text: &str) -> Vec<(Vec<String>, String)> {
+/// One line of /proc/PID/cgroup (`ID:controllers:path`), borrowed from its text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcCgroupLine<'a> {
+    /// Comma-separated (`cpu,cpuacct`, `name=systemd`); empty on the v2 line (`0::path`).
+    pub controllers: &'a str,
+    pub path: &'a str,
+}
+
+impl ProcCgroupLine<'_> {
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.controllers.split(',').filter(|n| !n.is_empty())
+    }
+}
+
+/// /proc/PID/cgroup: `ID:controllers:path` per hierarchy (`0::path` for v2). Borrowed: the
+/// daemon reads this file for every placed process in every plan, and owned strings per
+/// controller name were some 40 allocations a process.
+pub fn parse_proc_cgroup(text: &str) -> Vec<ProcCgroupLine<'_>> {
     text.lines()
         .filter_map(|l| {
             let mut parts = l.splitn(3, ':');
             let _id = parts.next()?;
-            let ctrls = parts.next()?;
-            let path = parts.next()?;
-            let names = if ctrls.is_empty() {
-                Vec::new()
-            } else {
-                ctrls.split(',').map(str::to_string).collect()
-            };
-            Some((names, path.to_string()))
+            Some(ProcCgroupLine {
+                controllers: parts.next()?,
+                path: parts.next()?,
+            })
         })
         .collect()
 }
@@ -197,14 +209,16 @@ impl Hierarchy {
     }
 
     /// The line of /proc/PID/cgroup that belongs to this hierarchy.
-    fn pick<'a>(&self, lines: &'a [(Vec<String>, String)]) -> Option<&'a str> {
+    fn pick<'a>(&self, lines: &[ProcCgroupLine<'a>]) -> Option<&'a str> {
         lines
             .iter()
-            .find(|(names, _)| match self.version {
-                Version::V2 => names.is_empty(),
-                Version::V1 => names.iter().any(|n| self.mount_controllers.contains(n)),
+            .find(|l| match self.version {
+                Version::V2 => l.controllers.is_empty(),
+                Version::V1 => l
+                    .names()
+                    .any(|n| self.mount_controllers.iter().any(|m| m == n)),
             })
-            .map(|(_, p)| p.as_str())
+            .map(|l| l.path)
     }
 
     /// A process's group directory in this hierarchy, from the text of its /proc/PID/cgroup.
@@ -694,10 +708,13 @@ impl Snapshot {
         // process), in two threads once there are many.
         let read = &snap;
         let placed = crate::threads::in_two(pids, 512, |part| {
+            let Ok(mut reader) = ProcGroupReader::open(fs, layout) else {
+                return Vec::new();
+            };
             part.iter()
                 .filter_map(|&pid| {
-                    let dirs = proc_group_dirs(fs, layout, pid)?;
-                    let rss = rss_wanted(read, pid).then(|| resident_set_size(fs, pid));
+                    let dirs = reader.dirs(pid)?;
+                    let rss = rss_wanted(read, pid).then(|| reader.resident_set_size(pid));
                     Some((pid, dirs, rss.flatten()))
                 })
                 .collect()
@@ -751,20 +768,60 @@ impl Snapshot {
 /// Where a process is now: its group directory in each hierarchy (indexed like
 /// `Setup::hierarchies`), or `None` if it has exited.
 pub fn proc_group_dirs(fs: &HostFs, layout: &Layout, pid: u32) -> Option<Vec<Option<PathBuf>>> {
-    let mut buf = Vec::with_capacity(4096);
-    let raw = crate::inventory::procs::read_small(
-        &fs.proc().join(pid.to_string()).join("cgroup"),
-        &mut buf,
-    )?;
-    let lines = parse_proc_cgroup(std::str::from_utf8(raw).ok()?);
-    Some(
-        layout
-            .setup
-            .hierarchies
-            .iter()
-            .map(|h| h.pick(&lines).and_then(|p| h.dir_of(p)))
-            .collect(),
-    )
+    ProcGroupReader::open(fs, layout).ok()?.dirs(pid)
+}
+
+/// Reads processes' `/proc/PID/cgroup` (and `statm`) through one descriptor of /proc and one
+/// buffer: a plan reads them for every placed process, and a path walked from `/` and a
+/// buffer for each were a good part of that.
+pub struct ProcGroupReader<'l> {
+    proc: std::os::fd::OwnedFd,
+    buf: Vec<u8>,
+    name: String,
+    layout: &'l Layout,
+}
+
+impl<'l> ProcGroupReader<'l> {
+    pub fn open(fs: &HostFs, layout: &'l Layout) -> std::io::Result<ProcGroupReader<'l>> {
+        use rustix::fs::{Mode, OFlags};
+        let proc = rustix::fs::open(
+            fs.proc(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(ProcGroupReader {
+            proc,
+            buf: Vec::with_capacity(4096),
+            name: String::with_capacity(24),
+            layout,
+        })
+    }
+
+    fn read(&mut self, pid: u32, file: &str) -> Option<&str> {
+        use std::fmt::Write as _;
+        self.name.clear();
+        let _ = write!(self.name, "{pid}/{file}");
+        let raw = crate::inventory::procs::read_small_at(&self.proc, &self.name, &mut self.buf)?;
+        std::str::from_utf8(raw).ok()
+    }
+
+    /// The process's group directory in each hierarchy (indexed like `Setup::hierarchies`);
+    /// `None` when it is gone.
+    pub fn dirs(&mut self, pid: u32) -> Option<Vec<Option<PathBuf>>> {
+        let hierarchies = &self.layout.setup.hierarchies;
+        let lines = parse_proc_cgroup(self.read(pid, "cgroup")?);
+        Some(
+            hierarchies
+                .iter()
+                .map(|h| h.pick(&lines).and_then(|p| h.dir_of(p)))
+                .collect(),
+        )
+    }
+
+    /// See the free function `resident_set_size`.
+    pub fn resident_set_size(&mut self, pid: u32) -> Option<u64> {
+        statm_resident(self.read(pid, "statm")?)
+    }
 }
 
 /// The file a process is moved into a group with (`cgroup.procs`: the same in v1 and v2).
@@ -792,7 +849,11 @@ pub fn is_io_limit_file(path: &Path) -> bool {
 /// A process's resident set size in bytes (the second field of /proc/PID/statm, in pages):
 /// counted without walking its page tables, shared pages in full. `None` when it is gone.
 pub fn resident_set_size(fs: &HostFs, pid: u32) -> Option<u64> {
-    let statm = crate::hostfs::read_text(fs.proc().join(pid.to_string()).join("statm")).ok()?;
+    statm_resident(&crate::hostfs::read_text(fs.proc_file(pid, "statm")).ok()?)
+}
+
+/// The resident size in bytes from a /proc/PID/statm text (its second field, in pages).
+fn statm_resident(statm: &str) -> Option<u64> {
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some(pages * page_size())
 }

@@ -234,14 +234,11 @@ fn missing_proc_self_cgroup_is_an_error() {
 fn proc_cgroup_lines() {
     let lines = parse_proc_cgroup("12:cpu,cpuacct:/a:b\n1:name=systemd:/\n0::/x\nbogus\n");
     assert_eq!(lines.len(), 3);
-    assert_eq!(
-        lines[0],
-        (
-            vec!["cpu".to_string(), "cpuacct".to_string()],
-            "/a:b".to_string()
-        )
-    );
-    assert_eq!(lines[2], (Vec::<String>::new(), "/x".to_string()));
+    assert_eq!(lines[0].names().collect::<Vec<_>>(), ["cpu", "cpuacct"]);
+    assert_eq!(lines[0].path, "/a:b");
+    assert_eq!(lines[1].names().collect::<Vec<_>>(), ["name=systemd"]);
+    assert_eq!(lines[2].names().count(), 0);
+    assert_eq!(lines[2].path, "/x");
 }
 
 /// Under systemd on cgroup v1 a unit's controller groups are systemd's to make: one it made

@@ -130,7 +130,6 @@ impl Classifier for RuleSet {
     }
 
     fn classify(&self, procs: &[ProcInfo]) -> Vec<Placement> {
-        let by_pid: HashMap<u32, &ProcInfo> = procs.iter().map(|p| (p.pid, p)).collect();
         // Each process's hits, computed once (empty for most processes: no allocation).
         let hits: Vec<Hits> = procs.iter().map(|p| self.hits(&subject(p))).collect();
         // Direct claims, and which processes pass their tenant on to descendants.
@@ -145,13 +144,21 @@ impl Classifier for RuleSet {
                 }
             }
         }
+        // Without a claim that passes on (no `descendants` rule matched anything) no process
+        // inherits one: no walk up the ancestors (a map of every process, and a few lookups
+        // each, in every rescan).
+        let by_pid: HashMap<u32, &ProcInfo> = if ancestors_for.is_empty() {
+            HashMap::new()
+        } else {
+            procs.iter().map(|p| (p.pid, p)).collect()
+        };
         let mut out = Vec::new();
         for (p, h) in procs.iter().zip(&hits) {
             // The nearest-claiming ancestor that passes its tenant on, if any.
             let mut inherited: Option<(usize, Leaf, String)> = None;
             let mut cur = p.ppid;
             let mut hops = 0;
-            while cur > 1 && hops < 4096 {
+            while cur > 1 && hops < 4096 && !ancestors_for.is_empty() {
                 if let Some((ti, l, label)) = ancestors_for.get(&cur) {
                     if inherited.as_ref().is_none_or(|(best, _, _)| ti < best) {
                         inherited = Some((*ti, *l, format!("descendant of {cur} ({label})")));

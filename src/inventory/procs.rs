@@ -32,6 +32,29 @@ pub struct ProcInfo {
     pub unit: Option<String>,
 }
 
+impl ProcInfo {
+    /// This process with the command line read again by the sweep (see `Reuse`); where comm
+    /// is argv[0]'s name (`Fields::comm` and `tree` off), that follows it.
+    fn with_cmdline(&self, cmdline: String, fields: Fields) -> ProcInfo {
+        let comm = if fields.comm || fields.tree || cmdline == self.cmdline {
+            self.comm.clone()
+        } else {
+            comm_from_cmdline(&cmdline)
+        };
+        ProcInfo {
+            pid: self.pid,
+            ppid: self.ppid,
+            comm,
+            cmdline,
+            exe: self.exe.clone(),
+            uid: self.uid,
+            gid: self.gid,
+            start_time: self.start_time,
+            unit: self.unit.clone(),
+        }
+    }
+}
+
 /// Parses /proc/PID/stat: `pid (comm) state ppid ...`; comm may contain spaces and parentheses,
 /// so it runs to the *last* `)`.
 pub fn parse_stat(text: &str) -> Option<(String, u32, u64)> {
@@ -149,6 +172,16 @@ impl ProcReader {
             proc,
             buf: Vec::with_capacity(4096),
         })
+    }
+
+    /// A process's command line alone; `None` when it is gone or has none (a kernel thread, a
+    /// process that emptied its argv or is exiting).
+    pub fn read_cmdline(&mut self, pid: u32) -> Option<String> {
+        use std::fmt::Write;
+        let mut name = String::with_capacity(24);
+        let _ = write!(name, "{pid}/cmdline");
+        let cmdline = join_cmdline(read_small_at(&self.proc, &name, &mut self.buf)?);
+        (!cmdline.is_empty()).then_some(cmdline)
     }
 
     /// One process; `None` if it is gone, or is a kernel thread.
@@ -329,7 +362,8 @@ fn read_pids(fs: &HostFs, fields: Fields, pids: &[u32]) -> std::io::Result<Vec<P
 /// rewrite of argv in place (PostgreSQL's titles) and, with `Fields::tree`, a new parent when
 /// the old one exits (exits are not subscribed): `changed` covers the first for a while after a
 /// process's last event, the sweep (every `of`-th pid in turn) all the rest, and a parent that
-/// is gone or younger than its child is read again at once.
+/// is gone or younger than its child is read again at once. Since argv is all the sweep looks
+/// for, a swept process has its `cmdline` read again, not its other files.
 pub struct Reuse<'a> {
     /// The scan before, in pid order, read with the same `Fields`.
     pub previous: &'a [ProcInfo],
@@ -378,17 +412,30 @@ pub fn scan_reusing(
             .map(|i| &reuse.previous[i])
     };
     let (mut kept, mut unread, mut skipped) = (Vec::with_capacity(pids.len()), vec![], vec![]);
+    let mut reader = ProcReader::open(fs)?;
+    let mut swept = 0;
     for &pid in &pids {
-        let quiet = !(reuse.changed)(pid) && !reuse.sweep.covers(pid);
+        let changed = (reuse.changed)(pid);
+        let sweep = reuse.sweep.covers(pid);
         match previous(pid) {
-            Some(p) if quiet => kept.push(p.clone()),
-            None if quiet && reuse.skipped.binary_search(&pid).is_ok() => skipped.push(pid),
+            Some(p) if !changed && !sweep => kept.push(p.clone()),
+            Some(p) if !changed => {
+                swept += 1;
+                match reader.read_cmdline(pid) {
+                    Some(cmdline) => kept.push(p.with_cmdline(cmdline, fields)),
+                    // Gone, or its argv emptied: read in full (and skipped if gone).
+                    None => unread.push(pid),
+                }
+            }
+            None if !changed && !sweep && reuse.skipped.binary_search(&pid).is_ok() => {
+                skipped.push(pid)
+            }
             _ => unread.push(pid),
         }
     }
     let mut count = ScanCount {
         listed: pids.len(),
-        read: unread.len(),
+        read: unread.len() + swept,
     };
     let kept_pids: Vec<u32> = kept.iter().map(|p| p.pid).collect();
     let read = read_pids(fs, fields, &unread)?;
@@ -571,6 +618,10 @@ mod tests {
         mk(14, 1, 140, "child-of-15");
         mk(15, 1, 150, "new-15");
         mk(17, 1, 170, "swept-retitled");
+        // and 17's comm changed too: that has an event of its own, and none came, so the sweep
+        // (which reads argv, the one thing that changes without an event) keeps the old one
+        let stat17 = "17 (renamed) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 170 0 0";
+        std::fs::write(fs.proc().join("17/stat"), stat17).unwrap();
         std::fs::remove_dir_all(fs.proc().join("20")).unwrap();
         mk(30, 1, 300, "new");
         let changed = |pid: u32| [11, 15, 30].contains(&pid);
@@ -599,18 +650,56 @@ mod tests {
                 (30, 1, "new"),
             ]
         );
-        // Listed: 1 2 10 11 13 14 15 17 30; read: 11 15 17 30 in the first round, 13 and 14
-        // (orphans) in the second; 2 (a kernel thread) is not read again.
+        let p17 = procs.iter().find(|p| p.pid == 17).unwrap();
+        assert_eq!((p17.comm.as_str(), p17.start_time), ("p17", 170));
+        // Listed: 1 2 10 11 13 14 15 17 30; read: 11 15 30 in full and 17's cmdline in the
+        // first round, 13 and 14 (orphans) in the second; 2 (a kernel thread) is not read again.
         assert_eq!(count, ScanCount { listed: 9, read: 6 });
-        // Every pid is swept in turn: with `of` 1 the whole host is read.
+        // Every pid is swept in turn: with `of` 1 the whole host is read (the swept 13 and 14,
+        // whose ppids only a full read corrects, twice).
         let all = Sweep { turn: 0, of: 1 };
         let reuse = Reuse {
             sweep: all,
             ..reuse
         };
         let (procs, _, count) = scan_reusing(&fs, tree, &reuse).unwrap();
-        assert_eq!(count.read, 9);
+        assert_eq!(count.read, 11);
         assert!(procs.iter().any(|p| p.cmdline == "quiet-retitled"));
+        let got: Vec<(u32, u32)> = procs.iter().map(|p| (p.pid, p.ppid)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, 0),
+                (10, 1),
+                (11, 10),
+                (13, 1),
+                (14, 1),
+                (15, 1),
+                (17, 1),
+                (30, 1)
+            ]
+        );
+        // Without the tree, comm is argv[0]'s name: a swept retitle renames it too.
+        let flat = Fields {
+            tree: false,
+            ..tree
+        };
+        let (previous, skipped) = scan_listed(&fs, flat).unwrap();
+        mk(10, 1, 100, "/usr/bin/titled again");
+        let none = |_: u32| false;
+        let reuse = Reuse {
+            previous: &previous,
+            skipped: &skipped,
+            changed: &none,
+            sweep: Sweep { turn: 0, of: 10 },
+        };
+        let (procs, _, count) = scan_reusing(&fs, flat, &reuse).unwrap();
+        let p10 = procs.iter().find(|p| p.pid == 10).unwrap();
+        assert_eq!(
+            (p10.comm.as_str(), p10.cmdline.as_str()),
+            ("titled", "/usr/bin/titled again")
+        );
+        assert_eq!(count, ScanCount { listed: 9, read: 2 }); // 10 and 30 (pid % 10 == 0)
     }
 
     #[test]
