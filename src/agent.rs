@@ -1116,7 +1116,7 @@ impl Daemon {
             ProcEvent::Exit { pid } => {
                 self.members.remove(&pid);
             }
-            ProcEvent::Other => {}
+            ProcEvent::Other | ProcEvent::Acknowledgement => {}
         }
     }
 

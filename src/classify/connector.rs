@@ -16,6 +16,8 @@ const NLMSG_HDRLEN: usize = 16;
 const CN_MSG_LEN: usize = 20;
 const EVENT_HDR_LEN: usize = 16;
 
+/// `what` of the connector's answer to a subscription (PROC_EVENT_NONE).
+const PROC_EVENT_NONE: u32 = 0;
 const PROC_EVENT_FORK: u32 = 0x0000_0001;
 const PROC_EVENT_EXEC: u32 = 0x0000_0002;
 const PROC_EVENT_UID: u32 = 0x0000_0004;
@@ -69,6 +71,9 @@ pub enum ProcEvent {
     Exit {
         pid: u32,
     },
+    /// The connector's answer to a subscription: sent to every listener whenever any process
+    /// subscribes (another daemon, a test), so it says nothing about this one.
+    Acknowledgement,
     /// Anything else (a thread fork, ptrace, sid, coredump): nothing to do.
     Other,
 }
@@ -137,6 +142,7 @@ pub fn parse_event(ev: &[u8]) -> Option<ProcEvent> {
                 ProcEvent::Exit { pid: tgid }
             }
         }
+        PROC_EVENT_NONE => ProcEvent::Acknowledgement,
         _ => ProcEvent::Other,
     })
 }
@@ -489,6 +495,7 @@ mod tests {
             &datagram(PROC_EVENT_EXIT, &[11, 11, 0, 17, 10, 10]),
             &mut out,
         );
+        parse_datagram(&datagram(PROC_EVENT_NONE, &[0, 0, 0, 0]), &mut out);
         assert_eq!(out[0].kernel_ns, 1000 + PROC_EVENT_FORK as u64);
         let out: Vec<ProcEvent> = out.into_iter().map(|t| t.event).collect();
         assert_eq!(
@@ -503,6 +510,7 @@ mod tests {
                 ProcEvent::Ids { pid: 11 },
                 ProcEvent::Comm { pid: 11 },
                 ProcEvent::Exit { pid: 11 },
+                ProcEvent::Acknowledgement,
             ]
         );
     }

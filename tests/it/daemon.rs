@@ -2199,6 +2199,7 @@ fn connector_socket_drops_thread_events() {
         for e in &events {
             match e.event {
                 ProcEvent::Exec { pid: p } if p == pid => exec = true,
+                // (an acknowledgement: another test's daemon subscribed meanwhile)
                 ProcEvent::Other => others.push(*e),
                 _ => {}
             }
