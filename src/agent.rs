@@ -387,6 +387,16 @@ impl Daemon {
         }
         let changed =
             |pid: u32| self.changed_pids.contains(&pid) || self.changed_before.contains(&pid);
+        // Every process born since the scan before was named by its fork (no event was lost):
+        // the pids come from that scan and the events, except at every SWEEP_SHARES-th rescan,
+        // which lists /proc (a safety net for what no event tells, bounded like the sweep's).
+        let listed = self.stats.rescans.is_multiple_of(u64::from(SWEEP_SHARES));
+        let mut named: Vec<u32> = Vec::new();
+        if !listed {
+            named.extend(self.changed_pids.iter().chain(&self.changed_before));
+            named.sort_unstable();
+            named.dedup();
+        }
         let reuse = crate::inventory::procs::Reuse {
             previous: &self.ctx.inventory.procs,
             skipped: &self.ctx.inventory.skipped_pids,
@@ -395,6 +405,7 @@ impl Daemon {
                 turn: self.stats.rescans,
                 of: SWEEP_SHARES,
             },
+            named: (!listed).then_some(named.as_slice()),
         };
         Ok(self.with_watched_groups(engine::read_host_reusing(loaded, reuse)?))
     }

@@ -83,9 +83,10 @@ pub enum Command {
     /// events), with a periodic rescan as safety net. SIGHUP reloads; SIGTERM stops and leaves
     /// every limit in place.
     Run {
-        /// Period of the rescan (the safety net): it lists /proc and reads the processes the
-        /// events named since the one before, and a tenth of the others in turn (every process
-        /// at least every ten rescans).
+        /// Period of the rescan (the safety net): it reads the processes the events named since
+        /// the one before, and the command line of a tenth of the others in turn (every process
+        /// at least every ten rescans); every tenth rescan lists /proc for a process no event
+        /// named.
         #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
         rescan_interval: std::time::Duration,
         /// Rescan period when process events are unavailable (no CAP_NET_ADMIN, no connector).
