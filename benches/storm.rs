@@ -780,9 +780,8 @@ fn parent() -> Result<ExitCode, String> {
         links.push(l);
     }
 
-    // The --baseline groups made, and their guards (dropped at the end: removed).
-    let mut baseline_groups: Vec<PathBuf> = Vec::new();
-    let mut baseline_guard: Vec<common::Guard> = Vec::new();
+    // The --baseline groups made, each with the guard that removes it (dropped at the end).
+    let mut baseline: Vec<(PathBuf, common::Guard)> = Vec::new();
     let expect = if o.baseline.is_empty() {
         o.expect.clone()
     } else {
@@ -805,8 +804,7 @@ fn parent() -> Result<ExitCode, String> {
                 }
                 let rel = bdir.strip_prefix(&mp).map_err(|e| e.to_string())?;
                 std::fs::create_dir(bdir).map_err(|e| format!("mkdir {}: {e}", bdir.display()))?;
-                baseline_guard.push(remove_baseline_group(bdir.clone()));
-                baseline_groups.push(bdir.clone());
+                baseline.push((bdir.clone(), remove_baseline_group(bdir.clone())));
                 v2_expect = Some(root.join(rel).display().to_string());
                 continue;
             }
@@ -819,8 +817,7 @@ fn parent() -> Result<ExitCode, String> {
                 return Err(format!("--baseline: not in the {hier} hierarchy"));
             }
             std::fs::create_dir(bdir).map_err(|e| format!("mkdir {}: {e}", bdir.display()))?;
-            baseline_guard.push(remove_baseline_group(bdir.clone()));
-            baseline_groups.push(bdir.clone());
+            baseline.push((bdir.clone(), remove_baseline_group(bdir.clone())));
             if hier == "cpuset" {
                 // A new v1 cpuset group is empty: give it its parent's cpus and mems.
                 let parent = bdir.parent().ok_or("--baseline: no parent")?;
@@ -907,12 +904,12 @@ fn parent() -> Result<ExitCode, String> {
         let before = o.classifier_pid.and_then(sample);
         let total = (rate as f64 * o.duration.as_secs_f64()).round() as u64;
         let period_ns = 1_000_000_000 / rate;
-        let procs_file = if baseline_groups.is_empty() {
+        let procs_file = if baseline.is_empty() {
             None
         } else {
-            let files: Result<Vec<File>, String> = baseline_groups
+            let files: Result<Vec<File>, String> = baseline
                 .iter()
-                .map(|g| {
+                .map(|(g, _)| {
                     OpenOptions::new()
                         .write(true)
                         .open(g.join("cgroup.procs"))
@@ -1171,7 +1168,7 @@ fn parent() -> Result<ExitCode, String> {
         }
         results.push(res);
     }
-    drop(baseline_guard);
+    drop(baseline);
 
     print_table(&results);
     let mut json = String::new();

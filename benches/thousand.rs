@@ -54,7 +54,8 @@ fn die_with(parent: libc::pid_t) {
 }
 
 impl Sleepers {
-    /// Forks the spawner. Call it while this process has one thread.
+    /// Forks the spawner. Call it before any thread but the signal one (`common::trap_signals`,
+    /// which only waits in sigwait and holds no lock a fork could copy held).
     fn start() -> Sleepers {
         use std::io::BufRead as _;
         use std::os::fd::FromRawFd as _;

@@ -771,45 +771,31 @@ pub fn proc_group_dirs(fs: &HostFs, layout: &Layout, pid: u32) -> Option<Vec<Opt
     ProcGroupReader::open(fs, layout).ok()?.dirs(pid)
 }
 
-/// Reads processes' `/proc/PID/cgroup` (and `statm`) through one descriptor of /proc and one
-/// buffer: a plan reads them for every placed process, and a path walked from `/` and a
-/// buffer for each were a good part of that.
+/// Reads processes' `/proc/PID/cgroup` (and `statm`) through the process reader's /proc
+/// descriptor and buffer: a plan reads them for every placed process, and a path walked from
+/// `/` and a buffer for each were a good part of that.
 pub struct ProcGroupReader<'l> {
-    proc: std::os::fd::OwnedFd,
-    buf: Vec<u8>,
-    name: String,
+    procs: crate::inventory::procs::ProcReader,
     layout: &'l Layout,
 }
 
 impl<'l> ProcGroupReader<'l> {
     pub fn open(fs: &HostFs, layout: &'l Layout) -> std::io::Result<ProcGroupReader<'l>> {
-        use rustix::fs::{Mode, OFlags};
-        let proc = rustix::fs::open(
-            fs.proc(),
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
         Ok(ProcGroupReader {
-            proc,
-            buf: Vec::with_capacity(4096),
-            name: String::with_capacity(24),
+            procs: crate::inventory::procs::ProcReader::open(fs)?,
             layout,
         })
     }
 
-    fn read(&mut self, pid: u32, file: &str) -> Option<&str> {
-        use std::fmt::Write as _;
-        self.name.clear();
-        let _ = write!(self.name, "{pid}/{file}");
-        let raw = crate::inventory::procs::read_small_at(&self.proc, &self.name, &mut self.buf)?;
-        std::str::from_utf8(raw).ok()
+    fn text(&mut self, pid: u32, file: &str) -> Option<&str> {
+        std::str::from_utf8(self.procs.file(pid, file)?).ok()
     }
 
     /// The process's group directory in each hierarchy (indexed like `Setup::hierarchies`);
     /// `None` when it is gone.
     pub fn dirs(&mut self, pid: u32) -> Option<Vec<Option<PathBuf>>> {
         let hierarchies = &self.layout.setup.hierarchies;
-        let lines = parse_proc_cgroup(self.read(pid, "cgroup")?);
+        let lines = parse_proc_cgroup(self.text(pid, "cgroup")?);
         Some(
             hierarchies
                 .iter()
@@ -820,7 +806,7 @@ impl<'l> ProcGroupReader<'l> {
 
     /// See the free function `resident_set_size`.
     pub fn resident_set_size(&mut self, pid: u32) -> Option<u64> {
-        statm_resident(self.read(pid, "statm")?)
+        statm_resident(self.text(pid, "statm")?)
     }
 }
 

@@ -159,6 +159,8 @@ pub fn read_process_fields(fs: &HostFs, pid: u32, fields: Fields) -> Option<Proc
 pub struct ProcReader {
     proc: OwnedFd,
     buf: Vec<u8>,
+    /// `PID/FILE`, rebuilt for each file.
+    name: String,
 }
 
 impl ProcReader {
@@ -171,30 +173,35 @@ impl ProcReader {
         Ok(ProcReader {
             proc,
             buf: Vec::with_capacity(4096),
+            name: String::with_capacity(24),
         })
+    }
+
+    /// `PID/FILE`, relative to the /proc descriptor.
+    fn name(&mut self, pid: u32, file: &str) -> &str {
+        use std::fmt::Write;
+        self.name.clear();
+        let _ = write!(self.name, "{pid}/{file}");
+        &self.name
+    }
+
+    /// The whole of `/proc/PID/FILE` (see `read_small`); `None` when it cannot be read (the
+    /// process is gone).
+    pub fn file(&mut self, pid: u32, file: &str) -> Option<&[u8]> {
+        self.name(pid, file);
+        read_small_at(&self.proc, &self.name, &mut self.buf)
     }
 
     /// A process's command line alone; `None` when it is gone or has none (a kernel thread, a
     /// process that emptied its argv or is exiting).
     pub fn read_cmdline(&mut self, pid: u32) -> Option<String> {
-        use std::fmt::Write;
-        let mut name = String::with_capacity(24);
-        let _ = write!(name, "{pid}/cmdline");
-        let cmdline = join_cmdline(read_small_at(&self.proc, &name, &mut self.buf)?);
+        let cmdline = join_cmdline(self.file(pid, "cmdline")?);
         (!cmdline.is_empty()).then_some(cmdline)
     }
 
     /// One process; `None` if it is gone, or is a kernel thread.
     pub fn read(&mut self, pid: u32, fields: Fields) -> Option<ProcInfo> {
-        let dir = &self.proc;
-        let buf = &mut self.buf;
-        let file = |f: &str| {
-            use std::fmt::Write;
-            let mut name = String::with_capacity(24);
-            let _ = write!(name, "{pid}/{f}");
-            name
-        };
-        let cmdline = join_cmdline(read_small_at(dir, &file("cmdline"), buf)?);
+        let cmdline = join_cmdline(self.file(pid, "cmdline")?);
         // Kernel threads have no argv: `stat` tells them (children of kthreadd) from a user
         // process that emptied its own. Otherwise `comm` is enough unless the tree is needed.
         let short_comm = if fields.tree || cmdline.is_empty() {
@@ -202,7 +209,7 @@ impl ProcReader {
         } else if !fields.comm {
             Some(comm_from_cmdline(&cmdline))
         } else {
-            read_small_at(dir, &file("comm"), buf).map(|raw| {
+            self.file(pid, "comm").map(|raw| {
                 String::from_utf8_lossy(raw.strip_suffix(b"\n").unwrap_or(raw)).into_owned()
             })
         };
@@ -210,7 +217,7 @@ impl ProcReader {
             Some(comm) => (comm, 0, 0),
             None => {
                 let (comm, ppid, start) =
-                    parse_stat(std::str::from_utf8(read_small_at(dir, &file("stat"), buf)?).ok()?)?;
+                    parse_stat(std::str::from_utf8(self.file(pid, "stat")?).ok()?)?;
                 if pid == 2 || ppid == 2 {
                     return None;
                 }
@@ -218,16 +225,13 @@ impl ProcReader {
             }
         };
         let (uid, gid) = if fields.ids {
-            parse_status_ids(&String::from_utf8_lossy(read_small_at(
-                dir,
-                &file("status"),
-                buf,
-            )?))?
+            parse_status_ids(&String::from_utf8_lossy(self.file(pid, "status")?))?
         } else {
             (u32::MAX, u32::MAX)
         };
         let exe = if fields.exe {
-            rustix::fs::readlinkat(dir, file("exe"), Vec::new())
+            self.name(pid, "exe");
+            rustix::fs::readlinkat(&self.proc, self.name.as_str(), Vec::new())
                 .ok()
                 .map(|p| PathBuf::from(std::ffi::OsString::from_vec(p.into_bytes())))
         } else {
@@ -235,7 +239,7 @@ impl ProcReader {
         };
         // No cgroup file (a kernel without cgroups, or a process gone since): in no unit.
         let unit = if fields.unit {
-            read_small_at(dir, &file("cgroup"), buf).and_then(|text| {
+            self.file(pid, "cgroup").and_then(|text| {
                 crate::unitname::unit_of_proc_cgroup(&String::from_utf8_lossy(text))
                     .map(String::from)
             })
@@ -435,7 +439,8 @@ impl Sweep {
     }
 }
 
-/// What `scan_reusing` did: processes listed, and read (the rest were kept).
+/// What `scan_reusing` did: processes listed (or, from the events, known and still there), and
+/// read (the rest were kept).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ScanCount {
     pub listed: usize,
