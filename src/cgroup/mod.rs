@@ -30,7 +30,7 @@ use crate::classify::Leaf;
 use crate::hostfs::HostFs;
 use crate::inventory::MountTable;
 use crate::policy::{Agent, ParentSpec};
-pub use values::{GroupFiles, GroupPath};
+pub use values::{GroupDirs, GroupFiles, GroupPath};
 pub use watch::GroupWatch;
 
 /// The controllers dbcage drives. `Cpuacct` exists only on v1 (v2 reports cpu time in cpu.stat).
@@ -507,7 +507,7 @@ fn read_groups(
             None => &snap.dirs,
         };
         if freshness != Freshness::Unknown && depth < 2 {
-            stack.extend(subgroups_known(dirs, &dir).map(|d| (d, depth + 1)));
+            stack.extend(dirs.children(&dir).map(|d| (d.clone(), depth + 1)));
         }
         if freshness == Freshness::Fresh {
             if let Some(w) = watch.as_deref_mut() {
@@ -573,10 +573,8 @@ fn read_groups(
     }
     // Groups cached from an earlier walk that this one did not find are gone.
     if let Some(w) = watch {
-        let gone: Vec<GroupPath> = w
-            .dirs
-            .range::<Path, _>((std::ops::Bound::Included(root), std::ops::Bound::Unbounded))
-            .take_while(|d| d.starts_with(root))
+        let gone: Vec<GroupPath> = (w.dirs.get(root).into_iter())
+            .chain(w.dirs.under(root))
             .filter(|d| !visited.contains(&***d))
             .cloned()
             .collect();
@@ -585,18 +583,6 @@ fn read_groups(
             w.dirs.remove(&d);
         }
     }
-}
-
-/// The subgroups of `dir` among the groups read before (paths sort by component, so a
-/// group's descendants follow it).
-fn subgroups_known<'a>(
-    dirs: &'a BTreeSet<GroupPath>,
-    dir: &'a Path,
-) -> impl Iterator<Item = GroupPath> + 'a {
-    dirs.range::<Path, _>((std::ops::Bound::Excluded(dir), std::ops::Bound::Unbounded))
-        .take_while(move |d| d.starts_with(dir))
-        .filter(move |d| d.parent() == Some(dir))
-        .cloned()
 }
 
 /// A group in dbcage's layout, independent of hierarchy.
@@ -613,7 +599,7 @@ pub enum GroupRef {
 /// file the drivers manage, and where each given process is.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
-    pub dirs: BTreeSet<GroupPath>,
+    pub dirs: GroupDirs,
     pub files: GroupFiles,
     /// pid → its group directory in each hierarchy (indexed like `Setup::hierarchies`).
     pub proc_dirs: HashMap<u32, Vec<Option<PathBuf>>>,

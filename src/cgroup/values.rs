@@ -7,7 +7,7 @@
 //! descriptors): 6 of the daemon's 15 MiB of heap.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -120,6 +120,116 @@ impl GroupFiles {
     }
 }
 
+/// A group path ordered by its bytes, not component by component as `Path` orders: a lookup
+/// is then a few `memcmp`s. A plan looks up each of its 9,000 groups at 1,000 tenants (and the
+/// walk each group's freshness); compared by `Path`'s `Ord`, which parses both paths into
+/// components, those lookups were some 6% of an idle rescan's CPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ByBytes(GroupPath);
+
+fn path_bytes(path: &Path) -> &[u8] {
+    use std::os::unix::ffi::OsStrExt as _;
+    path.as_os_str().as_bytes()
+}
+
+impl Ord for ByBytes {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        path_bytes(&self.0).cmp(path_bytes(&other.0))
+    }
+}
+
+impl PartialOrd for ByBytes {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for ByBytes {
+    fn borrow(&self) -> &[u8] {
+        path_bytes(&self.0)
+    }
+}
+
+/// A set of group directories (the groups a reading found). Paths are compared as bytes, so
+/// they must be spelled one way (as `Path::join` builds them: no `//`, no trailing `/`). In byte
+/// order a group's descendants are the paths that begin with its path and a `/`, which sort
+/// together (`/a/b-x` sorts between `/a/b` and `/a/b/c`, so they do not simply follow it).
+#[derive(Debug, Clone, Default)]
+pub struct GroupDirs {
+    set: BTreeSet<ByBytes>,
+}
+
+impl GroupDirs {
+    pub fn contains(&self, dir: &Path) -> bool {
+        self.set.contains(path_bytes(dir))
+    }
+
+    /// The set's own copy of `dir`'s path (to share it rather than make another).
+    pub fn get(&self, dir: &Path) -> Option<&GroupPath> {
+        self.set.get(path_bytes(dir)).map(|k| &k.0)
+    }
+
+    pub fn insert(&mut self, dir: GroupPath) -> bool {
+        self.set.insert(ByBytes(dir))
+    }
+
+    pub fn remove(&mut self, dir: &Path) -> bool {
+        self.set.remove(path_bytes(dir))
+    }
+
+    pub fn retain(&mut self, mut keep: impl FnMut(&GroupPath) -> bool) {
+        self.set.retain(|k| keep(&k.0));
+    }
+
+    pub fn extend(&mut self, other: GroupDirs) {
+        self.set.extend(other.set);
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &GroupPath> + '_ {
+        self.set.iter().map(|k| &k.0)
+    }
+
+    /// `dir`'s descendants (not `dir`), in byte order.
+    pub fn under<'a>(&'a self, dir: &Path) -> impl Iterator<Item = &'a GroupPath> + 'a {
+        let mut prefix = path_bytes(dir).to_vec();
+        if prefix.last() != Some(&b'/') {
+            prefix.push(b'/');
+        }
+        let range = self.set.range::<[u8], _>((
+            std::ops::Bound::Included(&prefix[..]),
+            std::ops::Bound::Unbounded,
+        ));
+        range
+            .take_while(move |k| path_bytes(&k.0).starts_with(&prefix))
+            .map(|k| &k.0)
+    }
+
+    /// `dir`'s subgroups (its children only).
+    pub fn children<'a>(&'a self, dir: &'a Path) -> impl Iterator<Item = &'a GroupPath> + 'a {
+        self.under(dir).filter(move |d| d.parent() == Some(dir))
+    }
+
+    pub fn len(&self) -> usize {
+        self.set.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.set.clear();
+    }
+}
+
+impl FromIterator<GroupPath> for GroupDirs {
+    fn from_iter<I: IntoIterator<Item = GroupPath>>(iter: I) -> Self {
+        GroupDirs {
+            set: iter.into_iter().map(ByBytes).collect(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,5 +295,50 @@ mod tests {
         assert_eq!(f.paths().count(), 1);
         f.remove_group(Path::new("/cg/blkio/dbcage"));
         assert!(f.is_empty());
+    }
+
+    #[test]
+    fn group_dirs_find_a_groups_children_and_descendants_in_byte_order() {
+        let dirs: GroupDirs = [
+            "/cg/cpu/dbcage",
+            "/cg/cpu/dbcage/pg",
+            "/cg/cpu/dbcage/pg-x",
+            "/cg/cpu/dbcage/pg-x/limited",
+            "/cg/cpu/dbcage/pg/limited",
+            "/cg/cpu/dbcage/pg/limited/deep",
+            "/cg/cpu/dbcage/pg.y",
+            "/cg/cpu/dbcage/ph",
+            "/cg/cpu/other",
+        ]
+        .into_iter()
+        .map(|p| GroupPath::from(Path::new(p)))
+        .collect();
+        let list = |it: &mut dyn Iterator<Item = &GroupPath>| -> Vec<String> {
+            it.map(|p| p.display().to_string()).collect()
+        };
+        assert_eq!(
+            list(&mut dirs.under(Path::new("/cg/cpu/dbcage/pg"))),
+            [
+                "/cg/cpu/dbcage/pg/limited",
+                "/cg/cpu/dbcage/pg/limited/deep"
+            ]
+        );
+        assert_eq!(
+            list(&mut dirs.children(Path::new("/cg/cpu/dbcage"))),
+            [
+                "/cg/cpu/dbcage/pg",
+                "/cg/cpu/dbcage/pg-x",
+                "/cg/cpu/dbcage/pg.y",
+                "/cg/cpu/dbcage/ph"
+            ]
+        );
+        assert_eq!(dirs.under(Path::new("/cg/cpu/dbcage")).count(), 7);
+        assert!(dirs.contains(Path::new("/cg/cpu/dbcage/pg-x")));
+        assert!(!dirs.contains(Path::new("/cg/cpu/dbcage/p")));
+        let mut fewer = dirs.clone();
+        fewer.retain(|d| !d.starts_with("/cg/cpu/dbcage/pg"));
+        assert_eq!(fewer.len(), 6);
+        assert!(fewer.remove(Path::new("/cg/cpu/other")));
+        assert_eq!(fewer.under(Path::new("/cg/cpu")).count(), 5);
     }
 }

@@ -14,14 +14,14 @@
 //! `FULL_SWEEP`, after an overrun of the event queue, when dbcage's parent group changes, and
 //! whenever the owner asks (`forget_all`: the daemon does after a plan's write failed).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rustix::fs::inotify::{self, ReadFlags, WatchFlags};
 
-use super::{GroupFiles, GroupPath};
+use super::{GroupDirs, GroupFiles, GroupPath};
 
 /// Everything is read again at least this often, whatever the events said.
 pub const FULL_SWEEP: Duration = Duration::from_secs(300);
@@ -61,7 +61,7 @@ pub struct GroupWatch {
     parents: HashMap<i32, std::ffi::OsString>,
     /// Group directories read and watched, and the files read in them (what the last snapshot
     /// had; only dbcage's own groups, not the parent's or the hierarchy root's files).
-    pub(super) dirs: BTreeSet<GroupPath>,
+    pub(super) dirs: GroupDirs,
     pub(super) files: GroupFiles,
     /// Directories whose subgroups changed since they were read.
     listing_stale: HashSet<GroupPath>,
@@ -95,7 +95,7 @@ impl GroupWatch {
             inotify,
             watched: HashMap::new(),
             parents: HashMap::new(),
-            dirs: BTreeSet::new(),
+            dirs: GroupDirs::default(),
             files: GroupFiles::default(),
             listing_stale: HashSet::new(),
             subtree_stale: HashSet::new(),
@@ -273,7 +273,7 @@ impl GroupWatch {
     /// Watches a directory about to be read (before its files are read: a write between the
     /// two is then seen at the next walk).
     pub(super) fn watch(&mut self, dir: &GroupPath) {
-        if self.dirs.contains(&**dir) && !self.unwatched.contains(&**dir) {
+        if self.dirs.contains(dir) && !self.unwatched.contains(&**dir) {
             return; // watched since its first reading; only its listing was stale
         }
         match inotify::add_watch(&self.inotify, &**dir, WatchFlags::MODIFY | dir_flags()) {
