@@ -7,8 +7,16 @@
 #   readers of vdb (fio, libaio, 1 MiB, queue depth 4) at weights 100 and 300 read within +-10%
 #   of 1:3 (io.stat of each tenant over 10 s, after 4 s);
 # - latency_target becomes the tenant's io.latency line on vdb, and is cleared when removed; on
-#   a kernel without blk-iolatency (Debian's: CONFIG_BLK_CGROUP_IOLATENCY is not set, so the
-#   guest's) check says so, apply succeeds and writes nothing for it.
+#   a kernel without blk-iolatency (Debian's: CONFIG_BLK_CGROUP_IOLATENCY is not set) check says
+#   so, apply succeeds and writes nothing for it.
+# - on a kernel with blk-iolatency (tests/vm/build-kernel.sh's, whose release ends in
+#   -dbcage-iolatency; scripts/test.sh runs this script on it too, with
+#   DBCAGE_VM_MODULES=null_blk), the target protects: on a null_blk disk with a 10 ms timer and
+#   8 tags (800 IOPS), B reads at random 4 deep (its mean latency alone is the timer's), A
+#   floods random writes from 16 tasks. Without a target B's mean latency is >= 1.8x its solo
+#   figure; with B's latency_target at twice its solo mean, blk-iolatency cuts A's queue depth:
+#   B's mean stays within the target and <= 0.75x its mean without one, and A still writes (it
+#   is throttled, never stopped).
 # Prints PASS/FAIL lines and "N passed, N failed"; exits non-zero when a check failed.
 
 CG=/sys/fs/cgroup
@@ -129,6 +137,13 @@ fi
 # the key goes. dbcage-test exists now, so dbcage can tell whether the kernel has io.latency.
 policy "weight = 100" "weight = 300
 latency_target = \"20ms\""
+case $(uname -r) in
+    *-dbcage-iolatency) IOLAT_KERNEL=1 ;;
+    *) IOLAT_KERNEL=0 ;;
+esac
+if [ $IOLAT_KERNEL = 1 ] && [ ! -e $ROOT/high/io.latency ]; then
+    fail iolatency_kernel "kernel $(uname -r) was built with blk-iolatency but $ROOT/high/io.latency is missing"
+fi
 if [ -e $ROOT/high/io.latency ]; then
     $D apply >/dev/null 2>&1
     lat=$(cat $ROOT/high/io.latency 2>&1)
@@ -175,5 +190,93 @@ fi
 
 $D release --all >/dev/null 2>&1
 echo "$VDB enable=0" >$CG/io.cost.qos
+
+# (5) the latency target protects (a kernel with blk-iolatency only)
+if [ -e $ROOT/high/io.latency ] || [ $IOLAT_KERNEL = 1 ]; then
+    rmmod null_blk 2>/dev/null # run.sh loads it with its defaults
+    if ! insmod /lib/modules/null_blk.ko nr_devices=1 queue_mode=2 gb=1 bs=4096 irqmode=2 \
+        completion_nsec=10000000 hw_queue_depth=8 2>/dev/null; then
+        fail null_blk "no null_blk on a kernel with blk-iolatency (run with DBCAGE_VM_MODULES=null_blk, as scripts/test.sh does)"
+        echo "$P passed, $F failed"
+        exit 1
+    fi
+    i=0
+    while [ ! -b /dev/nullb0 ] && [ $i -lt 50 ]; do /bin/sleep 0.1; i=$((i + 1)); done
+    NB=$(cat /sys/class/block/nullb0/dev)
+    lat_policy() { # lat_policy HIGH_IO_LINES: low floods, high reads, both on nullb0
+        cat >/tmp/protect.toml <<EOF
+[agent]
+parent = "root"
+root = "dbcage-test"
+metrics = "off"
+
+[[tenant]]
+name = "low"
+match = [{ cmdline = "^dbcage-test-low" }]
+storage = ["/dev/nullb0"]
+
+[[tenant]]
+name = "high"
+match = [{ cmdline = "^dbcage-test-high" }]
+storage = ["/dev/nullb0"]
+[tenant.io]
+$1
+EOF
+        out=$($D apply 2>&1) || fail lat_apply "apply: $out"
+    }
+    # nb_job TENANT RW DEPTH SECONDS OUT [JOBS]: fio on nullb0 in the tenant (JOBS synchronous
+    # writers when given, else one libaio job DEPTH deep), terse v3 output. A flood is many
+    # tasks: blk-mq hands a freed tag to one waiting task, not to one waiting request, so one
+    # task 32 deep gets a freed tag about as often as the reader 4 deep does.
+    nb_job() {
+        if [ -n "$6" ]; then engine="--ioengine=psync --numjobs=$6 --group_reporting"; else engine="--ioengine=libaio --iodepth=$3"; fi
+        $D exec "$1" -- "/tmp/dbcage-test-$1" --name="dbcage-test-$1" --filename=/dev/nullb0 \
+            --rw="$2" --bs=4k --direct=1 $engine --size=512M \
+            --time_based --ramp_time=2 --runtime="$4" --output-format=terse --terse-version=3 >"$5" 2>&1
+    }
+    # terse v3: field 8 read IOPS, 40 read total latency mean (us: submission and completion,
+    # so the wait for a tag inside io_submit counts), 49 write IOPS
+    r_iops() { cut -d';' -f8 "$1" | cut -d. -f1; }
+    r_mean_ms() { cut -d';' -f40 "$1" | awk '{ printf "%.2f", $1 / 1000 }'; }
+    w_iops() { cut -d';' -f49 "$1" | cut -d. -f1; }
+    lat_policy ""
+    nb_job high randread 4 5 /tmp/solo
+    solo=$(r_mean_ms /tmp/solo)
+    nb_job high randread 4 6 /tmp/flood0 &
+    j=$!
+    nb_job low randwrite 1 6 /tmp/a0 16
+    wait $j
+    flood0=$(r_mean_ms /tmp/flood0)
+    # the target: twice B's solo mean, in whole ms
+    target=$(awk -v s="$solo" 'BEGIN { t = int(2 * s + 0.5); if (t < 1) t = 1; print t }')
+    lat_policy "latency_target = \"${target}ms\""
+    info "io.latency of high: $(cat $ROOT/high/io.latency)"
+    nb_job high randread 4 8 /tmp/flood1 &
+    j=$!
+    nb_job low randwrite 1 8 /tmp/a1 16
+    wait $j
+    flood1=$(r_mean_ms /tmp/flood1)
+    info "io.stat of low: $(grep "^$NB " $ROOT/low/io.stat)"
+    info "io.stat of high: $(grep "^$NB " $ROOT/high/io.stat)"
+    a0=$(w_iops /tmp/a0)
+    a1=$(w_iops /tmp/a1)
+    line="B alone $(r_iops /tmp/solo) IOPS at a mean $solo ms; A flooding: without a target B $(r_iops /tmp/flood0) IOPS at $flood0 ms (A $a0 IOPS), with latency_target ${target}ms B $(r_iops /tmp/flood1) IOPS at $flood1 ms (A $a1 IOPS)"
+    if awk -v f="$flood0" -v s="$solo" 'BEGIN { exit !(f >= 1.8 * s) }'; then
+        pass lat_flood_hurts "$line: without a target the flood costs B >= 1.8x its solo mean"
+    else
+        fail lat_flood_hurts "$line: without a target the flood should cost B >= 1.8x its solo mean"
+    fi
+    if awk -v f="$flood1" -v f0="$flood0" -v t="$target" 'BEGIN { exit !(f <= t && f <= 0.75 * f0) }' &&
+        [ "${a1:-0}" -gt 0 ]; then
+        pass lat_protects "$line: B's mean within its target and <= 0.75x of its mean without one, A still writing"
+    else
+        fail lat_protects "$line: want B's mean <= the target and <= 0.75x its mean without one, and A > 0 IOPS"
+    fi
+    lat_policy ""
+    lat=$(cat $ROOT/high/io.latency 2>&1)
+    if [ -z "$lat" ]; then pass lat_cleared "io.latency empty once the key goes"; else fail lat_cleared "io.latency [$lat]"; fi
+    $D release --all >/dev/null 2>&1
+    rmmod null_blk 2>/dev/null
+fi
 echo "$P passed, $F failed"
 [ "$F" -eq 0 ]

@@ -9,6 +9,9 @@
 #   DBCAGE_VM_CACHE         cache dir (kernel, base initramfs)  (default /var/cache/dbcage-vm)
 #   DBCAGE_VM_TIMEOUT       hard timeout in seconds             (default 300)
 #   DBCAGE_VM_KERNEL_PKG    kernel package to use   (default: what linux-image-amd64 depends on)
+#   DBCAGE_VM_KERNEL_DIR    boot a kernel built elsewhere instead of a package: a directory with
+#                           boot/vmlinuz-KVER, lib/modules/KVER, .complete and optionally vmlinux
+#                           (tests/vm/build-kernel.sh makes one with blk-iolatency)
 #   DBCAGE_VM_DISKS         number of virtio disks              (default 3, minimum 3)
 #   DBCAGE_VM_DISK_SIZE     size of each sparse disk            (default 256M)
 #   DBCAGE_VM_NUMA_NODES    NUMA nodes, one vCPU each            (default 2, 1 to 8)
@@ -315,11 +318,14 @@ trap 'rm -rf "$BASE_ROOT"' EXIT   # replaced by cleanup() below
     # One run at a time installs packages and fills the cache.
     flock 9
     ensure_packages
-    ensure_kernel
-    ensure_vmlinux
+    if [ -z "${DBCAGE_VM_KERNEL_DIR:-}" ]; then
+        ensure_kernel
+        ensure_vmlinux
+    fi
 ) 9>>"$CACHE/.lock" || exit $?
 
-KDIR=$CACHE/kernel
+KDIR=${DBCAGE_VM_KERNEL_DIR:-$CACHE/kernel}
+[ -f "$KDIR/.complete" ] || die "no kernel in $KDIR (no .complete stamp; tests/vm/build-kernel.sh builds one)"
 VMLINUZ=$(ls "$KDIR"/boot/vmlinuz-* 2>/dev/null | head -n1)
 [ -n "$VMLINUZ" ] || die "no vmlinuz in $KDIR/boot"
 KVER=${VMLINUZ##*/vmlinuz-}
@@ -332,12 +338,14 @@ log "kernel $KVER ($(cat "$KDIR/.complete")), booting ${KIMAGE##*/}"
 T_BUILD=$(date +%s%N)
 KEY=$( { sha256sum "$SELF"; stat -c '%s %Y' /var/lib/dpkg/status /bin/busybox; cat "$KDIR/.complete";
          echo "$MODULES $NO_FIO"; } | sha256sum | cut -c1-16)
-BASE=$CACHE/initramfs-base-$KEY.cpio
+# One base per kernel directory, so that runs on two kernels do not rebuild each other's.
+KTAG=$(printf '%s' "$KDIR" | sha256sum | cut -c1-8)
+BASE=$CACHE/initramfs-base-$KTAG-$KEY.cpio
 exec 9>>"$CACHE/.lock"
 flock 9
 if [ ! -s "$BASE" ]; then
     log "building base initramfs $BASE"
-    rm -f "$CACHE"/initramfs-base-*.cpio
+    rm -f "$CACHE"/initramfs-base-"$KTAG"-*.cpio "$CACHE"/initramfs-base-????????????????.cpio
     build_base "$BASE"
 fi
 
