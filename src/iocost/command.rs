@@ -9,8 +9,9 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use super::{
-    owner, propose, read_record, record_path, restore_lines, udev_iocost_properties, write_record,
-    Measured, MeasuredWrites, Model, Owner, Qos, QueueLatency, Record, RootFiles, MIN_VRATE,
+    owner, propose, queue_requests, read_queue, read_record, record_path, restore_lines,
+    udev_iocost_properties, write_queue, write_record, Measured, MeasuredWrites, Model, Owner, Qos,
+    QueueLatency, QueueSetting, Record, RootFiles, MIN_VRATE, QUEUE_SCHEDULER,
 };
 use crate::cgroup::{Controller, Setup, Version};
 use crate::hostfs::HostFs;
@@ -26,6 +27,7 @@ use crate::usage::Invalid;
   dbcage iocost /dev/nvme0n1                 # measure and show the proposed lines
   dbcage iocost /srv/pg/data --apply         # the disks under a data directory (dm/md: their members)
   dbcage iocost /dev/sdb --apply --force     # replace values another owner set
+  dbcage iocost /dev/sdb --apply --queue     # and give it a scheduler and requests for deep tenants
   dbcage iocost /dev/sdb --revert            # put back what was there before dbcage wrote")]
 pub struct IocostArgs {
     /// Disks, or paths on them (a data directory, an LVM volume): partitions count as their
@@ -52,6 +54,13 @@ pub struct IocostArgs {
     /// tenant keeps. The latency targets are the p95 the probe sees there.
     #[arg(long, default_value_t = 32)]
     pub jobs_max: usize,
+    /// With --apply, first give a disk with fewer requests (nr_requests) than --jobs-max the
+    /// mq-deadline scheduler (when it has none) and enough requests (--jobs-max rounded up to a
+    /// power of two, at least 64), then measure it that way. Without them a tenant queueing
+    /// deeper waits for a request, which iocost takes as saturation: alone it gets about half
+    /// the disk. --revert puts the scheduler and the requests back.
+    #[arg(long, requires = "apply")]
+    pub queue: bool,
 }
 
 /// The unified hierarchy's root, when the io controller is on it; otherwise why not.
@@ -237,11 +246,12 @@ fn request_shortage(fs: &HostFs, d: &BlockDevice, jobs_max: usize) -> Option<Str
     let nr: usize = std::fs::read_to_string(&path).ok()?.trim().parse().ok()?;
     (nr < jobs_max).then(|| {
         format!(
-            "{} has {nr} requests (nr_requests) for up to {jobs_max} IOs in flight: a tenant queueing deeper than {nr} waits for a request, which iocost counts as saturation whatever the QoS line says (more than 5% of the time waiting), so alone it runs near the min vrate ({}% of the model). With an IO scheduler the queue can hold more: echo mq-deadline > /sys/block/{}/queue/scheduler; echo {} > {}",
+            "{} has {nr} requests (nr_requests) for up to {jobs_max} IOs in flight: a tenant queueing deeper than {nr} waits for a request, which iocost counts as saturation whatever the QoS line says (more than 5% of the time waiting), so alone it runs near the min vrate ({}% of the model). With an IO scheduler the queue can hold more: `--apply --queue` gives it {QUEUE_SCHEDULER} and {} requests before measuring (--revert undoes it), as would echo {QUEUE_SCHEDULER} > /sys/block/{}/queue/scheduler; echo {} > {}",
             d.name,
             MIN_VRATE / 100,
+            queue_requests(jobs_max),
             d.name,
-            jobs_max.next_power_of_two().max(64),
+            queue_requests(jobs_max),
             path.display()
         )
     })
@@ -317,7 +327,56 @@ fn iocost_in(fs: &HostFs, args: &IocostArgs, out: &mut impl Write) -> Result<()>
         )?;
         show_current(out, model.as_ref(), qos.as_ref())?;
         writeln!(out, "  set by: {who}")?;
-        let m = measure(args, &target, out)?;
+        // The queue as dbcage first found it, kept across re-applies.
+        let earlier = record.as_ref().filter(|_| who == Owner::Dbcage);
+        let mut queue_before = earlier.and_then(|r| r.queue_before.clone());
+        let mut queue_written = earlier.and_then(|r| r.queue_written.clone());
+        // The queue as this run found it, when it changed it.
+        let mut changed_from = None;
+        if args.queue {
+            let now = read_queue(fs, &d.name)?;
+            if (now.nr_requests as usize) < args.jobs_max {
+                let want = QueueSetting {
+                    scheduler: if now.scheduler == "none" {
+                        QUEUE_SCHEDULER.to_string()
+                    } else {
+                        now.scheduler.clone()
+                    },
+                    nr_requests: queue_requests(args.jobs_max),
+                };
+                let got = write_queue(fs, &d.name, &want)
+                    .with_context(|| format!("deepening the queue of {} ({})", d.name, d.devnum))?;
+                writeln!(
+                    out,
+                    "  queue: scheduler {} -> {}, nr_requests {} -> {}",
+                    now.scheduler, got.scheduler, now.nr_requests, got.nr_requests
+                )?;
+                queue_before.get_or_insert_with(|| now.clone());
+                queue_written = Some(got);
+                changed_from = Some(now);
+            } else {
+                writeln!(
+                    out,
+                    "  queue: scheduler {}, {} requests: enough for {} in flight, left as it is",
+                    now.scheduler, now.nr_requests, args.jobs_max
+                )?;
+            }
+        }
+        // Nothing half-done: a queue deepened for this run goes back if the rest fails.
+        let undo_queue = |e: anyhow::Error| -> anyhow::Error {
+            match changed_from.as_ref().map(|q| (q, write_queue(fs, &d.name, q))) {
+                Some((q, Err(e2))) => e.context(format!(
+                    "and putting back the queue of {} (scheduler {}, {} requests) failed too: {e2:#}",
+                    d.name, q.scheduler, q.nr_requests
+                )),
+                Some((_, Ok(_))) => e.context(format!(
+                    "the queue of {} is back as it was",
+                    d.name
+                )),
+                None => e,
+            }
+        };
+        let m = measure(args, &target, out).map_err(undo_queue)?;
         let p = propose(d.devnum, &m);
         writeln!(
             out,
@@ -344,7 +403,8 @@ fn iocost_in(fs: &HostFs, args: &IocostArgs, out: &mut impl Write) -> Result<()>
         let undo = Model::restore_line(model.as_ref(), d.devnum);
         files
             .write_pair(&p.model_line, &p.qos_line, &undo)
-            .with_context(|| format!("enabling iocost on {} ({})", d.name, d.devnum))?;
+            .with_context(|| format!("enabling iocost on {} ({})", d.name, d.devnum))
+            .map_err(undo_queue)?;
         let (Some(model_written), Some(qos_written)) = files.read(d.devnum)? else {
             bail!(
                 "{} ({}): the kernel does not list the disk in {} after the write",
@@ -362,6 +422,8 @@ fn iocost_in(fs: &HostFs, args: &IocostArgs, out: &mut impl Write) -> Result<()>
                 qos_before,
                 model_written,
                 qos_written,
+                queue_before,
+                queue_written,
             },
         )?;
         writeln!(
@@ -407,6 +469,22 @@ fn revert(
             ))
             .into());
         }
+        if let (Some(written), false) = (&r.queue_written, force) {
+            let now = read_queue(fs, &d.name)?;
+            if &now != written {
+                return Err(Invalid(format!(
+                    "{} ({}): its queue changed since dbcage deepened it (scheduler {}, {} requests; dbcage left {}, {}); nothing was reverted; give --force to put back the queue from before dbcage (scheduler {}) anyway",
+                    d.name,
+                    d.devnum,
+                    now.scheduler,
+                    now.nr_requests,
+                    written.scheduler,
+                    written.nr_requests,
+                    r.queue_before.as_ref().map_or("?", |q| q.scheduler.as_str())
+                ))
+                .into());
+            }
+        }
         todo.push((d, r, model));
     }
     for (d, r, model_now) in todo {
@@ -415,6 +493,19 @@ fn revert(
         files
             .write_pair(&model_line, &qos_line, &undo)
             .with_context(|| format!("reverting iocost on {} ({})", d.name, d.devnum))?;
+        if let Some(q) = &r.queue_before {
+            let back = write_queue(fs, &d.name, q).with_context(|| {
+                format!(
+                    "iocost on {} ({}) is reverted, but its queue is not",
+                    d.name, d.devnum
+                )
+            })?;
+            writeln!(
+                out,
+                "{} ({}): queue back to scheduler {}, {} requests",
+                d.name, d.devnum, back.scheduler, back.nr_requests
+            )?;
+        }
         let path = record_path(fs, d.devnum);
         std::fs::remove_file(&path)
             .with_context(|| format!("reverted, but cannot remove {}", path.display()))?;
@@ -455,8 +546,68 @@ mod tests {
                 && note.contains("echo 64 > "),
             "{note}"
         );
+        assert!(note.contains("`--apply --queue` gives it mq-deadline and 64 requests"));
         assert_eq!(request_shortage(&fs, &d, 8), None);
         std::fs::write(queue.join("nr_requests"), "256\n").unwrap();
         assert_eq!(request_shortage(&fs, &d, 32), None);
+    }
+
+    #[test]
+    fn a_queue_is_read_written_and_refused_for_a_scheduler_the_kernel_lacks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fs = HostFs::with_root(tmp.path());
+        let queue = fs.path("/sys/block/nullb0/queue");
+        std::fs::create_dir_all(&queue).unwrap();
+        std::fs::write(queue.join("scheduler"), "[none] mq-deadline \n").unwrap();
+        std::fs::write(queue.join("nr_requests"), "8\n").unwrap();
+        let before = read_queue(&fs, "nullb0").unwrap();
+        assert_eq!(
+            before,
+            QueueSetting {
+                scheduler: "none".into(),
+                nr_requests: 8
+            }
+        );
+        let want = QueueSetting {
+            scheduler: QUEUE_SCHEDULER.into(),
+            nr_requests: queue_requests(32),
+        };
+        assert_eq!(want.nr_requests, 64);
+        // A plain file takes the name as written; the kernel would show it bracketed.
+        write_queue(&fs, "nullb0", &want).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(queue.join("scheduler")).unwrap(),
+            "mq-deadline"
+        );
+        assert_eq!(
+            std::fs::read_to_string(queue.join("nr_requests")).unwrap(),
+            "64"
+        );
+        std::fs::write(queue.join("scheduler"), "none [mq-deadline] \n").unwrap();
+        assert_eq!(read_queue(&fs, "nullb0").unwrap(), want);
+
+        // No bfq offered: refused, naming the file and what it lists, nothing written.
+        let bfq = QueueSetting {
+            scheduler: "bfq".into(),
+            nr_requests: 64,
+        };
+        std::fs::write(queue.join("nr_requests"), "8\n").unwrap();
+        let e = format!("{:#}", write_queue(&fs, "nullb0", &bfq).unwrap_err());
+        assert!(
+            e.contains("the kernel offers no bfq scheduler")
+                && e.contains("lists: none [mq-deadline]")
+                && e.contains("modprobe bfq"),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(queue.join("nr_requests")).unwrap(),
+            "8\n"
+        );
+        assert_eq!(queue_requests(8), 64);
+        assert_eq!(queue_requests(100), 128);
+        assert_eq!(
+            crate::iocost::parse_scheduler("[bfq] none kyber").0,
+            Some("bfq")
+        );
     }
 }

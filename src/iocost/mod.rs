@@ -282,6 +282,12 @@ pub struct Record {
     pub qos_before: Option<Qos>,
     pub model_written: Model,
     pub qos_written: Qos,
+    /// The disk's queue before `--queue` deepened it, and as it left it (absent in records of
+    /// an apply without `--queue`, and of dbcage before it had the option).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_before: Option<QueueSetting>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_written: Option<QueueSetting>,
 }
 
 /// Who set the iocost values a disk has now.
@@ -413,6 +419,104 @@ pub fn write_record(fs: &HostFs, r: &Record) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create {}", dir.display()))?;
     std::fs::write(&path, serde_json::to_string_pretty(r)?)
         .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// A disk's request queue: its IO scheduler and how many requests it holds
+/// (`/sys/block/NAME/queue/scheduler` and `nr_requests`). `dbcage iocost --queue` deepens it
+/// and records what it found, for `--revert`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueSetting {
+    pub scheduler: String,
+    pub nr_requests: u32,
+}
+
+/// The scheduler `--queue` gives a disk short of requests: it queues requests beyond the tags,
+/// and dispatches reads ahead of writes within their deadlines.
+pub const QUEUE_SCHEDULER: &str = "mq-deadline";
+
+/// The number of requests `--queue` gives for tenants with up to `jobs_max` IOs in flight.
+pub fn queue_requests(jobs_max: usize) -> u32 {
+    jobs_max.next_power_of_two().clamp(64, 4096) as u32
+}
+
+fn queue_dir(fs: &HostFs, disk: &str) -> PathBuf {
+    fs.path(format!("/sys/block/{disk}/queue"))
+}
+
+/// The scheduler in use (the bracketed name of `scheduler`: `[none] mq-deadline`) and the
+/// ones the kernel offers.
+fn parse_scheduler(text: &str) -> (Option<&str>, Vec<&str>) {
+    let mut current = None;
+    let mut all = Vec::new();
+    for word in text.split_whitespace() {
+        let name = word.trim_start_matches('[').trim_end_matches(']');
+        if word.starts_with('[') {
+            current = Some(name);
+        }
+        all.push(name);
+    }
+    (current, all)
+}
+
+/// What a disk's queue is now.
+pub fn read_queue(fs: &HostFs, disk: &str) -> anyhow::Result<QueueSetting> {
+    use anyhow::Context;
+    let dir = queue_dir(fs, disk);
+    let sched_path = dir.join("scheduler");
+    let text = std::fs::read_to_string(&sched_path)
+        .with_context(|| format!("cannot read {}", sched_path.display()))?;
+    let scheduler = parse_scheduler(&text).0.unwrap_or("none").to_string();
+    let nr_path = dir.join("nr_requests");
+    let nr = std::fs::read_to_string(&nr_path)
+        .with_context(|| format!("cannot read {}", nr_path.display()))?;
+    let nr_requests = nr
+        .trim()
+        .parse()
+        .with_context(|| format!("{}: `{}` is not a number", nr_path.display(), nr.trim()))?;
+    Ok(QueueSetting {
+        scheduler,
+        nr_requests,
+    })
+}
+
+/// Sets a disk's scheduler, then its number of requests (a scheduler change resets it), and
+/// returns what the kernel shows after. A scheduler the kernel does not offer is refused before
+/// anything is written.
+pub fn write_queue(fs: &HostFs, disk: &str, want: &QueueSetting) -> anyhow::Result<QueueSetting> {
+    use anyhow::{bail, Context};
+    let dir = queue_dir(fs, disk);
+    let sched_path = dir.join("scheduler");
+    let text = std::fs::read_to_string(&sched_path)
+        .with_context(|| format!("cannot read {}", sched_path.display()))?;
+    let (current, offered) = parse_scheduler(&text);
+    if !offered.contains(&want.scheduler.as_str()) {
+        bail!(
+            "{disk}: the kernel offers no {} scheduler for it ({} lists: {}); load its module (modprobe {}) or leave out --queue",
+            want.scheduler,
+            sched_path.display(),
+            text.trim(),
+            want.scheduler.replace('-', "_")
+        );
+    }
+    if current != Some(want.scheduler.as_str()) {
+        std::fs::write(&sched_path, &want.scheduler).with_context(|| {
+            format!(
+                "cannot write `{}` to {}",
+                want.scheduler,
+                sched_path.display()
+            )
+        })?;
+    }
+    let nr_path = dir.join("nr_requests");
+    std::fs::write(&nr_path, want.nr_requests.to_string()).with_context(|| {
+        format!(
+            "cannot write {} to {} (scheduler now {})",
+            want.nr_requests,
+            nr_path.display(),
+            want.scheduler
+        )
+    })?;
+    read_queue(fs, disk)
 }
 
 /// The root's two files.

@@ -88,6 +88,8 @@ fn record(model_written: Model, qos_written: Qos) -> Record {
         qos_before: None,
         model_written,
         qos_written,
+        queue_before: None,
+        queue_written: None,
     }
 }
 
@@ -186,8 +188,25 @@ fn record_round_trips() {
         Qos::find(QOS_USER, DEV).unwrap(),
     );
     write_record(&fs, &r).unwrap();
-    assert_eq!(read_record(&fs, DEV), Some(r));
+    assert_eq!(read_record(&fs, DEV), Some(r.clone()));
     assert!(record_path(&fs, DEV).ends_with("run/dbcage/iocost/254:16.json"));
+    // Without --queue the record has no queue keys, as records of dbcage before the option
+    // had; they read back as no queue (what --revert then leaves alone).
+    let text = std::fs::read_to_string(record_path(&fs, DEV)).unwrap();
+    assert!(!text.contains("queue"), "{text}");
+    let deepened = Record {
+        queue_before: Some(QueueSetting {
+            scheduler: "none".into(),
+            nr_requests: 8,
+        }),
+        queue_written: Some(QueueSetting {
+            scheduler: "mq-deadline".into(),
+            nr_requests: 64,
+        }),
+        ..r
+    };
+    write_record(&fs, &deepened).unwrap();
+    assert_eq!(read_record(&fs, DEV), Some(deepened));
 }
 
 #[test]

@@ -12,6 +12,8 @@
 #   of 1:3. (On the virtio disk, a sparse image the host serves from its page cache, the
 #   capacity swings 2x between probes under host load, and the same readers got 1:0.96 and
 #   1:1.24: a model measured a minute earlier does not hold. Needs DBCAGE_VM_MODULES=null_blk.)
+# - --apply --queue on that null_blk disk (8 requests, --jobs-max 32) first gives it mq-deadline
+#   and 64 requests, records them, and --revert puts back none and 8;
 # - --revert puts the kernel's defaults back (ctrl=auto, enable=0) and drops the record;
 # - values written by hand (ctrl=user) are refused without --force, naming another owner;
 #   with the disk's udev entry holding IOCOST_* properties the refusal names systemd-iocost;
@@ -113,6 +115,30 @@ if [ -f /lib/modules/null_blk.ko ] && insmod /lib/modules/null_blk.ko nr_devices
     fi
     rmdir $CG/dbcage-test-ioc/low $CG/dbcage-test-ioc/high $CG/dbcage-test-ioc 2>/dev/null
     /bin/dbcage iocost /dev/nullb0 --revert >/dev/null 2>&1
+    # (3b) --queue: a disk with 8 requests for 32 in flight gets mq-deadline and 64 requests
+    # before it is measured (so no note about requests); --revert puts back none and 8
+    out=$(/bin/dbcage iocost --step-time 300ms --jobs-max 32 /dev/nullb0 --apply --queue 2>&1)
+    rc=$?
+    echo "$out" | grep -E "queue|note" | sed 's/^/INFO | /'
+    sch=$(cat /sys/block/nullb0/queue/scheduler)
+    nr=$(cat /sys/block/nullb0/queue/nr_requests)
+    if [ $rc -eq 0 ] && echo "$sch" | grep -q '\[mq-deadline\]' && [ "$nr" = 64 ] &&
+        echo "$out" | grep -q "queue: scheduler none -> mq-deadline, nr_requests 8 -> 64" &&
+        ! echo "$out" | grep -q "note: nullb0 has" && grep -q '"queue_before"' "/run/dbcage/iocost/$NB.json"; then
+        pass queue_deepened "scheduler [$sch], nr_requests $nr, recorded"
+    else
+        fail queue_deepened "exit $rc, scheduler [$sch], nr_requests $nr: $out"
+    fi
+    out=$(/bin/dbcage iocost /dev/nullb0 --revert 2>&1)
+    rc=$?
+    sch=$(cat /sys/block/nullb0/queue/scheduler)
+    nr=$(cat /sys/block/nullb0/queue/nr_requests)
+    if [ $rc -eq 0 ] && echo "$sch" | grep -q '\[none\]' && [ "$nr" = 8 ] &&
+        [ "$(key io.cost.qos "$NB" enable)" = 0 ] && [ ! -e "/run/dbcage/iocost/$NB.json" ]; then
+        pass queue_reverted "scheduler [$sch], nr_requests $nr, iocost off, record gone: $out"
+    else
+        fail queue_reverted "exit $rc, scheduler [$sch], nr_requests $nr, qos [$(line io.cost.qos "$NB")]: $out"
+    fi
     rmmod null_blk 2>/dev/null
 else
     fail weight_ratio "no null_blk (run with DBCAGE_VM_MODULES=null_blk, as scripts/test.sh does)"
