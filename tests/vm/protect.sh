@@ -35,7 +35,8 @@ devkey() {
 VDB=$(cat /sys/class/block/vdb/dev)
 echo "=== dbcage io.weight / io.latency: kernel $(uname -r), vdb=$VDB"
 
-policy() { # policy LOW_EXTRA HIGH_EXTRA: two tenants on vdb, extra [tenant.io] lines each
+policy() { # policy LOW_EXTRA HIGH_EXTRA [DISK]: two tenants on DISK (vdb), extra [tenant.io] lines each
+    disk=${3:-/dev/vdb}
     cat >/tmp/protect.toml <<EOF
 [agent]
 parent = "root"
@@ -45,14 +46,14 @@ metrics = "off"
 [[tenant]]
 name = "low"
 match = [{ cmdline = "^dbcage-test-low" }]
-storage = ["/dev/vdb"]
+storage = ["$disk"]
 [tenant.io]
 $1
 
 [[tenant]]
 name = "high"
 match = [{ cmdline = "^dbcage-test-high" }]
-storage = ["/dev/vdb"]
+storage = ["$disk"]
 [tenant.io]
 $2
 EOF
@@ -204,24 +205,7 @@ if [ -e $ROOT/high/io.latency ] || [ $IOLAT_KERNEL = 1 ]; then
     while [ ! -b /dev/nullb0 ] && [ $i -lt 50 ]; do /bin/sleep 0.1; i=$((i + 1)); done
     NB=$(cat /sys/class/block/nullb0/dev)
     lat_policy() { # lat_policy HIGH_IO_LINES: low floods, high reads, both on nullb0
-        cat >/tmp/protect.toml <<EOF
-[agent]
-parent = "root"
-root = "dbcage-test"
-metrics = "off"
-
-[[tenant]]
-name = "low"
-match = [{ cmdline = "^dbcage-test-low" }]
-storage = ["/dev/nullb0"]
-
-[[tenant]]
-name = "high"
-match = [{ cmdline = "^dbcage-test-high" }]
-storage = ["/dev/nullb0"]
-[tenant.io]
-$1
-EOF
+        policy "" "$1" /dev/nullb0
         out=$($D apply 2>&1) || fail lat_apply "apply: $out"
     }
     # nb_job TENANT RW DEPTH SECONDS OUT [JOBS]: fio on nullb0 in the tenant (JOBS synchronous
