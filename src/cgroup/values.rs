@@ -132,6 +132,13 @@ fn path_bytes(path: &Path) -> &[u8] {
     path.as_os_str().as_bytes()
 }
 
+/// A directory's bytes without a trailing `/` (the root `/` becomes empty: everything is
+/// under it).
+fn trimmed(dir: &Path) -> &[u8] {
+    let b = path_bytes(dir);
+    b.strip_suffix(b"/").unwrap_or(b)
+}
+
 impl Ord for ByBytes {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         path_bytes(&self.0).cmp(path_bytes(&other.0))
@@ -189,24 +196,23 @@ impl GroupDirs {
         self.set.iter().map(|k| &k.0)
     }
 
-    /// `dir`'s descendants (not `dir`), in byte order.
-    pub fn under<'a>(&'a self, dir: &Path) -> impl Iterator<Item = &'a GroupPath> + 'a {
-        let mut prefix = path_bytes(dir).to_vec();
-        if prefix.last() != Some(&b'/') {
-            prefix.push(b'/');
-        }
-        let range = self.set.range::<[u8], _>((
-            std::ops::Bound::Included(&prefix[..]),
-            std::ops::Bound::Unbounded,
-        ));
-        range
-            .take_while(move |k| path_bytes(&k.0).starts_with(&prefix))
+    /// `dir`'s descendants (not `dir`), in byte order. They sort after `dir`, among the paths
+    /// that begin with its bytes (with siblings such as `dir-x` and their subgroups, skipped);
+    /// no bound is built, so a walk's thousands of calls allocate nothing.
+    pub fn under<'a>(&'a self, dir: &'a Path) -> impl Iterator<Item = &'a GroupPath> + 'a {
+        let d = trimmed(dir);
+        (self.set)
+            .range::<[u8], _>((std::ops::Bound::Excluded(d), std::ops::Bound::Unbounded))
+            .take_while(move |k| path_bytes(&k.0).starts_with(d))
+            .filter(move |k| path_bytes(&k.0).get(d.len()) == Some(&b'/'))
             .map(|k| &k.0)
     }
 
     /// `dir`'s subgroups (its children only).
     pub fn children<'a>(&'a self, dir: &'a Path) -> impl Iterator<Item = &'a GroupPath> + 'a {
-        self.under(dir).filter(move |d| d.parent() == Some(dir))
+        let depth = trimmed(dir).len() + 1;
+        self.under(dir)
+            .filter(move |d| !path_bytes(d)[depth..].contains(&b'/'))
     }
 
     pub fn len(&self) -> usize {

@@ -9,9 +9,9 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use super::{
-    owner, propose, queue_requests, read_queue, read_record, record_path, restore_lines,
-    udev_iocost_properties, write_queue, write_record, Measured, MeasuredWrites, Model, Owner, Qos,
-    QueueLatency, QueueSetting, Record, RootFiles, MIN_VRATE, QUEUE_SCHEDULER,
+    owner, propose, queue_requests, read_nr_requests, read_queue, read_record, record_path,
+    restore_lines, udev_iocost_properties, write_queue, write_record, Measured, MeasuredWrites,
+    Model, Owner, Qos, QueueLatency, QueueSetting, Record, RootFiles, MIN_VRATE, QUEUE_SCHEDULER,
 };
 use crate::cgroup::{Controller, Setup, Version};
 use crate::hostfs::HostFs;
@@ -242,8 +242,8 @@ fn measure(args: &IocostArgs, target: &Path, out: &mut impl Write) -> Result<Mea
 /// 5% of the time spent waiting for one as saturation whatever the QoS line says (block/
 /// blk-iocost.c, RQ_WAIT_BUSY_PCT), so such a tenant alone is held near the min vrate.
 fn request_shortage(fs: &HostFs, d: &BlockDevice, jobs_max: usize) -> Option<String> {
+    let nr = read_nr_requests(fs, &d.name).ok()? as usize;
     let path = fs.path(format!("/sys/block/{}/queue/nr_requests", d.name));
-    let nr: usize = std::fs::read_to_string(&path).ok()?.trim().parse().ok()?;
     (nr < jobs_max).then(|| {
         format!(
             "{} has {nr} requests (nr_requests) for up to {jobs_max} IOs in flight: a tenant queueing deeper than {nr} waits for a request, which iocost counts as saturation whatever the QoS line says (more than 5% of the time waiting), so alone it runs near the min vrate ({}% of the model). With an IO scheduler the queue can hold more: `--apply --queue` gives it {QUEUE_SCHEDULER} and {} requests before measuring (--revert undoes it), as would echo {QUEUE_SCHEDULER} > /sys/block/{}/queue/scheduler; echo {} > {}",

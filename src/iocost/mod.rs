@@ -466,17 +466,21 @@ pub fn read_queue(fs: &HostFs, disk: &str) -> anyhow::Result<QueueSetting> {
     let text = std::fs::read_to_string(&sched_path)
         .with_context(|| format!("cannot read {}", sched_path.display()))?;
     let scheduler = parse_scheduler(&text).0.unwrap_or("none").to_string();
-    let nr_path = dir.join("nr_requests");
-    let nr = std::fs::read_to_string(&nr_path)
-        .with_context(|| format!("cannot read {}", nr_path.display()))?;
-    let nr_requests = nr
-        .trim()
-        .parse()
-        .with_context(|| format!("{}: `{}` is not a number", nr_path.display(), nr.trim()))?;
     Ok(QueueSetting {
         scheduler,
-        nr_requests,
+        nr_requests: read_nr_requests(fs, disk)?,
     })
+}
+
+/// A disk's number of requests (`/sys/block/NAME/queue/nr_requests`).
+pub fn read_nr_requests(fs: &HostFs, disk: &str) -> anyhow::Result<u32> {
+    use anyhow::Context;
+    let path = queue_dir(fs, disk).join("nr_requests");
+    let nr = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    nr.trim()
+        .parse()
+        .with_context(|| format!("{}: `{}` is not a number", path.display(), nr.trim()))
 }
 
 /// Sets a disk's scheduler, then its number of requests (a scheduler change resets it), and
