@@ -15,8 +15,10 @@
 #   caps5, caps3  the same cap at a fifth and a third (only the flood phase: B's IOPS and p99 and
 #           A's IOPS while A floods), to find the loosest cap that protects B as much as the
 #           weights do;
-#   weights `dbcage iocost --destructive --apply` on the disk, io.weight A 100, B 900 (B's
-#           share 90%);
+#   weights `dbcage iocost --destructive --apply` on the disk, io.weight A 75, B 925 (B's
+#           share 92.5%, 1:12.3: at 100:900 B's share is the 90% the target asks of it, so B
+#           met it only when the disk ran exactly at the model; until 2026-11-29 the bench used
+#           100:900);
 #   sched   the same after `dbcage iocost --destructive --apply --queue`, which gives the disk
 #           the mq-deadline scheduler and 64 requests before measuring it (with no scheduler it
 #           has 8, one per tag: a tenant 32 deep waits for a request, and iocost takes more than
@@ -27,7 +29,7 @@
 #   latency B's latency_target at 1.25x its p90 alone without control (blk-iolatency judges a
 #           fast disk by the share of requests that miss the target: more than a tenth, so the
 #           p90), no weights, iocost off;
-#   latwt   the weights (A 100, B 900 under iocost) plus that latency target;
+#   latwt   the weights (A 75, B 925 under iocost) plus that latency target;
 #   schedlat  sched plus that latency target.
 # For each: B alone (IOPS, p99), A alone (IOPS), A flooding while B reads (both), A and B both
 # reading (split), and iocost's vrate (the root's io.stat, 7 s into each phase). For none, caps,
@@ -41,6 +43,8 @@
 # at least the IOPS the weights left it.
 CG=/sys/fs/cgroup
 ROOT=$CG/dbcage-test
+WA=75
+WB=925
 P=0
 F=0
 pass() { echo "PASS $*"; P=$((P + 1)); }
@@ -182,10 +186,10 @@ if [ -e $ROOT/b/io.latency ]; then
 fi
 policy "" ""
 /bin/dbcage iocost /dev/nullb0 --step-time 500ms --destructive --apply 2>&1 | sed 's/^/INFO | /'
-policy "weight = 100" "weight = 900"
+policy "weight = $WA" "weight = $WB"
 measure weights
 if [ $HAS_IOLAT = 1 ]; then
-    policy "weight = 100" "weight = 900
+    policy "weight = $WA" "weight = $WB
 latency_target = \"${target}ms\""
     measure latwt
 fi
@@ -195,7 +199,7 @@ echo "INFO | nullb0: scheduler $(cat /sys/block/nullb0/queue/scheduler), nr_requ
 measure sched
 measure_light sched
 if [ $HAS_IOLAT = 1 ]; then
-    policy "weight = 100" "weight = 900
+    policy "weight = $WA" "weight = $WB
 latency_target = \"${target}ms\""
     measure schedlat
     measure_light schedlat
@@ -214,7 +218,7 @@ row weights
 [ $HAS_IOLAT = 1 ] && row latwt
 row sched
 [ $HAS_IOLAT = 1 ] && row schedlat
-echo "(caps, caps5, caps3: A read_iops = write_iops = $cap, $cap5, $cap3 (a tenth, a fifth, a third of B solo without control); weights: A 100, B 900 under dbcage iocost's model and qos; sched: the same after dbcage iocost --apply --queue, which gave the disk mq-deadline and 64 requests)"
+echo "(caps, caps5, caps3: A read_iops = write_iops = $cap, $cap5, $cap3 (a tenth, a fifth, a third of B solo without control); weights: A $WA, B $WB under dbcage iocost's model and qos; sched: the same after dbcage iocost --apply --queue, which gave the disk mq-deadline and 64 requests)"
 [ $HAS_IOLAT = 1 ] && echo "(latency: B's latency_target ${target}ms (B's p90 alone without control: $none_b_solo_p90 ms), iocost off; latwt, schedlat: weights, sched plus that target)"
 echo
 
@@ -225,9 +229,10 @@ targets() { # targets CONFIG [nosplit]: issue 24's targets for one protecting co
     r=$(pct "$a_solo" "$none_a_solo")
     if [ "$r" -ge 95 ]; then pass "$c a_alone" "A alone: $a_solo IOPS, $r% of its solo IOPS without control ($none_a_solo; caps: $caps_a_solo)"; else fail "$c a_alone" "A alone: $a_solo IOPS, $r% of its solo IOPS without control ($none_a_solo; want >= 95%)"; fi
     split=$(awk -v a="$a_both" -v b="$b_both" 'BEGIN { if (a > 0) printf "%.2f", b / a; else print 0 }')
+    want=$(awk -v a=$WA -v b=$WB 'BEGIN { r = b / a; printf "1:%.2f (1:%.2f-%.2f)", r, 0.9 * r, 1.1 * r }')
     if [ "$2" = nosplit ]; then
         echo "INFO $c split: both reading, A $a_both, B $b_both IOPS, 1:$split (no weights: not judged)"
-    elif awk -v s="$split" 'BEGIN { exit !(s >= 8.1 && s <= 9.9) }'; then pass "$c split" "both reading at 100:900: A $a_both, B $b_both IOPS, 1:$split (want 1:9 +-10%)"; else fail "$c split" "both reading at 100:900: A $a_both, B $b_both IOPS, 1:$split (want 1:8.1-9.9)"; fi
+    elif awk -v s="$split" -v a=$WA -v b=$WB 'BEGIN { r = b / a; exit !(s >= 0.9 * r && s <= 1.1 * r) }'; then pass "$c split" "both reading at $WA:$WB: A $a_both, B $b_both IOPS, 1:$split (want $want, +-10%)"; else fail "$c split" "both reading at $WA:$WB: A $a_both, B $b_both IOPS, 1:$split (want $want)"; fi
     # B's solo is B alone on the disk without control, not B alone under the weights
     r=$(pct "$b_flood" "$none_b_solo")
     p=$(awk -v f="$b_flood_p99" -v s="$none_b_solo_p99" 'BEGIN { if (s > 0) printf "%.2f", f / s; else print 99 }')

@@ -163,25 +163,41 @@ fn best_bps(steps: &[StepResult]) -> u64 {
 }
 
 /// The p95 (µs) at the smallest parallelism that reached 90% of the most IOPS (the latency the
-/// disk shows when it has just saturated), and at the deepest step.
+/// disk shows when it has just saturated), at the first step twice as deep (the target's), and
+/// at the deepest step.
 pub fn queue_latency(steps: &[StepResult]) -> QueueLatency {
     let best = steps.iter().map(|s| s.iops).fold(0.0, f64::max);
     let p95 = |s: &StepResult| s.latency_us.p95.round() as u64;
     let saturated = steps.iter().find(|s| s.iops >= 0.9 * best);
     let deepest = steps.iter().max_by_key(|s| s.parallelism);
+    let twice = saturated.map_or(0, |s| 2 * s.parallelism);
+    let target = steps
+        .iter()
+        .filter(|s| s.parallelism >= twice)
+        .min_by_key(|s| s.parallelism)
+        .or(deepest);
     QueueLatency {
         saturated_jobs: saturated.map_or(0, |s| s.parallelism),
         saturated_p95_us: saturated.map_or(0, p95),
+        target_jobs: target.map_or(0, |s| s.parallelism),
+        target_p95_us: target.map_or(0, p95),
         deepest_jobs: deepest.map_or(0, |s| s.parallelism),
         deepest_p95_us: deepest.map_or(0, p95),
     }
 }
 
 fn show_latency(l: &QueueLatency) -> String {
-    format!(
+    let mut s = format!(
         "p95 {} us at saturation ({} in flight), {} us at {} in flight",
-        l.saturated_p95_us, l.saturated_jobs, l.deepest_p95_us, l.deepest_jobs
-    )
+        l.saturated_p95_us, l.saturated_jobs, l.target_p95_us, l.target_jobs
+    );
+    if l.deepest_jobs != l.target_jobs {
+        s.push_str(&format!(
+            ", {} us at {} in flight",
+            l.deepest_p95_us, l.deepest_jobs
+        ));
+    }
+    s
 }
 
 fn measure(args: &IocostArgs, target: &Path, out: &mut impl Write) -> Result<Measured> {

@@ -35,6 +35,8 @@ fn proposes_only_the_measured_keys() {
         rlat: QueueLatency {
             saturated_jobs: 8,
             saturated_p95_us: 2700,
+            target_jobs: 16,
+            target_p95_us: 5_234,
             deepest_jobs: 32,
             deepest_p95_us: 10_234,
         },
@@ -47,10 +49,10 @@ fn proposes_only_the_measured_keys() {
     );
     assert_eq!(
         p.qos_line,
-        "254:16 enable=1 ctrl=user rpct=90.00 rlat=10300 min=50.00 max=100.00"
+        "254:16 enable=1 ctrl=user rpct=90.00 rlat=5300 min=50.00 max=115.00"
     );
     // each number of the QoS line says where it comes from
-    for key in ["rlat=10300", "pct=90.00", "min=50.00", "max=100.00"] {
+    for key in ["rlat=5300", "pct=90.00", "min=50.00", "max=115.00"] {
         assert!(
             p.why.iter().any(|w| w.starts_with(key)),
             "{key} in {:?}",
@@ -58,10 +60,24 @@ fn proposes_only_the_measured_keys() {
         );
     }
     assert!(
-        p.why[0].contains("32 in flight")
-            && p.why[0].contains("saturated at 8 in flight, p95 2.7 ms"),
+        p.why[0].contains("with 16 in flight, twice the 8 at which the disk saturated (p95 2.7 ms; 10.2 ms at the probe's deepest queue, 32)"),
         "{}",
         p.why[0]
+    );
+    // a probe that stopped at the saturation depth says so, and how to go deeper
+    let shallow = QueueLatency {
+        saturated_jobs: 8,
+        saturated_p95_us: 540,
+        target_jobs: 8,
+        target_p95_us: 540,
+        deepest_jobs: 8,
+        deepest_p95_us: 540,
+    };
+    let s = propose(DEV, &Measured { rlat: shallow, ..m });
+    assert!(
+        s.why[0].starts_with("rlat=600: the p95 of 4 KiB random reads with 8 in flight, the probe's deepest step, where twice the 8 at which the disk saturated (p95 0.5 ms) would be deeper: a larger --jobs-max measures it"),
+        "{}",
+        s.why[0]
     );
     let w = propose(
         DEV,
@@ -76,7 +92,7 @@ fn proposes_only_the_measured_keys() {
         },
     );
     assert!(w.model_line.ends_with(" wbps=100 wseqiops=2 wrandiops=3"));
-    assert!(w.qos_line.ends_with(" max=100.00 wpct=90.00 wlat=100"));
+    assert!(w.qos_line.ends_with(" max=115.00 wpct=90.00 wlat=100"));
     assert!(w.why.iter().any(|w| w.starts_with("wlat=100")));
 }
 
@@ -210,17 +226,19 @@ fn record_round_trips() {
 }
 
 #[test]
-fn latency_target_is_the_deepest_queues_p95() {
+fn latency_target_is_the_p95_at_twice_the_saturation_depth() {
     let l = QueueLatency {
         saturated_jobs: 8,
         saturated_p95_us: 2650,
+        target_jobs: 16,
+        target_p95_us: 5_401,
         deepest_jobs: 32,
         deepest_p95_us: 10_801,
     };
-    assert_eq!(l.target_us(), 10_900);
-    // a disk that got slower at depth than at saturation (a noisy probe) keeps the larger
+    assert_eq!(l.target_us(), 5_500);
+    // a disk that got faster at depth than at saturation (a noisy probe) keeps the larger
     let noisy = QueueLatency {
-        deepest_p95_us: 900,
+        target_p95_us: 900,
         ..l
     };
     assert_eq!(noisy.target_us(), 2700);
@@ -254,7 +272,7 @@ fn step(parallelism: usize, iops: f64, p95_us: f64) -> crate::probe::report::Ste
 }
 
 #[test]
-fn queue_latency_takes_saturation_and_the_deepest_step() {
+fn queue_latency_takes_saturation_twice_its_depth_and_the_deepest_step() {
     // null_blk with 8 tags and a 2 ms timer, as the probe saw it on a quiet host
     let steps = [
         step(1, 480.0, 2300.0),
@@ -269,9 +287,35 @@ fn queue_latency_takes_saturation_and_the_deepest_step() {
         QueueLatency {
             saturated_jobs: 8,
             saturated_p95_us: 2700,
+            target_jobs: 16,
+            target_p95_us: 5300,
             deepest_jobs: 32,
             deepest_p95_us: 10_700,
         }
+    );
+    // a disk that saturates past half the deepest step: the target is the deepest step's
+    let late = &steps[..5];
+    let l = command::queue_latency(late);
+    assert_eq!((l.saturated_jobs, l.target_jobs), (8, 16));
+    let slow = [
+        step(1, 300.0, 3000.0),
+        step(2, 900.0, 2200.0),
+        step(4, 1000.0, 4000.0),
+    ];
+    let l = command::queue_latency(&slow);
+    assert_eq!(
+        (l.saturated_jobs, l.target_jobs, l.target_p95_us),
+        (2, 4, 4000)
+    );
+    let last = [
+        step(1, 300.0, 3000.0),
+        step(2, 600.0, 3000.0),
+        step(4, 1200.0, 3100.0),
+    ];
+    let l = command::queue_latency(&last);
+    assert_eq!(
+        (l.saturated_jobs, l.target_jobs, l.target_p95_us),
+        (4, 4, 3100)
     );
     assert_eq!(command::queue_latency(&[]), QueueLatency::default());
 }
