@@ -293,29 +293,51 @@ fn queue_latency_takes_saturation_twice_its_depth_and_the_deepest_step() {
             deepest_p95_us: 10_700,
         }
     );
-    // a disk that saturates past half the deepest step: the target is the deepest step's
-    let late = &steps[..5];
-    let l = command::queue_latency(late);
-    assert_eq!((l.saturated_jobs, l.target_jobs), (8, 16));
-    let slow = [
-        step(1, 300.0, 3000.0),
-        step(2, 900.0, 2200.0),
-        step(4, 1000.0, 4000.0),
+    // steps as (jobs, IOPS, p95 us); then the saturation depth, target depth, target p95
+    type Probe = &'static [(usize, f64, f64)];
+    let cases: [(Probe, usize, usize, u64); 3] = [
+        // a probe that stopped at twice the saturation depth
+        (
+            &[
+                (4, 1850.0, 2400.0),
+                (8, 3150.0, 2700.0),
+                (16, 3230.0, 5300.0),
+            ],
+            8,
+            16,
+            5300,
+        ),
+        // the first step twice as deep is the target, not the deepest
+        (
+            &[
+                (1, 300.0, 3000.0),
+                (2, 900.0, 2200.0),
+                (4, 1000.0, 4000.0),
+                (8, 990.0, 9000.0),
+            ],
+            2,
+            4,
+            4000,
+        ),
+        // saturated only at the deepest step: the deepest step is the target
+        (
+            &[(1, 300.0, 3000.0), (2, 600.0, 3000.0), (4, 1200.0, 3100.0)],
+            4,
+            4,
+            3100,
+        ),
     ];
-    let l = command::queue_latency(&slow);
-    assert_eq!(
-        (l.saturated_jobs, l.target_jobs, l.target_p95_us),
-        (2, 4, 4000)
-    );
-    let last = [
-        step(1, 300.0, 3000.0),
-        step(2, 600.0, 3000.0),
-        step(4, 1200.0, 3100.0),
-    ];
-    let l = command::queue_latency(&last);
-    assert_eq!(
-        (l.saturated_jobs, l.target_jobs, l.target_p95_us),
-        (4, 4, 3100)
-    );
+    for (probe, saturated, target, p95) in cases {
+        let steps: Vec<_> = probe
+            .iter()
+            .map(|&(j, iops, p95)| step(j, iops, p95))
+            .collect();
+        let l = command::queue_latency(&steps);
+        assert_eq!(
+            (l.saturated_jobs, l.target_jobs, l.target_p95_us),
+            (saturated, target, p95),
+            "{probe:?}"
+        );
+    }
     assert_eq!(command::queue_latency(&[]), QueueLatency::default());
 }
