@@ -36,7 +36,7 @@
 # sched (and schedlat) also B light: its 32 tasks rate-limited to a quarter of B's solo IOPS
 # without control, alone and under A's flood (B at depth 32 saturates the disk, so the flood
 # phase cannot show what weights leave A that a cap set for B's peak does not). Each phase runs
-# fio for 8 s after 2 s of ramp. Prints a table, then issue 24's targets as PASS/FAIL lines, and
+# fio for 8 s (SECONDS_PER_PHASE) after 2 s of ramp. Prints a table, then issue 24's targets as PASS/FAIL lines, and
 # "N passed, N failed". The targets' baselines are the issue's: B's and A's solo figures are
 # those without control (a tenant alone on the disk), and the weights' work conservation is A's
 # throughput while flooding, against A flooding under the loosest cap of the sweep that leaves B
@@ -45,6 +45,9 @@ CG=/sys/fs/cgroup
 ROOT=$CG/dbcage-test
 WA=75
 WB=925
+# each phase's measured seconds (after 2 s of ramp); bench/protect-table.sh rewrites this line
+# when DBCAGE_TABLE_SECONDS is set
+SECONDS_PER_PHASE=8
 P=0
 F=0
 pass() { echo "PASS $*"; P=$((P + 1)); }
@@ -88,7 +91,7 @@ ln -sf "$(command -v fio)" /tmp/dbcage-test-b
 job() { # job TENANT RW OFFSET OUT [FIO_OPTION]
     $D exec "$1" -- "/tmp/dbcage-test-$1" --name="dbcage-test-$1" --filename=/dev/nullb0 --rw="$2" \
         --bs=4k --direct=1 --ioengine=psync --numjobs=32 --group_reporting --offset="$3" --size=256M \
-        --time_based --ramp_time=2 --runtime=8 --output-format=terse --terse-version=3 $5 >"$4" 2>&1
+        --time_based --ramp_time=2 --runtime=$SECONDS_PER_PHASE --output-format=terse --terse-version=3 $5 >"$4" 2>&1
 }
 riops() { cut -d';' -f8 "$1" | cut -d. -f1; }
 wiops() { cut -d';' -f49 "$1" | cut -d. -f1; }
