@@ -35,7 +35,8 @@
 # reading (split), and iocost's vrate (the root's io.stat, 7 s into each phase). For none, caps,
 # sched (and schedlat) also B light: its 32 tasks rate-limited to a quarter of B's solo IOPS
 # without control, alone and under A's flood (B at depth 32 saturates the disk, so the flood
-# phase cannot show what weights leave A that a cap set for B's peak does not). Each phase runs
+# phase cannot show what weights leave A that a cap set for B's peak does not), and sched a second
+# split, both reading at 100:300 (split3: see there). Each phase runs
 # fio for 8 s (SECONDS_PER_PHASE) after 2 s of ramp. Prints a table, then issue 24's targets as PASS/FAIL lines, and
 # "N passed, N failed". The targets' baselines are the issue's: B's and A's solo figures are
 # those without control (a tenant alone on the disk), and the weights' work conservation is A's
@@ -152,6 +153,18 @@ measure_light() {
     wait $j
     eval "${c}_bl_flood=$(riops /tmp/bl2) ${c}_bl_flood_p99=$(rp99_ms /tmp/bl2) ${c}_al_flood=$(wiops /tmp/al2)"
 }
+# split3 CONFIG: both reading at weights 100:300 (the issue's example ratio), under the same
+# iocost settings: at 75:925 B's 32 tasks cannot always use their share (B is held by its own
+# depth, and iocost lends what it leaves to A), so the steep split shows the lending as much as
+# the weights
+split3() {
+    policy "weight = 100" "weight = 300"
+    job b randread 0 /tmp/b3 &
+    j=$!
+    job a randread 256M /tmp/a3
+    wait $j
+    eval "${1}_b_both3=$(riops /tmp/b3) ${1}_a_both3=$(riops /tmp/a3)"
+}
 light_row() { # light_row CONFIG
     eval "echo \"$1 | \$${1}_bl_solo | \$${1}_bl_solo_p99 | \$${1}_bl_flood | \$${1}_bl_flood_p99 | \$${1}_al_flood\""
 }
@@ -201,6 +214,8 @@ fi
 echo "INFO | nullb0: scheduler $(cat /sys/block/nullb0/queue/scheduler), nr_requests $(cat /sys/block/nullb0/queue/nr_requests)"
 measure sched
 measure_light sched
+split3 sched
+policy "weight = $WA" "weight = $WB"
 if [ $HAS_IOLAT = 1 ]; then
     policy "weight = $WA" "weight = $WB
 latency_target = \"${target}ms\""
@@ -261,6 +276,10 @@ targets weights
 [ $HAS_IOLAT = 1 ] && targets latwt
 targets sched
 [ $HAS_IOLAT = 1 ] && targets schedlat
+a3=$sched_a_both3
+b3=$sched_b_both3
+r3=$(awk -v a="$a3" -v b="$b3" 'BEGIN { if (a > 0) printf "%.2f", b / a; else print 0 }')
+if awk -v s="$r3" 'BEGIN { exit !(s >= 2.7 && s <= 3.3) }'; then pass "sched split3" "both reading at 100:300: A $a3, B $b3 IOPS, 1:$r3 (want 1:3 +-10%)"; else fail "sched split3" "both reading at 100:300: A $a3, B $b3 IOPS, 1:$r3 (want 1:2.7-3.3)"; fi
 
 echo
 echo "B light: B's 32 tasks asking $light IOPS together (a quarter of B solo without control), alone and while A floods"

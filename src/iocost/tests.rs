@@ -79,6 +79,13 @@ fn proposes_only_the_measured_keys() {
         "{}",
         s.why[0]
     );
+    // and iocost stays at the model: tenants as deep as the probe would never miss that target
+    assert!(
+        s.qos_line.ends_with(" min=50.00 max=100.00"),
+        "{}",
+        s.qos_line
+    );
+    assert!(s.why.iter().any(|w| w.starts_with("max=100.00: ")));
     let w = propose(
         DEV,
         &Measured {
@@ -92,7 +99,12 @@ fn proposes_only_the_measured_keys() {
         },
     );
     assert!(w.model_line.ends_with(" wbps=100 wseqiops=2 wrandiops=3"));
-    assert!(w.qos_line.ends_with(" max=115.00 wpct=90.00 wlat=100"));
+    // the write target sits at the probe's deepest queue (here both are 0): no room above the model
+    assert!(w.qos_line.ends_with(" max=100.00 wpct=90.00 wlat=100"));
+    assert!(w
+        .why
+        .iter()
+        .any(|w| w.starts_with("max=100.00: iocost never issues more")));
     assert!(w.why.iter().any(|w| w.starts_with("wlat=100")));
 }
 

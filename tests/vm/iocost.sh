@@ -4,7 +4,8 @@
 # - without --apply it measures vdb, prints the proposed io.cost.model/io.cost.qos lines and
 #   writes nothing;
 # - --apply writes them (ctrl=user, the measured rbps, rpct=90, the p95 at twice the depth where
-#   the disk saturated as rlat, min=50 max=115, each number shown with its reason) and keeps a
+#   the disk saturated as rlat, min=50, max=115 or, with that target at the probe's deepest
+#   queue, 100, each number shown with its reason) and keeps a
 #   record; a second --apply over its own values is accepted;
 # - the weights bind under the proposed model on a disk of fixed capacity: null_blk with a 2 ms
 #   timer and 8 tags (4000 IOPS at most), `dbcage iocost --apply` on it, then two direct 4 KiB
@@ -50,7 +51,7 @@ echo "$out" | sed 's/^/INFO | /'
 if [ $rc -eq 0 ] && echo "$out" | grep -q "proposed $CG/io.cost.model: $VDB ctrl=user model=linear rbps=" &&
     echo "$out" | grep -q "proposed $CG/io.cost.qos: $VDB enable=1 ctrl=user rpct=90.00 rlat=" &&
     echo "$out" | grep -q "^    rlat=[0-9]*: the p95 of 4 KiB random reads with [0-9]* in flight" &&
-    echo "$out" | grep -q "^    min=50.00: " && echo "$out" | grep -q "^    max=115.00: " &&
+    echo "$out" | grep -q "^    min=50.00: " && echo "$out" | grep -Eq "^    max=(115|100).00: " &&
     [ "$(line io.cost.qos "$VDB")" = "$before_q" ] && [ "$(line io.cost.model "$VDB")" = "$before_m" ]; then
     pass show_only "proposed lines shown, io.cost.qos/model unchanged ([$before_q])"
 else
@@ -63,16 +64,21 @@ rc=$?
 echo "$out" | sed 's/^/INFO | /'
 want_rbps=$(echo "$out" | sed -n "s/.*proposed .*io.cost.model: .* rbps=\([0-9]*\).*/\1/p")
 want_rlat=$(echo "$out" | sed -n "s/.*proposed .*io.cost.qos: .* rlat=\([0-9]*\).*/\1/p")
+# max=115 only when the read target sits below the probe's deepest queue (--jobs-max 8 here)
+want_max=$(echo "$out" | sed -n "s/.*proposed .*io.cost.qos: .* max=\([0-9.]*\).*/\1/p")
+want_deep=115.00
+echo "$out" | grep "rlat=[0-9]*: the p95 of 4 KiB random reads with 8 in flight" >/dev/null && want_deep=100.00
+[ "$want_max" = "$want_deep" ] || want_max="$want_max (proposed; want $want_deep)"
 info "io.cost.model: $(line io.cost.model "$VDB")"
 info "io.cost.qos: $(line io.cost.qos "$VDB")"
 if [ $rc -eq 0 ] && [ -n "$want_rbps" ] && [ "$(key io.cost.model "$VDB" rbps)" = "$want_rbps" ] &&
     [ "$(key io.cost.model "$VDB" ctrl)" = user ] && [ "$(key io.cost.qos "$VDB" enable)" = 1 ] &&
     [ "$(key io.cost.qos "$VDB" rpct)" = 90.00 ] && [ "$(key io.cost.qos "$VDB" rlat)" = "$want_rlat" ] &&
-    [ "$(key io.cost.qos "$VDB" min)" = 50.00 ] && [ "$(key io.cost.qos "$VDB" max)" = 115.00 ] &&
+    [ "$(key io.cost.qos "$VDB" min)" = 50.00 ] && [ "$(key io.cost.qos "$VDB" max)" = "$want_max" ] &&
     [ -f "/run/dbcage/iocost/$VDB.json" ]; then
-    pass apply "model rbps=$want_rbps ctrl=user, qos enable=1 rpct=90.00 rlat=$want_rlat min=50.00 max=115.00, record kept"
+    pass apply "model rbps=$want_rbps ctrl=user, qos enable=1 rpct=90.00 rlat=$want_rlat min=50.00 max=$want_max (the read target at 8 in flight, the probe's deepest: 100.00; below it: 115.00), record kept"
 else
-    fail apply "exit $rc, want rbps=$want_rbps rlat=$want_rlat"
+    fail apply "exit $rc, want rbps=$want_rbps rlat=$want_rlat max=$want_max"
 fi
 
 # (3) the weights bind under dbcage's model on a disk of fixed capacity (null_blk, 2 ms timer)
