@@ -35,10 +35,10 @@
 # reading (split), and iocost's vrate (the root's io.stat, 7 s into each phase). For none, caps,
 # sched (and schedlat) also B light: its 32 tasks rate-limited to a quarter of B's solo IOPS
 # without control, alone and under A's flood (B at depth 32 saturates the disk, so the flood
-# phase cannot show what weights leave A that a cap set for B's peak does not), and sched a second
-# split, both reading at 100:300 (split3: see there). Each phase runs
-# fio for 8 s (SECONDS_PER_PHASE) after 2 s of ramp. Prints a table, then issue 24's targets as PASS/FAIL lines, and
-# "N passed, N failed". The targets' baselines are the issue's: B's and A's solo figures are
+# phase cannot show what weights leave A that a cap set for B's peak does not), and sched a
+# second split, both reading at 100:300 (split3: see there). Each phase runs fio for 8 s
+# (SECONDS_PER_PHASE) after 2 s of ramp. Prints a table, then issue 24's targets as PASS/FAIL
+# lines, and "N passed, N failed". The targets' baselines are the issue's: B's and A's solo figures are
 # those without control (a tenant alone on the disk), and the weights' work conservation is A's
 # throughput while flooding, against A flooding under the loosest cap of the sweep that leaves B
 # at least the IOPS the weights left it.
@@ -215,7 +215,6 @@ echo "INFO | nullb0: scheduler $(cat /sys/block/nullb0/queue/scheduler), nr_requ
 measure sched
 measure_light sched
 split3 sched
-policy "weight = $WA" "weight = $WB"
 if [ $HAS_IOLAT = 1 ]; then
     policy "weight = $WA" "weight = $WB
 latency_target = \"${target}ms\""
@@ -241,16 +240,23 @@ echo "(caps, caps5, caps3: A read_iops = write_iops = $cap, $cap5, $cap3 (a tent
 echo
 
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.0f", 100 * a / b; else print 0 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0) printf "%.2f", b / a; else print 0 }'; }
+judge_split() { # judge_split NAME A_IOPS B_IOPS A_WEIGHT B_WEIGHT: B:A within +-10% of the weights
+    s=$(ratio "$2" "$3")
+    want=$(awk -v a="$4" -v b="$5" 'BEGIN { r = b / a; printf "1:%.2f (1:%.2f-%.2f)", r, 0.9 * r, 1.1 * r }')
+    line="both reading at $4:$5: A $2, B $3 IOPS, 1:$s (want $want)"
+    if awk -v s="$s" -v a="$4" -v b="$5" 'BEGIN { r = b / a; exit !(s >= 0.9 * r && s <= 1.1 * r) }'; then pass "$1" "$line"; else fail "$1" "$line"; fi
+}
 targets() { # targets CONFIG [nosplit]: issue 24's targets for one protecting configuration
     c=$1
     eval "a_solo=\$${c}_a_solo b_solo=\$${c}_b_solo b_flood=\$${c}_b_flood b_flood_p99=\$${c}_b_flood_p99 a_flood=\$${c}_a_flood a_both=\$${c}_a_both b_both=\$${c}_b_both"
     r=$(pct "$a_solo" "$none_a_solo")
     if [ "$r" -ge 95 ]; then pass "$c a_alone" "A alone: $a_solo IOPS, $r% of its solo IOPS without control ($none_a_solo; caps: $caps_a_solo)"; else fail "$c a_alone" "A alone: $a_solo IOPS, $r% of its solo IOPS without control ($none_a_solo; want >= 95%)"; fi
-    split=$(awk -v a="$a_both" -v b="$b_both" 'BEGIN { if (a > 0) printf "%.2f", b / a; else print 0 }')
-    want=$(awk -v a=$WA -v b=$WB 'BEGIN { r = b / a; printf "1:%.2f (1:%.2f-%.2f)", r, 0.9 * r, 1.1 * r }')
     if [ "$2" = nosplit ]; then
-        echo "INFO $c split: both reading, A $a_both, B $b_both IOPS, 1:$split (no weights: not judged)"
-    elif awk -v s="$split" -v a=$WA -v b=$WB 'BEGIN { r = b / a; exit !(s >= 0.9 * r && s <= 1.1 * r) }'; then pass "$c split" "both reading at $WA:$WB: A $a_both, B $b_both IOPS, 1:$split (want $want, +-10%)"; else fail "$c split" "both reading at $WA:$WB: A $a_both, B $b_both IOPS, 1:$split (want $want)"; fi
+        echo "INFO $c split: both reading, A $a_both, B $b_both IOPS, 1:$(ratio "$a_both" "$b_both") (no weights: not judged)"
+    else
+        judge_split "$c split" "$a_both" "$b_both" $WA $WB
+    fi
     # B's solo is B alone on the disk without control, not B alone under the weights
     r=$(pct "$b_flood" "$none_b_solo")
     p=$(awk -v f="$b_flood_p99" -v s="$none_b_solo_p99" 'BEGIN { if (s > 0) printf "%.2f", f / s; else print 99 }')
@@ -276,10 +282,7 @@ targets weights
 [ $HAS_IOLAT = 1 ] && targets latwt
 targets sched
 [ $HAS_IOLAT = 1 ] && targets schedlat
-a3=$sched_a_both3
-b3=$sched_b_both3
-r3=$(awk -v a="$a3" -v b="$b3" 'BEGIN { if (a > 0) printf "%.2f", b / a; else print 0 }')
-if awk -v s="$r3" 'BEGIN { exit !(s >= 2.7 && s <= 3.3) }'; then pass "sched split3" "both reading at 100:300: A $a3, B $b3 IOPS, 1:$r3 (want 1:3 +-10%)"; else fail "sched split3" "both reading at 100:300: A $a3, B $b3 IOPS, 1:$r3 (want 1:2.7-3.3)"; fi
+judge_split "sched split3" "$sched_a_both3" "$sched_b_both3" 100 300
 
 echo
 echo "B light: B's 32 tasks asking $light IOPS together (a quarter of B solo without control), alone and while A floods"

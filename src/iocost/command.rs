@@ -186,16 +186,21 @@ pub fn queue_latency(steps: &[StepResult]) -> QueueLatency {
     }
 }
 
-fn show_latency(l: &QueueLatency) -> String {
+/// The saturation point, then the target's and the deepest step's where they are other steps.
+pub(super) fn show_latency(l: &QueueLatency) -> String {
     let mut s = format!(
-        "p95 {} us at saturation ({} in flight), {} us at {} in flight",
-        l.saturated_p95_us, l.saturated_jobs, l.target_p95_us, l.target_jobs
+        "p95 {} us at saturation ({} in flight)",
+        l.saturated_p95_us, l.saturated_jobs
     );
-    if l.deepest_jobs != l.target_jobs {
-        s.push_str(&format!(
-            ", {} us at {} in flight",
-            l.deepest_p95_us, l.deepest_jobs
-        ));
+    let mut shown = l.saturated_jobs;
+    for (p95, jobs) in [
+        (l.target_p95_us, l.target_jobs),
+        (l.deepest_p95_us, l.deepest_jobs),
+    ] {
+        if jobs != shown {
+            s.push_str(&format!(", {p95} us at {jobs} in flight"));
+            shown = jobs;
+        }
     }
     s
 }

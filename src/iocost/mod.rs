@@ -12,10 +12,9 @@
 //!   takes the disk as saturated when the rpct-th percentile of read completion latency passes
 //!   rlat (µs), and then slows every group down (vrate, bounded by min and max percent of the
 //!   model; dbcage proposes 50 and 115, or 100 when a target sits at the probe's deepest
-//!   queue, see `PROPOSED_VRATE`). The latency targets are the
-//!   probe's p95 with twice the saturation's depth in flight, so that a tenant alone queueing
-//!   that deep is not taken for saturation (see `PROPOSED_PCT`); `propose` says why for each
-//!   number.
+//!   queue, see `max_vrate`). The latency targets are the probe's p95 with twice the
+//!   saturation's depth in flight, so that a tenant alone queueing that deep is not taken for
+//!   saturation (see `PROPOSED_PCT`); `propose` says why for each number.
 //!
 //! The kernel overlays a written line on the disk's current values, so dbcage writes only the
 //! keys it measured (reads always; writes only with `--destructive` on an unused device) and
@@ -187,7 +186,7 @@ impl QueueLatency {
 }
 
 /// Why the latency targets sit at twice the saturation depth (printed with the proposal).
-pub const TARGET_DEPTH_WHY: &str = "iocost times a request from its allocation, the wait in the scheduler and for a device tag included, and lowers vrate while more than 10% of IOs miss the target: at this depth the disk already runs flat out, so a tenant alone queueing deeper is held back in iocost (in weight order) with no throughput lost, and iocost brings vrate down to what the disk really does whenever the tenants together queue deeper. In the test VM (null_blk, mq-deadline, 64 requests) at the p95 of the deepest queue (32) vrate sat at max whatever the disk did and a protected reader at weight 900 kept 83-91% of its solo IOPS under a flood; at the saturation p95 one reader alone lost 7%";
+const TARGET_DEPTH_WHY: &str = "iocost times a request from its allocation, the wait in the scheduler and for a device tag included, and lowers vrate while more than 10% of IOs miss the target: at this depth the disk already runs flat out, so a tenant alone queueing deeper is held back in iocost (in weight order) with no throughput lost, and iocost brings vrate down to what the disk really does whenever the tenants together queue deeper. In the test VM (null_blk, mq-deadline, 64 requests) at the p95 of the deepest queue (32) vrate sat at max whatever the disk did and a protected reader at weight 900 kept 83-91% of its solo IOPS under a flood; at the saturation p95 one reader alone lost 7%";
 
 /// The lines dbcage proposes for one disk: only the keys it measured, so the kernel keeps the
 /// rest (it overlays a write on the disk's current values); `why` says where each number of
@@ -206,27 +205,31 @@ pub struct Proposal {
 /// often, and iocost holds their IOs back by weight.
 pub const PROPOSED_PCT: u32 = 9000;
 
-/// The vrate bounds dbcage proposes, in hundredths of a percent.
-///
-/// `max`: see [`MAX_VRATE_WHY`] (and [`MAX_VRATE_AT_MODEL_WHY`] for the probe that found no
-/// target below its deepest queue). `min`: see [`MIN_VRATE_WHY`].
-pub const PROPOSED_VRATE: (u32, u32) = (MIN_VRATE, 11500);
+/// The upper vrate bound dbcage proposes, in hundredths of a percent, when every latency target
+/// sits below the probe's deepest queue; why: [`MAX_ABOVE_MODEL_WHY`].
+pub const MAX_VRATE_ABOVE_MODEL: u32 = 11500;
 
-/// The upper vrate bound when a latency target sits at the probe's deepest queue.
+/// The upper vrate bound when a latency target sits at the probe's deepest queue; why:
+/// [`MAX_AT_MODEL_WHY`].
 pub const MAX_VRATE_AT_MODEL: u32 = 10000;
 
-/// Why `max=100.00` when a target sits at the deepest queue the probe ran.
-pub const MAX_VRATE_AT_MODEL_WHY: &str = "max=100.00: iocost never issues more than the model. A latency target here sits at the deepest queue the probe ran, where tenants queueing as deep never miss it, so above the model vrate would stay at its max while they fill the disk and the weights would not bind (measured in the test VM: a target at 32 in flight with max=115 let two readers at 75 and 925 split 1:4.5). A larger --jobs-max measures a deeper queue, and then the target sits below it and max=115.00 is proposed";
+/// Why iocost may run above the model (printed after `max=115.00: `).
+const MAX_ABOVE_MODEL_WHY: &str = "iocost may issue up to 15% more than the model while the latency targets hold, and no more. The probe's model is a few percent under what a busy database's many tasks get from the same disk (4-13% under 32 tasks of fio in the test VM, under mq-deadline): at max=100 a tenant alone got 87-91% of the disk there, and a protected tenant under a neighbour's flood 83-89% of its solo IOPS; at 115 they got 96-111% and 91-98%, and the latency targets brought vrate back to 98-109% when the two tenants together filled the disk, so the weights still split it (1:8.7 at 100:900, 1:11.4 at 75:925). The kernel's default, 10000.00, lets vrate run far past the model while latencies are met, and the weights never bind (two readers at 100 and 300 split 1:0.96)";
 
-/// Whether the targets let iocost run above the model: each sits below the deepest queue the
-/// probe ran, so tenants that fill the disk deeper than that miss it and vrate comes down.
-fn targets_below_deepest(m: &Measured) -> bool {
+/// Why iocost stays at the model (printed after `max=100.00: `).
+const MAX_AT_MODEL_WHY: &str = "iocost never issues more than the model. A latency target here sits at the deepest queue the probe ran, where tenants queueing as deep never miss it, so above the model vrate would stay at its max while they fill the disk and the weights would not bind (measured in the test VM: a target at 32 in flight with max=115 let two readers at 75 and 925 split 1:4.5). A larger --jobs-max measures a deeper queue, and then the target sits below it and max=115.00 is proposed";
+
+/// The upper vrate bound for these measurements, and why. Above the model only when every
+/// target sits below the deepest queue the probe ran: tenants that fill the disk deeper than
+/// that miss it, and vrate comes down.
+fn max_vrate(m: &Measured) -> (u32, &'static str) {
     let below = |l: &QueueLatency| l.target_jobs < l.deepest_jobs;
-    below(&m.rlat) && m.writes.as_ref().is_none_or(|w| below(&w.wlat))
+    if below(&m.rlat) && m.writes.as_ref().is_none_or(|w| below(&w.wlat)) {
+        (MAX_VRATE_ABOVE_MODEL, MAX_ABOVE_MODEL_WHY)
+    } else {
+        (MAX_VRATE_AT_MODEL, MAX_AT_MODEL_WHY)
+    }
 }
-
-/// Why `max=115.00` (printed with the proposal).
-pub const MAX_VRATE_WHY: &str = "max=115.00: iocost may issue up to 15% more than the model while the latency targets hold, and no more. The probe's model is a few percent under what a busy database's many tasks get from the same disk (4-13% under 32 tasks of fio in the test VM, under mq-deadline): at max=100 a tenant alone got 87-91% of the disk there, and a protected tenant under a neighbour's flood 83-89% of its solo IOPS; at 115 they got 96-111% and 91-98%, and the latency targets brought vrate back to 98-109% when the two tenants together filled the disk, so the weights still split it (1:8.7 at 100:900, 1:11.4 at 75:925). The kernel's default, 10000.00, lets vrate run far past the model while latencies are met, and the weights never bind (two readers at 100 and 300 split 1:0.96)";
 
 /// The lower vrate bound dbcage proposes, in hundredths of a percent; why: [`MIN_VRATE_WHY`].
 pub const MIN_VRATE: u32 = 5000;
@@ -269,12 +272,7 @@ fn latency_why(key: &str, what: &str, l: &QueueLatency) -> String {
 }
 
 pub fn propose(dev: DevNum, m: &Measured) -> Proposal {
-    let above_model = targets_below_deepest(m);
-    let max_vrate = if above_model {
-        PROPOSED_VRATE.1
-    } else {
-        MAX_VRATE_AT_MODEL
-    };
+    let (max, max_why) = max_vrate(m);
     let mut model = format!(
         "{dev} ctrl=user model=linear rbps={} rseqiops={} rrandiops={}",
         m.rbps, m.rseqiops, m.rrandiops
@@ -283,8 +281,8 @@ pub fn propose(dev: DevNum, m: &Measured) -> Proposal {
         "{dev} enable=1 ctrl=user rpct={} rlat={} min={} max={}",
         show_hundredths(PROPOSED_PCT),
         m.rlat.target_us(),
-        show_hundredths(PROPOSED_VRATE.0),
-        show_hundredths(max_vrate)
+        show_hundredths(MIN_VRATE),
+        show_hundredths(max)
     );
     let mut why = vec![latency_why("rlat", "read", &m.rlat)];
     if let Some(w) = &m.writes {
@@ -304,14 +302,7 @@ pub fn propose(dev: DevNum, m: &Measured) -> Proposal {
         show_hundredths(PROPOSED_PCT)
     ));
     why.push(MIN_VRATE_WHY.to_string());
-    why.push(
-        if above_model {
-            MAX_VRATE_WHY
-        } else {
-            MAX_VRATE_AT_MODEL_WHY
-        }
-        .to_string(),
-    );
+    why.push(format!("max={}: {max_why}", show_hundredths(max)));
     Proposal {
         model_line: model,
         qos_line: qos,

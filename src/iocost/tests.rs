@@ -353,3 +353,39 @@ fn queue_latency_takes_saturation_twice_its_depth_and_the_deepest_step() {
     }
     assert_eq!(command::queue_latency(&[]), QueueLatency::default());
 }
+
+#[test]
+fn probe_line_names_each_depth_once() {
+    let l = QueueLatency {
+        saturated_jobs: 8,
+        saturated_p95_us: 2700,
+        target_jobs: 16,
+        target_p95_us: 5300,
+        deepest_jobs: 32,
+        deepest_p95_us: 10_700,
+    };
+    assert_eq!(
+        command::show_latency(&l),
+        "p95 2700 us at saturation (8 in flight), 5300 us at 16 in flight, 10700 us at 32 in flight"
+    );
+    let at_deepest = QueueLatency {
+        deepest_jobs: 16,
+        deepest_p95_us: 5300,
+        ..l
+    };
+    assert_eq!(
+        command::show_latency(&at_deepest),
+        "p95 2700 us at saturation (8 in flight), 5300 us at 16 in flight"
+    );
+    let shallow = QueueLatency {
+        target_jobs: 8,
+        target_p95_us: 2700,
+        deepest_jobs: 8,
+        deepest_p95_us: 2700,
+        ..l
+    };
+    assert_eq!(
+        command::show_latency(&shallow),
+        "p95 2700 us at saturation (8 in flight)"
+    );
+}
