@@ -283,6 +283,16 @@ fn step(parallelism: usize, iops: f64, p95_us: f64) -> crate::probe::report::Ste
     }
 }
 
+/// What `queue_latency` makes of the probe steps of null_blk (8 tags, 2 ms) below.
+const NULL_BLK_LATENCY: QueueLatency = QueueLatency {
+    saturated_jobs: 8,
+    saturated_p95_us: 2700,
+    target_jobs: 16,
+    target_p95_us: 5300,
+    deepest_jobs: 32,
+    deepest_p95_us: 10_700,
+};
+
 #[test]
 fn queue_latency_takes_saturation_twice_its_depth_and_the_deepest_step() {
     // null_blk with 8 tags and a 2 ms timer, as the probe saw it on a quiet host
@@ -294,17 +304,7 @@ fn queue_latency_takes_saturation_twice_its_depth_and_the_deepest_step() {
         step(16, 3230.0, 5300.0),
         step(32, 3210.0, 10_700.0),
     ];
-    assert_eq!(
-        command::queue_latency(&steps),
-        QueueLatency {
-            saturated_jobs: 8,
-            saturated_p95_us: 2700,
-            target_jobs: 16,
-            target_p95_us: 5300,
-            deepest_jobs: 32,
-            deepest_p95_us: 10_700,
-        }
-    );
+    assert_eq!(command::queue_latency(&steps), NULL_BLK_LATENCY);
     // steps as (jobs, IOPS, p95 us); then the saturation depth, target depth, target p95
     type Probe = &'static [(usize, f64, f64)];
     let cases: [(Probe, usize, usize, u64); 3] = [
@@ -356,36 +356,27 @@ fn queue_latency_takes_saturation_twice_its_depth_and_the_deepest_step() {
 
 #[test]
 fn probe_line_names_each_depth_once() {
-    let l = QueueLatency {
-        saturated_jobs: 8,
-        saturated_p95_us: 2700,
-        target_jobs: 16,
-        target_p95_us: 5300,
-        deepest_jobs: 32,
-        deepest_p95_us: 10_700,
-    };
-    assert_eq!(
-        command::show_latency(&l),
-        "p95 2700 us at saturation (8 in flight), 5300 us at 16 in flight, 10700 us at 32 in flight"
-    );
+    let l = NULL_BLK_LATENCY;
     let at_deepest = QueueLatency {
         deepest_jobs: 16,
         deepest_p95_us: 5300,
         ..l
     };
-    assert_eq!(
-        command::show_latency(&at_deepest),
-        "p95 2700 us at saturation (8 in flight), 5300 us at 16 in flight"
-    );
     let shallow = QueueLatency {
         target_jobs: 8,
         target_p95_us: 2700,
+        ..at_deepest
+    };
+    let shallow = QueueLatency {
         deepest_jobs: 8,
         deepest_p95_us: 2700,
-        ..l
+        ..shallow
     };
-    assert_eq!(
-        command::show_latency(&shallow),
-        "p95 2700 us at saturation (8 in flight)"
-    );
+    for (latency, line) in [
+        (l, "p95 2700 us at saturation (8 in flight), 5300 us at 16 in flight, 10700 us at 32 in flight"),
+        (at_deepest, "p95 2700 us at saturation (8 in flight), 5300 us at 16 in flight"),
+        (shallow, "p95 2700 us at saturation (8 in flight)"),
+    ] {
+        assert_eq!(command::show_latency(&latency), line);
+    }
 }
