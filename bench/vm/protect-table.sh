@@ -32,16 +32,20 @@
 #   latwt   the weights (A 75, B 925 under iocost) plus that latency target;
 #   schedlat  sched plus that latency target.
 # For each: B alone (IOPS, p99), A alone (IOPS), A flooding while B reads (both), A and B both
-# reading (split), and iocost's vrate (the root's io.stat, 7 s into each phase). For none, caps,
-# sched (and schedlat) also B light: its 32 tasks rate-limited to a quarter of B's solo IOPS
-# without control, alone and under A's flood (B at depth 32 saturates the disk, so the flood
-# phase cannot show what weights leave A that a cap set for B's peak does not), and sched a
-# second split, both reading at 100:300 (split3: see there). Each phase runs fio for 8 s
-# (SECONDS_PER_PHASE) after 2 s of ramp. Prints a table, then issue 24's targets as PASS/FAIL
-# lines, and "N passed, N failed". The targets' baselines are the issue's: B's and A's solo figures are
-# those without control (a tenant alone on the disk), and the weights' work conservation is A's
-# throughput while flooding, against A flooding under the loosest cap of the sweep that leaves B
-# at least the IOPS the weights left it.
+# reading (split), and iocost's vrate (the root's io.stat, 7 s into each phase). For none, the
+# three caps, sched (and schedlat) also B light: its 32 tasks rate-limited to a quarter of B's
+# solo IOPS without control, under A's flood (and alone, but for caps5 and caps3): B at depth 32
+# saturates the disk, so the flood phase cannot show what weights leave A that a cap does not.
+# sched (and schedlat) also split both reading at 100:300 (split3: see there), where the split
+# is judged. `dbcage iocost` probes with its default 2 s steps, as a user runs it (until
+# 2026-11-29 the bench used 500 ms steps, and the 90%-of-best knee moved between 8 and 16 in
+# flight from run to run). Each phase runs fio for 8 s (SECONDS_PER_PHASE) after 2 s of ramp.
+# Prints a table, then issue 24's targets as PASS/FAIL lines, and "N passed, N failed". The
+# targets' baselines are the issue's: B's and A's solo figures are those without control (a
+# tenant alone on the disk), and the weights' work conservation is A's throughput while
+# flooding, against A flooding under the loosest cap of the sweep that protects B as much (B
+# reading flat out: at least the IOPS the weights left it; B light: at least 90% of what it asks
+# at no higher p99).
 CG=/sys/fs/cgroup
 ROOT=$CG/dbcage-test
 WA=75
@@ -143,10 +147,14 @@ measure() { # measure CONFIG [flood]: sets <CONFIG>_* variables through eval
 # measure_light CONFIG: B at a quarter of its solo IOPS without control (its 32 tasks rate
 # limited), alone and under A's flood: what a protecting configuration leaves A when B does not
 # need the whole disk (a cap, set for B's peak, leaves A the same as when B reads flat out)
-measure_light() {
+measure_light() { # measure_light CONFIG [flood]: flood, only the phase under A's flood
     c=$1
-    job b randread 0 /tmp/bl1 "--rate_iops=$light_per_task"
-    eval "${c}_bl_solo=$(riops /tmp/bl1) ${c}_bl_solo_p99=$(rp99_ms /tmp/bl1)"
+    if [ "$2" != flood ]; then
+        job b randread 0 /tmp/bl1 "--rate_iops=$light_per_task"
+        eval "${c}_bl_solo=$(riops /tmp/bl1) ${c}_bl_solo_p99=$(rp99_ms /tmp/bl1)"
+    else
+        eval "${c}_bl_solo=- ${c}_bl_solo_p99=-"
+    fi
     job b randread 0 /tmp/bl2 "--rate_iops=$light_per_task" &
     j=$!
     job a randwrite 256M /tmp/al2
@@ -157,8 +165,9 @@ measure_light() {
 # iocost settings: at 75:925 B's 32 tasks cannot always use their share (B is held by its own
 # depth, and iocost lends what it leaves to A), so the steep split shows the lending as much as
 # the weights
-split3() {
-    policy "weight = 100" "weight = 300"
+split3() { # split3 CONFIG [B_IO_LINES]: B_IO_LINES, B's keys besides its weight
+    policy "weight = 100" "weight = 300
+$2"
     job b randread 0 /tmp/b3 &
     j=$!
     job a randread 256M /tmp/a3
@@ -188,9 +197,11 @@ measure_light caps
 policy "read_iops = $cap5
 write_iops = $cap5" ""
 measure caps5 flood
+measure_light caps5 flood
 policy "read_iops = $cap3
 write_iops = $cap3" ""
 measure caps3 flood
+measure_light caps3 flood
 HAS_IOLAT=0
 if [ -e $ROOT/b/io.latency ]; then
     HAS_IOLAT=1
@@ -201,7 +212,7 @@ if [ -e $ROOT/b/io.latency ]; then
     measure latency
 fi
 policy "" ""
-/bin/dbcage iocost /dev/nullb0 --step-time 500ms --destructive --apply 2>&1 | sed 's/^/INFO | /'
+/bin/dbcage iocost /dev/nullb0 --destructive --apply 2>&1 | sed 's/^/INFO | /'
 policy "weight = $WA" "weight = $WB"
 measure weights
 if [ $HAS_IOLAT = 1 ]; then
@@ -210,7 +221,7 @@ latency_target = \"${target}ms\""
     measure latwt
 fi
 # the same with requests for every IO the tenants keep in flight
-/bin/dbcage iocost /dev/nullb0 --step-time 500ms --destructive --apply --queue 2>&1 | sed 's/^/INFO | /'
+/bin/dbcage iocost /dev/nullb0 --destructive --apply --queue 2>&1 | sed 's/^/INFO | /'
 echo "INFO | nullb0: scheduler $(cat /sys/block/nullb0/queue/scheduler), nr_requests $(cat /sys/block/nullb0/queue/nr_requests)"
 measure sched
 measure_light sched
@@ -220,6 +231,7 @@ if [ $HAS_IOLAT = 1 ]; then
 latency_target = \"${target}ms\""
     measure schedlat
     measure_light schedlat
+    split3 schedlat "latency_target = \"${target}ms\""
 fi
 /bin/dbcage iocost /dev/nullb0 --revert --force >/dev/null 2>&1
 $D release --all >/dev/null 2>&1
@@ -247,16 +259,15 @@ judge_split() { # judge_split NAME A_IOPS B_IOPS A_WEIGHT B_WEIGHT: B:A within +
     line="both reading at $4:$5: A $2, B $3 IOPS, 1:$s (want $want)"
     if awk -v s="$s" -v a="$4" -v b="$5" 'BEGIN { r = b / a; exit !(s >= 0.9 * r && s <= 1.1 * r) }'; then pass "$1" "$line"; else fail "$1" "$line"; fi
 }
-targets() { # targets CONFIG [nosplit]: issue 24's targets for one protecting configuration
+targets() { # targets CONFIG: issue 24's targets for one protecting configuration
     c=$1
     eval "a_solo=\$${c}_a_solo b_solo=\$${c}_b_solo b_flood=\$${c}_b_flood b_flood_p99=\$${c}_b_flood_p99 a_flood=\$${c}_a_flood a_both=\$${c}_a_both b_both=\$${c}_b_both"
     r=$(pct "$a_solo" "$none_a_solo")
     if [ "$r" -ge 95 ]; then pass "$c a_alone" "A alone: $a_solo IOPS, $r% of its solo IOPS without control ($none_a_solo; caps: $caps_a_solo)"; else fail "$c a_alone" "A alone: $a_solo IOPS, $r% of its solo IOPS without control ($none_a_solo; want >= 95%)"; fi
-    if [ "$2" = nosplit ]; then
-        echo "INFO $c split: both reading, A $a_both, B $b_both IOPS, 1:$(ratio "$a_both" "$b_both") (no weights: not judged)"
-    else
-        judge_split "$c split" "$a_both" "$b_both" $WA $WB
-    fi
+    # the split is judged at 100:300 (split3): at WA:WB B's 32 tasks are held by their own
+    # depth short of B's share, and iocost lends A what B leaves
+    case $c in latency) w="no weights" ;; *) w="weights $WA:$WB; the split is judged at 100:300, in split3" ;; esac
+    echo "INFO $c split: both reading, A $a_both, B $b_both IOPS, 1:$(ratio "$a_both" "$b_both") ($w)"
     # B's solo is B alone on the disk without control, not B alone under the weights
     r=$(pct "$b_flood" "$none_b_solo")
     p=$(awk -v f="$b_flood_p99" -v s="$none_b_solo_p99" 'BEGIN { if (s > 0) printf "%.2f", f / s; else print 99 }')
@@ -277,35 +288,53 @@ targets() { # targets CONFIG [nosplit]: issue 24's targets for one protecting co
     r=$(pct "$a_flood" "$ka")
     if [ "$r" -ge 150 ]; then pass "$c work_conserving" "A flooding: $a_flood IOPS (B $b_flood), under $k ($how; B $kb): $ka; $r%"; else fail "$c work_conserving" "A flooding: $a_flood IOPS (B $b_flood), under $k ($how; B $kb): $ka; $r% (want >= 150%)"; fi
 }
-[ $HAS_IOLAT = 1 ] && targets latency nosplit
+[ $HAS_IOLAT = 1 ] && targets latency
 targets weights
 [ $HAS_IOLAT = 1 ] && targets latwt
 targets sched
-[ $HAS_IOLAT = 1 ] && targets schedlat
 judge_split "sched split3" "$sched_a_both3" "$sched_b_both3" 100 300
+if [ $HAS_IOLAT = 1 ]; then
+    targets schedlat
+    judge_split "schedlat split3" "$schedlat_a_both3" "$schedlat_b_both3" 100 300
+fi
 
 echo
 echo "B light: B's 32 tasks asking $light IOPS together (a quarter of B solo without control), alone and while A floods"
 echo "config | B IOPS alone | B p99 ms alone | B IOPS, A flooding | B p99 ms, A flooding | A IOPS flooding"
 light_row none
 light_row caps
+light_row caps5
+light_row caps3
 light_row sched
 [ $HAS_IOLAT = 1 ] && light_row schedlat
 echo
-# light_targets CONFIG: the flood target where B leaves capacity: B keeps >= 90% of what it asks
-# at p99 <= 2x its light p99 alone without control, and A gets >= 1.5x what the tenth-cap (the
-# cap that protects B reading flat out) leaves it while B is light
+# light_targets CONFIG: the flood target where B leaves capacity. B keeps >= 90% of what it
+# asks, and A gets >= 1.5x what it gets under the loosest cap of the sweep that protects B light
+# as much (B at >= 90% of what it asks, its p99 no higher than under CONFIG): the issue's "hard-cap
+# configuration that gives B the same protection". B's p99 against its light p99 alone without
+# control is printed, not judged (the issue's p99 <= 2x is B's at depth 32, judged in b_protected)
 light_targets() {
     c=$1
     eval "bf=\$${c}_bl_flood bp=\$${c}_bl_flood_p99 af=\$${c}_al_flood"
     r=$(pct "$bf" "$light")
-    p=$(awk -v f="$bp" -v s="$none_bl_solo_p99" 'BEGIN { if (s > 0) printf "%.2f", f / s; else print 99 }')
-    w=$(pct "$af" "$caps_al_flood")
-    line="B light under A's flood: $bf of $light IOPS ($r%), p99 ${p}x ($bp against $none_bl_solo_p99 ms alone without control); A $af IOPS, $w% of the tenth-cap's $caps_al_flood"
-    if [ "$r" -ge 90 ] && awk -v p="$p" 'BEGIN { exit !(p <= 2) }' && [ "$w" -ge 150 ]; then
+    k=""
+    for x in caps3 caps5 caps; do
+        eval "xb=\$${x}_bl_flood xp=\$${x}_bl_flood_p99"
+        if [ -z "$k" ] && [ "$(pct "$xb" "$light")" -ge 90 ] && awk -v x="$xp" -v p="$bp" 'BEGIN { exit !(x <= p) }'; then k=$x; fi
+    done
+    how="the loosest cap that protects B light as much"
+    if [ -z "$k" ]; then
+        k=caps
+        how="no cap of the sweep protects B light as much; against the tightest"
+    fi
+    eval "ka=\$${k}_al_flood kb=\$${k}_bl_flood kp=\$${k}_bl_flood_p99"
+    w=$(pct "$af" "$ka")
+    alone=$(awk -v f="$bp" -v s="$none_bl_solo_p99" 'BEGIN { if (s > 0) printf "%.2f", f / s; else print 99 }')
+    line="B light under A's flood: $bf of $light IOPS ($r%), p99 $bp ms (${alone}x its $none_bl_solo_p99 alone without control); A $af IOPS, $w% of $k's $ka ($how: B $kb IOPS, p99 $kp ms)"
+    if [ "$r" -ge 90 ] && [ "$w" -ge 150 ]; then
         pass "$c light_work_conserving" "$line"
     else
-        fail "$c light_work_conserving" "$line (want >= 90%, <= 2x, >= 150%)"
+        fail "$c light_work_conserving" "$line (want >= 90%, >= 150%)"
     fi
 }
 light_targets sched
