@@ -2,11 +2,11 @@
 # Issue 24's measured table: IO protection by weights (iocost) against hard caps (a sweep of
 # three) and against no control, on a disk of fixed capacity (null_blk, 2 ms timer, 8 tags) in
 # the cgroup v2 VM.
-# usage: cargo build --release && bench/protect-table.sh   (about 6-8 minutes under TCG)
+# usage: cargo build --release && bench/protect-table.sh   (about 9 minutes under TCG)
 #        DBCAGE_BIN=/path/to/dbcage bench/protect-table.sh   (another build)
 #        DBCAGE_IOLATENCY=1 bench/protect-table.sh   (boot tests/vm/build-kernel.sh's kernel, which
 #            has blk-iolatency, and add B's latency_target alone and with the weights: about
-#            10 minutes, plus 15-30 for the kernel's first build)
+#            11 minutes, plus 15-30 for the kernel's first build)
 #        DBCAGE_TABLE_SECONDS=16 bench/protect-table.sh   (each phase measured for 16 s instead of
 #            8: steadier p99 and splits, twice the time)
 # The guest script is bench/vm/protect-table.sh (what each phase runs is described there).
