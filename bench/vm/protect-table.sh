@@ -12,13 +12,17 @@
 # `dbcage apply`:
 #   none    no IO keys;
 #   caps    A's write_iops and read_iops capped at a tenth of B's solo IOPS without control;
-#   caps5, caps3  the same cap at a fifth and a third (only the flood phase: B's IOPS and p99 and
-#           A's IOPS while A floods), to find the loosest cap that protects B as much as the
-#           weights do;
-#   weights `dbcage iocost --destructive --apply` on the disk, io.weight A 75, B 925 (B's
-#           share 92.5%, 1:12.3: at 100:900 B's share is the 90% the target asks of it, so B
-#           met it only when the disk ran exactly at the model; until 2026-11-29 the bench used
-#           100:900);
+#   caps3, caps5, caps20, caps50  the same cap at a third, a fifth, a twentieth and a fiftieth
+#           (only the flood phases: B's IOPS and p99 and A's IOPS while A floods), to find the
+#           loosest cap that protects B as much as the weights do (the tighter two since
+#           2026-11-29: with B at the top of the weight range no cap of a tenth or looser did);
+#   weights `dbcage iocost --destructive --apply` on the disk, io.weight A 100, B 10000: B
+#           the one to protect at the top of the range, A at the default (systemd's IOWeight
+#           has the same range and default). Under contention B gets 99% of what iocost issues
+#           (vrate x the probe's model), and the probe's model drifts 3-13% from what fio
+#           gets minutes later in this CPU-bound guest: at 75:925 (92.5%, the bench until
+#           2026-11-29, 100:900 before) B kept >= 90% of its solo only when the drift was
+#           small (8 of 12 runs). The split is judged at 100:300 (split3);
 #   sched   the same after `dbcage iocost --destructive --apply --queue`, which gives the disk
 #           the mq-deadline scheduler and 64 requests before measuring it (with no scheduler it
 #           has 8, one per tag: a tenant 32 deep waits for a request, and iocost takes more than
@@ -29,12 +33,12 @@
 #   latency B's latency_target at 1.25x its p90 alone without control (blk-iolatency judges a
 #           fast disk by the share of requests that miss the target: more than a tenth, so the
 #           p90), no weights, iocost off;
-#   latwt   the weights (A 75, B 925 under iocost) plus that latency target;
+#   latwt   the weights (A 100, B 10000 under iocost) plus that latency target;
 #   schedlat  sched plus that latency target.
 # For each: B alone (IOPS, p99), A alone (IOPS), A flooding while B reads (both), A and B both
 # reading (split), and iocost's vrate (the root's io.stat, 7 s into each phase). For none, the
 # three caps, sched (and schedlat) also B light: its 32 tasks rate-limited to a quarter of B's
-# solo IOPS without control, under A's flood (and alone, but for caps5 and caps3): B at depth 32
+# solo IOPS without control, under A's flood (and alone, but for caps3, caps5, caps20 and caps50): B at depth 32
 # saturates the disk, so the flood phase cannot show what weights leave A that a cap does not.
 # sched (and schedlat) also split both reading at 100:300 (split3: see there), where the split
 # is judged. `dbcage iocost` probes with its default 2 s steps, as a user runs it (until
@@ -48,8 +52,8 @@
 # at no higher p99).
 CG=/sys/fs/cgroup
 ROOT=$CG/dbcage-test
-WA=75
-WB=925
+WA=100
+WB=10000
 # each phase's measured seconds (after 2 s of ramp); bench/protect-table.sh rewrites this line
 # when DBCAGE_TABLE_SECONDS is set
 SECONDS_PER_PHASE=8
@@ -162,7 +166,7 @@ measure_light() { # measure_light CONFIG [flood]: flood, only the phase under A'
     eval "${c}_bl_flood=$(riops /tmp/bl2) ${c}_bl_flood_p99=$(rp99_ms /tmp/bl2) ${c}_al_flood=$(wiops /tmp/al2)"
 }
 # split3 CONFIG: both reading at weights 100:300 (the issue's example ratio), under the same
-# iocost settings: at 75:925 B's 32 tasks cannot always use their share (B is held by its own
+# iocost settings: at WA:WB B's 32 tasks cannot always use their share (B is held by its own
 # depth, and iocost lends what it leaves to A), so the steep split shows the lending as much as
 # the weights
 split3() { # split3 CONFIG [B_IO_LINES]: B_IO_LINES, B's keys besides its weight
@@ -190,6 +194,8 @@ measure_light none
 cap=$((none_b_solo / 10))
 cap5=$((none_b_solo / 5))
 cap3=$((none_b_solo / 3))
+cap20=$((none_b_solo / 20))
+cap50=$((none_b_solo / 50))
 policy "read_iops = $cap
 write_iops = $cap" ""
 measure caps
@@ -202,6 +208,14 @@ policy "read_iops = $cap3
 write_iops = $cap3" ""
 measure caps3 flood
 measure_light caps3 flood
+policy "read_iops = $cap20
+write_iops = $cap20" ""
+measure caps20 flood
+measure_light caps20 flood
+policy "read_iops = $cap50
+write_iops = $cap50" ""
+measure caps50 flood
+measure_light caps50 flood
 HAS_IOLAT=0
 if [ -e $ROOT/b/io.latency ]; then
     HAS_IOLAT=1
@@ -242,12 +256,14 @@ row none
 row caps
 row caps5
 row caps3
+row caps20
+row caps50
 [ $HAS_IOLAT = 1 ] && row latency
 row weights
 [ $HAS_IOLAT = 1 ] && row latwt
 row sched
 [ $HAS_IOLAT = 1 ] && row schedlat
-echo "(caps, caps5, caps3: A read_iops = write_iops = $cap, $cap5, $cap3 (a tenth, a fifth, a third of B solo without control); weights: A $WA, B $WB under dbcage iocost's model and qos; sched: the same after dbcage iocost --apply --queue, which gave the disk mq-deadline and 64 requests)"
+echo "(caps, caps3, caps5, caps20, caps50: A read_iops = write_iops = $cap, $cap3, $cap5, $cap20, $cap50 (a tenth, a third, a fifth, a twentieth, a fiftieth of B solo without control); weights: A $WA, B $WB under dbcage iocost's model and qos; sched: the same after dbcage iocost --apply --queue, which gave the disk mq-deadline and 64 requests)"
 [ $HAS_IOLAT = 1 ] && echo "(latency: B's latency_target ${target}ms (B's p90 alone without control: $none_b_solo_p90 ms), iocost off; latwt, schedlat: weights, sched plus that target)"
 echo
 
@@ -275,13 +291,13 @@ targets() { # targets CONFIG: issue 24's targets for one protecting configuratio
     if [ "$r" -ge 90 ] && awk -v p="$p" 'BEGIN { exit !(p <= 2) }'; then pass "$c b_protected" "A flooding: B $b_flood IOPS, $r% of its solo IOPS without control ($none_b_solo), p99 ${p}x ($b_flood_p99 against $none_b_solo_p99 ms) ($same% of B alone under the weights)"; else fail "$c b_protected" "A flooding: B $b_flood IOPS, $r% of its solo IOPS without control ($none_b_solo; want >= 90%), p99 ${p}x ($b_flood_p99 against $none_b_solo_p99 ms; want <= 2x) ($same% of B alone under the weights)"; fi
     # the loosest cap of the sweep that leaves B at least the IOPS the weights left it
     k=""
-    for x in caps3 caps5 caps; do
+    for x in caps3 caps5 caps caps20 caps50; do
         eval "xb=\$${x}_b_flood"
         if [ -z "$k" ] && [ "$xb" -ge "$b_flood" ]; then k=$x; fi
     done
     how="the loosest cap that protects B as much"
     if [ -z "$k" ]; then
-        k=caps
+        k=caps50
         how="no cap of the sweep protects B as much; against the tightest, which leaves B less and A more than a cap that would"
     fi
     eval "ka=\$${k}_a_flood kb=\$${k}_b_flood"
@@ -305,6 +321,8 @@ light_row none
 light_row caps
 light_row caps5
 light_row caps3
+light_row caps20
+light_row caps50
 light_row sched
 [ $HAS_IOLAT = 1 ] && light_row schedlat
 echo
@@ -318,13 +336,13 @@ light_targets() {
     eval "bf=\$${c}_bl_flood bp=\$${c}_bl_flood_p99 af=\$${c}_al_flood"
     r=$(pct "$bf" "$light")
     k=""
-    for x in caps3 caps5 caps; do
+    for x in caps3 caps5 caps caps20 caps50; do
         eval "xb=\$${x}_bl_flood xp=\$${x}_bl_flood_p99"
         if [ -z "$k" ] && [ "$(pct "$xb" "$light")" -ge 90 ] && awk -v x="$xp" -v p="$bp" 'BEGIN { exit !(x <= p) }'; then k=$x; fi
     done
     how="the loosest cap that protects B light as much"
     if [ -z "$k" ]; then
-        k=caps
+        k=caps50
         how="no cap of the sweep protects B light as much; against the tightest"
     fi
     eval "ka=\$${k}_al_flood kb=\$${k}_bl_flood kp=\$${k}_bl_flood_p99"
