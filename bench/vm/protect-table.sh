@@ -200,22 +200,14 @@ policy "read_iops = $cap
 write_iops = $cap" ""
 measure caps
 measure_light caps
-policy "read_iops = $cap5
-write_iops = $cap5" ""
-measure caps5 flood
-measure_light caps5 flood
-policy "read_iops = $cap3
-write_iops = $cap3" ""
-measure caps3 flood
-measure_light caps3 flood
-policy "read_iops = $cap20
-write_iops = $cap20" ""
-measure caps20 flood
-measure_light caps20 flood
-policy "read_iops = $cap50
-write_iops = $cap50" ""
-measure caps50 flood
-measure_light caps50 flood
+# the rest of the sweep: the flood phases only
+for n in 5 3 20 50; do
+    eval "c=\$cap$n"
+    policy "read_iops = $c
+write_iops = $c" ""
+    measure caps$n flood
+    measure_light caps$n flood
+done
 HAS_IOLAT=0
 if [ -e $ROOT/b/io.latency ]; then
     HAS_IOLAT=1
@@ -275,6 +267,24 @@ judge_split() { # judge_split NAME A_IOPS B_IOPS A_WEIGHT B_WEIGHT: B:A within +
     line="both reading at $4:$5: A $2, B $3 IOPS, 1:$s (want $want)"
     if awk -v s="$s" -v a="$4" -v b="$5" 'BEGIN { r = b / a; exit !(s >= 0.9 * r && s <= 1.1 * r) }'; then pass "$1" "$line"; else fail "$1" "$line"; fi
 }
+# loosest_cap TEST: sets k to the loosest cap of the sweep for which `TEST CAP` succeeds; fails,
+# with k the tightest, when none does
+loosest_cap() {
+    for k in caps3 caps5 caps caps20 caps50; do
+        "$1" $k && return 0
+    done
+    return 1
+}
+# protects_b CAP: B reading flat out got at least $b_flood IOPS under A's flood with that cap
+protects_b() {
+    eval "xb=\$${1}_b_flood"
+    [ "$xb" -ge "$b_flood" ]
+}
+# protects_b_light CAP: B light got >= 90% of what it asks at a p99 no higher than $bp
+protects_b_light() {
+    eval "xb=\$${1}_bl_flood xp=\$${1}_bl_flood_p99"
+    [ "$(pct "$xb" "$light")" -ge 90 ] && awk -v x="$xp" -v p="$bp" 'BEGIN { exit !(x <= p) }'
+}
 targets() { # targets CONFIG: issue 24's targets for one protecting configuration
     c=$1
     eval "a_solo=\$${c}_a_solo b_solo=\$${c}_b_solo b_flood=\$${c}_b_flood b_flood_p99=\$${c}_b_flood_p99 a_flood=\$${c}_a_flood a_both=\$${c}_a_both b_both=\$${c}_b_both"
@@ -290,16 +300,8 @@ targets() { # targets CONFIG: issue 24's targets for one protecting configuratio
     same=$(pct "$b_flood" "$b_solo")
     if [ "$r" -ge 90 ] && awk -v p="$p" 'BEGIN { exit !(p <= 2) }'; then pass "$c b_protected" "A flooding: B $b_flood IOPS, $r% of its solo IOPS without control ($none_b_solo), p99 ${p}x ($b_flood_p99 against $none_b_solo_p99 ms) ($same% of B alone under the weights)"; else fail "$c b_protected" "A flooding: B $b_flood IOPS, $r% of its solo IOPS without control ($none_b_solo; want >= 90%), p99 ${p}x ($b_flood_p99 against $none_b_solo_p99 ms; want <= 2x) ($same% of B alone under the weights)"; fi
     # the loosest cap of the sweep that leaves B at least the IOPS the weights left it
-    k=""
-    for x in caps3 caps5 caps caps20 caps50; do
-        eval "xb=\$${x}_b_flood"
-        if [ -z "$k" ] && [ "$xb" -ge "$b_flood" ]; then k=$x; fi
-    done
     how="the loosest cap that protects B as much"
-    if [ -z "$k" ]; then
-        k=caps50
-        how="no cap of the sweep protects B as much; against the tightest, which leaves B less and A more than a cap that would"
-    fi
+    loosest_cap protects_b || how="no cap of the sweep protects B as much; against the tightest, which leaves B less and A more than a cap that would"
     eval "ka=\$${k}_a_flood kb=\$${k}_b_flood"
     r=$(pct "$a_flood" "$ka")
     if [ "$r" -ge 150 ]; then pass "$c work_conserving" "A flooding: $a_flood IOPS (B $b_flood), under $k ($how; B $kb): $ka; $r%"; else fail "$c work_conserving" "A flooding: $a_flood IOPS (B $b_flood), under $k ($how; B $kb): $ka; $r% (want >= 150%)"; fi
@@ -335,16 +337,8 @@ light_targets() {
     c=$1
     eval "bf=\$${c}_bl_flood bp=\$${c}_bl_flood_p99 af=\$${c}_al_flood"
     r=$(pct "$bf" "$light")
-    k=""
-    for x in caps3 caps5 caps caps20 caps50; do
-        eval "xb=\$${x}_bl_flood xp=\$${x}_bl_flood_p99"
-        if [ -z "$k" ] && [ "$(pct "$xb" "$light")" -ge 90 ] && awk -v x="$xp" -v p="$bp" 'BEGIN { exit !(x <= p) }'; then k=$x; fi
-    done
     how="the loosest cap that protects B light as much"
-    if [ -z "$k" ]; then
-        k=caps50
-        how="no cap of the sweep protects B light as much; against the tightest"
-    fi
+    loosest_cap protects_b_light || how="no cap of the sweep protects B light as much; against the tightest"
     eval "ka=\$${k}_al_flood kb=\$${k}_bl_flood kp=\$${k}_bl_flood_p99"
     w=$(pct "$af" "$ka")
     alone=$(awk -v f="$bp" -v s="$none_bl_solo_p99" 'BEGIN { if (s > 0) printf "%.2f", f / s; else print 99 }')
