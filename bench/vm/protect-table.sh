@@ -244,12 +244,7 @@ $D release --all >/dev/null 2>&1
 
 echo
 echo "config | B solo IOPS | B solo p99 ms | B IOPS, A flooding | B p99 ms, A flooding | A solo IOPS | A IOPS flooding | A : B IOPS both reading | vrate % B solo / A solo / flood / both"
-row none
-row caps
-row caps5
-row caps3
-row caps20
-row caps50
+for c in none caps caps5 caps3 caps20 caps50; do row $c; done
 [ $HAS_IOLAT = 1 ] && row latency
 row weights
 [ $HAS_IOLAT = 1 ] && row latwt
@@ -319,12 +314,7 @@ fi
 echo
 echo "B light: B's 32 tasks asking $light IOPS together (a quarter of B solo without control), alone and while A floods"
 echo "config | B IOPS alone | B p99 ms alone | B IOPS, A flooding | B p99 ms, A flooding | A IOPS flooding"
-light_row none
-light_row caps
-light_row caps5
-light_row caps3
-light_row caps20
-light_row caps50
+for c in none caps caps5 caps3 caps20 caps50; do light_row $c; done
 light_row sched
 [ $HAS_IOLAT = 1 ] && light_row schedlat
 echo

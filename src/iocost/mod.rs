@@ -234,8 +234,8 @@ fn max_vrate(m: &Measured) -> (u32, &'static str) {
 /// The lower vrate bound dbcage proposes, in hundredths of a percent; why: [`MIN_VRATE_WHY`].
 pub const MIN_VRATE: u32 = 5000;
 
-/// Why `min=50.00` (printed with the proposal).
-pub const MIN_VRATE_WHY: &str = "min=50.00: iocost may slow the disk down to half its model to meet the targets, no further. The weights bind only while min x model stays below what the disk then delivers: in the test VM the disk ran at 40-75% of its probe while the host was busy, and at min=75 a reader at weight 100 took 1:2.2 instead of 1:3 from one at 300 (at min=90, a flooding writer at 100 took 47% from a reader at 900). A tenant alone keeps the whole disk through the latency targets, not the floor (while the disk has a request for each IO it queues: see the note when it does not)";
+/// Why the lower bound (printed after `min=50.00: `).
+const MIN_VRATE_WHY: &str = "iocost may slow the disk down to half its model to meet the targets, no further. The weights bind only while min x model stays below what the disk then delivers: in the test VM the disk ran at 40-75% of its probe while the host was busy, and at min=75 a reader at weight 100 took 1:2.2 instead of 1:3 from one at 300 (at min=90, a flooding writer at 100 took 47% from a reader at 900). A tenant alone keeps the whole disk through the latency targets, not the floor (while the disk has a request for each IO it queues: see the note when it does not)";
 
 /// A latency target rounded up to 100 µs (and at least that): the kernel compares whole µs and
 /// a measured p95 is not precise below that.
@@ -301,7 +301,10 @@ pub fn propose(dev: DevNum, m: &Measured) -> Proposal {
         "pct={}: iocost lowers vrate while more than 10% of IOs miss their target, and raises it again only below 7.5%",
         show_hundredths(PROPOSED_PCT)
     ));
-    why.push(MIN_VRATE_WHY.to_string());
+    why.push(format!(
+        "min={}: {MIN_VRATE_WHY}",
+        show_hundredths(MIN_VRATE)
+    ));
     why.push(format!("max={}: {max_why}", show_hundredths(max)));
     Proposal {
         model_line: model,

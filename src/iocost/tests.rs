@@ -365,12 +365,9 @@ fn probe_line_names_each_depth_once() {
     let shallow = QueueLatency {
         target_jobs: 8,
         target_p95_us: 2700,
-        ..at_deepest
-    };
-    let shallow = QueueLatency {
         deepest_jobs: 8,
         deepest_p95_us: 2700,
-        ..shallow
+        ..l
     };
     for (latency, line) in [
         (l, "p95 2700 us at saturation (8 in flight), 5300 us at 16 in flight, 10700 us at 32 in flight"),
