@@ -57,10 +57,19 @@ pub struct AgentOptions {
 const MOVED_AT_KEEP: usize = 4096;
 const MOVED_AT_HORIZON: Duration = Duration::from_secs(10);
 
-/// A rescan reads again the processes with `pid % SWEEP_SHARES` equal to its turn, however
-/// quiet they were: every process is read at least every this many rescans (see
-/// `procs::Reuse`).
+/// A rescan reads again the processes with `pid % shares` equal to its turn, however quiet they
+/// were (see `procs::Reuse`), and every `shares`-th rescan lists /proc: `shares` is this many,
+/// or more on a host with more than `SWEEP_SHARES * SWEEP_MOST` processes, so that a rescan
+/// sweeps at most about `SWEEP_MOST` of them (at 100,000 processes, one in 50 a rescan: each
+/// read again within 25 minutes at the default 30 s; a tenth would cost 50 ms a rescan).
 const SWEEP_SHARES: u32 = 10;
+const SWEEP_MOST: usize = 2_000;
+
+/// The sweep's share for a host with `procs` processes (see `SWEEP_SHARES`).
+fn sweep_shares(procs: usize) -> u32 {
+    let shares = procs.div_ceil(SWEEP_MOST);
+    u32::try_from(shares).map_or(u32::MAX, |s| s.max(SWEEP_SHARES))
+}
 
 /// Past this many processes named by events since the last rescan, the next one reads every
 /// process (no dearer than looking each up), and the sets are emptied: their memory is bounded
@@ -377,8 +386,9 @@ impl Daemon {
     }
 
     /// `read_host` for a rescan: with process events flowing and none lost since the scan
-    /// before, the processes they do not name are kept from it (a tenth of them read again in
-    /// turn, for what changes without an event); otherwise every process is read. A rule on
+    /// before, the processes they do not name are kept from it (a share of them read again in
+    /// turn, for what changes without an event: `sweep_shares`), and so are the groups of those
+    /// placed (`Snapshot::read_watched`); otherwise every process is read. A rule on
     /// `unit` reads every process: a unit's processes can change groups without an event.
     fn read_host_again(&self) -> Result<Prepared> {
         let loaded = self.ctx.loaded.clone();
@@ -388,9 +398,11 @@ impl Daemon {
         let changed =
             |pid: u32| self.changed_pids.contains(&pid) || self.changed_before.contains(&pid);
         // Every process born since the scan before was named by its fork (no event was lost):
-        // the pids come from that scan and the events, except at every SWEEP_SHARES-th rescan,
-        // which lists /proc (a safety net for what no event tells, bounded like the sweep's).
-        let listed = self.stats.rescans.is_multiple_of(u64::from(SWEEP_SHARES));
+        // the pids come from that scan and the events, except at every `shares`-th rescan,
+        // which lists /proc (a safety net for what no event tells, bounded like the sweep's,
+        // and where processes gone without being checked or swept leave the inventory).
+        let shares = sweep_shares(self.ctx.inventory.procs.len());
+        let listed = self.stats.rescans.is_multiple_of(u64::from(shares));
         let mut named: Vec<u32> = Vec::new();
         if !listed {
             named.extend(self.changed_pids.iter().chain(&self.changed_before));
@@ -403,9 +415,10 @@ impl Daemon {
             changed: &changed,
             sweep: crate::inventory::procs::Sweep {
                 turn: self.stats.rescans,
-                of: SWEEP_SHARES,
+                of: shares,
             },
             named: (!listed).then_some(named.as_slice()),
+            checked: &|pid: u32| self.members.contains_key(&pid),
         };
         Ok(self.with_watched_groups(engine::read_host_reusing(loaded, reuse)?))
     }
@@ -943,7 +956,7 @@ impl Daemon {
         let layout = &self.ctx.layout;
         let parent_left = self.moved_at.get(&parent).is_some_and(|&(_, left)| left);
         let dirs = (0..layout.setup.hierarchies.len())
-            .map(|h| parent_left.then(|| layout.root_dir(h)))
+            .map(|h| parent_left.then(|| layout.root_dir(h).into()))
             .collect();
         let mut snap = Snapshot::default();
         snap.proc_dirs.insert(child, dirs);
@@ -2182,6 +2195,18 @@ fn one_line(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tenth of the processes a rescan up to 20,000; beyond, about 2,000 a rescan.
+    #[test]
+    fn the_sweep_reads_a_tenth_or_at_most_about_two_thousand() {
+        assert_eq!(sweep_shares(0), 10);
+        assert_eq!(sweep_shares(3_500), 10);
+        assert_eq!(sweep_shares(20_000), 10);
+        assert_eq!(sweep_shares(20_001), 11);
+        assert_eq!(sweep_shares(28_000), 14);
+        assert_eq!(sweep_shares(100_000), 50);
+        assert_eq!(sweep_shares(usize::MAX), u32::MAX);
+    }
 
     /// A drop-in written by `set-property` (a new file in an existing `UNIT.d`) wakes the
     /// watch; nothing happens without one; no directories, no watch. In a delegated unit's

@@ -246,6 +246,21 @@ impl Plan {
         })
     }
 
+    /// The processes this plan moves (into groups, or into a scope), in order.
+    pub fn moved_pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = (self.steps.iter())
+            .flat_map(|s| match s {
+                Step::Move { pid, .. } => std::slice::from_ref(pid),
+                Step::Adopt { pids, .. } => pids.as_slice(),
+                _ => &[],
+            })
+            .copied()
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
     /// Under systemd, per tenant, what the daemon's event path needs between full plans.
     pub fn governed(&self) -> BTreeMap<String, Governed> {
         self.tenants

@@ -585,6 +585,12 @@ fn read_groups(
     }
 }
 
+/// A process's group directory in each hierarchy (indexed like `Setup::hierarchies`; `None`
+/// where it is in none dbcage can name). Those in dbcage's groups share the snapshot's copy of
+/// the path (`GroupDirs::get`): kept from one rescan to the next, a copy each would cost 1.5 MiB
+/// at 3,000 placed processes.
+pub type ProcDirs = Vec<Option<GroupPath>>;
+
 /// A group in dbcage's layout, independent of hierarchy.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum GroupRef {
@@ -602,7 +608,7 @@ pub struct Snapshot {
     pub dirs: GroupDirs,
     pub files: GroupFiles,
     /// pid → its group directory in each hierarchy (indexed like `Setup::hierarchies`).
-    pub proc_dirs: HashMap<u32, Vec<Option<PathBuf>>>,
+    pub proc_dirs: HashMap<u32, ProcDirs>,
     /// pid → resident memory in bytes.
     pub proc_rss: HashMap<u32, u64>,
     /// pid → bytes of its resident pages per NUMA node (numa_maps), read only for the processes
@@ -625,17 +631,20 @@ impl Snapshot {
     /// same descriptor: with 1,000 tenants that is some 9,000 groups and 21,000 files in every
     /// plan and rescan, and a walk from `/` plus a `statx` per file was most of their cost.
     pub fn read(fs: &HostFs, layout: &Layout, pids: &[u32]) -> Snapshot {
-        Snapshot::read_watched(fs, layout, pids, &|_, _| true, None)
+        Snapshot::read_watched(fs, layout, pids, &[], &|_, _| true, None)
     }
 
     /// `read`, taking dbcage's groups from `watch` where no event said they changed since it
-    /// last read them (the daemon's rescans and guard plans; see `watch`). Give the snapshot
-    /// back with `GroupWatch::keep` once planned. The resident memory (`proc_rss`) is read only
-    /// for the pids `rss_wanted` names, asked once the groups are read.
+    /// last read them (the daemon's rescans and guard plans; see `watch`), and the groups of
+    /// the processes in `unchanged` (in order: those a rescan kept unread, see
+    /// `procs::Scanned::unchanged`) from the snapshot before where it had them. Give the
+    /// snapshot back with `GroupWatch::keep` once planned. The resident memory (`proc_rss`) is
+    /// read only for the pids `rss_wanted` names, asked once the groups are read.
     pub fn read_watched(
         fs: &HostFs,
         layout: &Layout,
         pids: &[u32],
+        unchanged: &[u32],
         rss_wanted: &(dyn Fn(&Snapshot, u32) -> bool + Sync),
         mut watch: Option<&mut GroupWatch>,
     ) -> Snapshot {
@@ -680,8 +689,10 @@ impl Snapshot {
             driver.read_parent(&layout.parents[h], &hier.controllers, &mut snap);
             driver.read_hierarchy_root(hier, &mut snap);
         }
+        let mut kept_dirs = HashMap::new();
         if let Some(w) = watch {
             w.end();
+            kept_dirs = w.take_proc_dirs(pids, unchanged);
             // The snapshot lends the watch's groups until `keep` gives them back; the parent's
             // and the hierarchy root's files, read every time, are not kept.
             w.extra = snap.files.paths().collect();
@@ -690,22 +701,32 @@ impl Snapshot {
             snap.files = files;
             snap.dirs = std::mem::take(&mut w.dirs);
         }
-        // Each process's groups and resident memory (/proc/PID/cgroup and statm, ~40 us a
-        // process), in two threads once there are many.
-        let read = &snap;
+        // Each process's groups (kept, or /proc/PID/cgroup) and resident memory (statm), ~7 us
+        // a file, in two threads once there are many. A kept process whose statm is gone has
+        // exited since.
+        let (read, kept) = (&snap, &kept_dirs);
         let placed = crate::threads::in_two(pids, 512, |part| {
             let Ok(mut reader) = ProcGroupReader::open(fs, layout) else {
                 return Vec::new();
             };
             part.iter()
                 .filter_map(|&pid| {
-                    let dirs = reader.dirs(pid)?;
-                    let rss = rss_wanted(read, pid).then(|| reader.resident_set_size(pid));
-                    Some((pid, dirs, rss.flatten()))
+                    let dirs = match kept.contains_key(&pid) {
+                        true => None,
+                        false => Some(reader.dirs_sharing(pid, &read.dirs)?),
+                    };
+                    let rss = match rss_wanted(read, pid) {
+                        true => Some(reader.resident_set_size(pid)?),
+                        false => None,
+                    };
+                    Some((pid, dirs, rss))
                 })
                 .collect()
         });
         for (pid, dirs, rss) in placed {
+            let Some(dirs) = dirs.or_else(|| kept_dirs.remove(&pid)) else {
+                continue;
+            };
             snap.proc_dirs.insert(pid, dirs);
             if let Some(rss) = rss {
                 snap.proc_rss.insert(pid, rss);
@@ -753,7 +774,7 @@ impl Snapshot {
 
 /// Where a process is now: its group directory in each hierarchy (indexed like
 /// `Setup::hierarchies`), or `None` if it has exited.
-pub fn proc_group_dirs(fs: &HostFs, layout: &Layout, pid: u32) -> Option<Vec<Option<PathBuf>>> {
+pub fn proc_group_dirs(fs: &HostFs, layout: &Layout, pid: u32) -> Option<ProcDirs> {
     ProcGroupReader::open(fs, layout).ok()?.dirs(pid)
 }
 
@@ -779,13 +800,21 @@ impl<'l> ProcGroupReader<'l> {
 
     /// The process's group directory in each hierarchy (indexed like `Setup::hierarchies`);
     /// `None` when it is gone.
-    pub fn dirs(&mut self, pid: u32) -> Option<Vec<Option<PathBuf>>> {
+    pub fn dirs(&mut self, pid: u32) -> Option<ProcDirs> {
+        self.dirs_sharing(pid, &GroupDirs::default())
+    }
+
+    /// `dirs`, sharing the paths `known` has.
+    pub fn dirs_sharing(&mut self, pid: u32, known: &GroupDirs) -> Option<ProcDirs> {
         let hierarchies = &self.layout.setup.hierarchies;
         let lines = parse_proc_cgroup(self.text(pid, "cgroup")?);
         Some(
             hierarchies
                 .iter()
-                .map(|h| h.pick(&lines).and_then(|p| h.dir_of(p)))
+                .map(|h| {
+                    let dir = h.dir_of(h.pick(&lines)?)?;
+                    Some(known.get(&dir).cloned().unwrap_or_else(|| dir.into()))
+                })
                 .collect(),
         )
     }

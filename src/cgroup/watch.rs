@@ -73,6 +73,11 @@ pub struct GroupWatch {
     absorbed_at: Instant,
     /// Files of the last snapshot outside dbcage's groups (the parent's, the hierarchy root's).
     pub(super) extra: Vec<PathBuf>,
+    /// The groups of the processes the last snapshot read (`Snapshot::proc_dirs`), except those
+    /// its plan moved: a rescan takes them again for the processes it kept unread (no event
+    /// named them, the sweep did not cover them). Nothing tells of a process moved by another
+    /// tool: the sweep reads each again in turn.
+    pub(super) proc_dirs: HashMap<u32, super::ProcDirs>,
     /// What the walks did, for tests and benchmarks: groups read in full, groups whose files
     /// were read again, groups taken from the cache.
     pub stats: WatchStats,
@@ -85,6 +90,8 @@ pub struct WatchStats {
     pub cached: u64,
     pub overruns: u64,
     pub sweeps: u64,
+    /// Processes whose groups a snapshot took from the last one (see `GroupWatch::keep`).
+    pub proc_dirs_kept: u64,
 }
 
 impl GroupWatch {
@@ -103,6 +110,7 @@ impl GroupWatch {
             swept_at: None,
             absorbed_at: Instant::now(),
             extra: Vec::new(),
+            proc_dirs: HashMap::new(),
             stats: WatchStats::default(),
         })
     }
@@ -128,6 +136,7 @@ impl GroupWatch {
         self.subtree_stale.clear();
         self.unwatched.clear();
         self.swept_at = None;
+        self.proc_dirs.clear();
     }
 
     /// A write to `path` (a control file or a group) failed: no event will say what the kernel
@@ -295,13 +304,41 @@ impl GroupWatch {
     }
 
     /// Takes back the groups a snapshot of `Snapshot::read_watched` lent (without them the
-    /// next walk reads everything).
-    pub fn keep(&mut self, snap: &mut super::Snapshot) {
+    /// next walk reads everything), and its processes' groups but those of `moved` (the
+    /// processes its plan moves: where they end up is read next time).
+    pub fn keep(&mut self, snap: &mut super::Snapshot, moved: &[u32]) {
         self.dirs = std::mem::take(&mut snap.dirs);
         self.files = std::mem::take(&mut snap.files);
         for k in self.extra.drain(..) {
             self.files.remove(&k);
         }
+        self.proc_dirs = std::mem::take(&mut snap.proc_dirs);
+        for pid in moved {
+            self.proc_dirs.remove(pid);
+        }
+    }
+
+    /// The groups kept (see `keep`) of those of `pids` that are in `unchanged` (both in order);
+    /// the rest of what was kept is dropped (read again if asked for).
+    pub(super) fn take_proc_dirs(
+        &mut self,
+        pids: &[u32],
+        unchanged: &[u32],
+    ) -> HashMap<u32, super::ProcDirs> {
+        let mut kept = std::mem::take(&mut self.proc_dirs);
+        let mut out = HashMap::new();
+        if kept.is_empty() || unchanged.is_empty() {
+            return out;
+        }
+        for &pid in pids {
+            if unchanged.binary_search(&pid).is_ok() {
+                if let Some(dirs) = kept.remove(&pid) {
+                    out.insert(pid, dirs);
+                }
+            }
+        }
+        self.stats.proc_dirs_kept += out.len() as u64;
+        out
     }
 
     /// Number of directories watched now.
@@ -373,6 +410,7 @@ mod tests {
             cached: w.stats.cached - before.cached,
             overruns: w.stats.overruns - before.overruns,
             sweeps: w.stats.sweeps - before.sweeps,
+            proc_dirs_kept: w.stats.proc_dirs_kept - before.proc_dirs_kept,
         }
     }
 

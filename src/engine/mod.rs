@@ -235,8 +235,14 @@ fn plan_with_view(
             t.memory.max.is_some() || snap.tenant_cpuset(&p.layout, &t.name).is_some()
         })
     };
-    let mut snap =
-        Snapshot::read_watched(&p.fs, &p.layout, &pids, &rss_wanted, watch.as_deref_mut());
+    let mut snap = Snapshot::read_watched(
+        &p.fs,
+        &p.layout,
+        &pids,
+        &p.inventory.unchanged,
+        &rss_wanted,
+        watch.as_deref_mut(),
+    );
     let build = |snap: &Snapshot| {
         plan::build_with(
             &policy,
@@ -262,7 +268,7 @@ fn plan_with_view(
         plan = build(&snap)?;
     }
     if let Some(w) = watch.as_deref_mut() {
-        w.keep(&mut snap);
+        w.keep(&mut snap, &plan.moved_pids());
     }
     drop(watch);
     Ok((plan, view, placements))

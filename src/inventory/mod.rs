@@ -36,6 +36,9 @@ pub struct Inventory {
     pub skipped_pids: Vec<u32>,
     /// How many processes the scan listed and read (a rescan keeps what has not changed).
     pub scanned: procs::ScanCount,
+    /// The pids a rescan kept from the scan before without reading them (see
+    /// `procs::Scanned::unchanged`), in order; empty after a full scan.
+    pub unchanged: Vec<u32>,
     pub mounts: MountTable,
     /// The host's memory (`MemTotal` of /proc/meminfo), in bytes; `None` when unreadable.
     pub mem_total: Option<u64>,
@@ -113,7 +116,7 @@ pub fn gather(
     let numa = NumaTopology::read(fs).context("reading NUMA topology from /sys/devices/system")?;
     policy.refresh_pid_files(fs);
     let needed = procs::Fields::needed_by(&policy.tenants);
-    let (procs, skipped_pids, scanned) = match scan {
+    let scanned = match scan {
         ProcScan::All { exact_comm } => {
             let fields = procs::Fields {
                 comm: needed.comm || exact_comm,
@@ -121,11 +124,15 @@ pub fn gather(
             };
             let (procs, skipped) = procs::scan_listed(fs, fields).context("scanning /proc")?;
             let listed = procs.len() + skipped.len();
-            let count = procs::ScanCount {
-                listed,
-                read: listed,
-            };
-            (procs, skipped, count)
+            procs::Scanned {
+                procs,
+                skipped,
+                unchanged: Vec::new(),
+                count: procs::ScanCount {
+                    listed,
+                    read: listed,
+                },
+            }
         }
         ProcScan::Reusing(reuse) => {
             procs::scan_reusing(fs, needed, &reuse).context("scanning /proc")?
@@ -139,9 +146,10 @@ pub fn gather(
         Inventory {
             tenants,
             numa,
-            procs,
-            skipped_pids,
-            scanned,
+            procs: scanned.procs,
+            skipped_pids: scanned.skipped,
+            scanned: scanned.count,
+            unchanged: scanned.unchanged,
             mounts,
             mem_total,
         },

@@ -336,27 +336,49 @@ fn list_pids(fs: &HostFs) -> std::io::Result<Vec<u32>> {
 }
 
 /// The pids of `reuse`'s scan, its skipped pids and `named`, merged in order, without those
-/// whose /proc entry is gone.
+/// whose /proc entry is gone. Only the pids whose presence matters are asked (`named`, the
+/// skipped ones, and the previous scan's that `reuse.checked` names): the others are kept
+/// until the sweep reads them or the next listing (no exit event is subscribed; at 100,000
+/// processes a check of each would cost some 60 ms every rescan).
 fn still_there(fs: &HostFs, reuse: &Reuse, named: &[u32]) -> std::io::Result<Vec<u32>> {
+    let mut asked: Vec<u32> = Vec::with_capacity(reuse.skipped.len() + named.len());
+    asked.extend_from_slice(reuse.skipped);
+    asked.extend_from_slice(named);
+    asked.extend(
+        (reuse.previous.iter())
+            .map(|p| p.pid)
+            .filter(|&pid| (reuse.checked)(pid)),
+    );
+    asked.sort_unstable();
+    asked.dedup();
+    let gone = gone_pids(fs, &asked)?;
     let mut pids: Vec<u32> = Vec::with_capacity(reuse.previous.len() + named.len());
     pids.extend(reuse.previous.iter().map(|p| p.pid));
     pids.extend_from_slice(reuse.skipped);
     pids.extend_from_slice(named);
     pids.sort_unstable();
     pids.dedup();
+    pids.retain(|pid| gone.binary_search(pid).is_err());
+    Ok(pids)
+}
+
+/// Those of `pids` (in order) whose /proc entry is gone, in order.
+fn gone_pids(fs: &HostFs, pids: &[u32]) -> std::io::Result<Vec<u32>> {
     if fs.is_real_root() {
         // The host's own /proc: a signal 0 asks the kernel whether the pid is there without a
         // path lookup (ESRCH: gone; EPERM cannot happen as root, and would mean it is there).
-        pids.retain(|&pid| {
-            let pid = rustix::process::Pid::from_raw(pid as i32);
-            pid.is_some_and(|pid| {
-                !matches!(
-                    rustix::process::test_kill_process(pid),
-                    Err(rustix::io::Errno::SRCH)
-                )
+        return Ok(pids
+            .iter()
+            .copied()
+            .filter(|&pid| {
+                rustix::process::Pid::from_raw(pid as i32).is_none_or(|pid| {
+                    matches!(
+                        rustix::process::test_kill_process(pid),
+                        Err(rustix::io::Errno::SRCH)
+                    )
+                })
             })
-        });
-        return Ok(pids);
+            .collect());
     }
     // A copied tree (tests): the pid's directory.
     let proc = rustix::fs::open(
@@ -365,14 +387,17 @@ fn still_there(fs: &HostFs, reuse: &Reuse, named: &[u32]) -> std::io::Result<Vec
         Mode::empty(),
     )?;
     let mut name = String::with_capacity(12);
-    pids.retain(|pid| {
-        use std::fmt::Write as _;
-        name.clear();
-        let _ = write!(name, "{pid}");
-        let (exists, none) = (rustix::fs::Access::EXISTS, rustix::fs::AtFlags::empty());
-        rustix::fs::accessat(&proc, name.as_str(), exists, none).is_ok()
-    });
-    Ok(pids)
+    Ok(pids
+        .iter()
+        .copied()
+        .filter(|pid| {
+            use std::fmt::Write as _;
+            name.clear();
+            let _ = write!(name, "{pid}");
+            let (exists, none) = (rustix::fs::Access::EXISTS, rustix::fs::AtFlags::empty());
+            rustix::fs::accessat(&proc, name.as_str(), exists, none).is_err()
+        })
+        .collect())
 }
 
 /// Reads these processes (those still there and not kernel threads), in their order. Reading
@@ -419,11 +444,15 @@ pub struct Reuse<'a> {
     /// Processes read again however quiet they were: those with `pid % of == turn % of`.
     pub sweep: Sweep,
     /// Where the pids come from: a listing of /proc, or (`Some`, in order) the pids the
-    /// events named since the scan before, with that scan's pids and its skipped ones, each
-    /// checked to be there still. The second is for when no event was lost: every process
-    /// born since then was named by its fork. (Listing /proc builds an entry for every pid in
-    /// the kernel; a check of one is a lookup: a fifth of the time.)
+    /// events named since the scan before, with that scan's pids and its skipped ones. The
+    /// second is for when no event was lost: every process born since then was named by its
+    /// fork. Exits are not subscribed, so of the scan before's pids only those `checked` names
+    /// are checked to be there still (with the named and skipped ones); the others stay until
+    /// the sweep reads them or the next listing finds them gone.
     pub named: Option<&'a [u32]>,
+    /// The processes of the scan before whose presence matters at every rescan (the daemon's:
+    /// those placed in a tenant, which its status and metrics count).
+    pub checked: &'a dyn Fn(u32) -> bool,
 }
 
 /// A share of the processes read again at each rescan (see `Reuse`).
@@ -447,13 +476,21 @@ pub struct ScanCount {
     pub read: usize,
 }
 
+/// A scan's result: the processes, the pids listed but not read as one (`Reuse::skipped`), the
+/// pids kept from the scan before without any read (no event named them, the sweep did not
+/// cover them: a plan may take their groups from its last reading too), and the counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scanned {
+    pub procs: Vec<ProcInfo>,
+    pub skipped: Vec<u32>,
+    /// In order.
+    pub unchanged: Vec<u32>,
+    pub count: ScanCount,
+}
+
 /// `scan_listed`, keeping what `reuse` says has not changed: /proc is listed, and only the
 /// processes that are new, changed or swept are read.
-pub fn scan_reusing(
-    fs: &HostFs,
-    fields: Fields,
-    reuse: &Reuse,
-) -> std::io::Result<(Vec<ProcInfo>, Vec<u32>, ScanCount)> {
+pub fn scan_reusing(fs: &HostFs, fields: Fields, reuse: &Reuse) -> std::io::Result<Scanned> {
     let pids = match reuse.named {
         None => list_pids(fs)?,
         Some(named) => still_there(fs, reuse, named)?,
@@ -466,13 +503,17 @@ pub fn scan_reusing(
             .map(|i| &reuse.previous[i])
     };
     let (mut kept, mut unread, mut skipped) = (Vec::with_capacity(pids.len()), vec![], vec![]);
+    let mut unchanged = Vec::with_capacity(pids.len());
     let mut reader = ProcReader::open(fs)?;
     let mut swept = 0;
     for &pid in &pids {
         let changed = (reuse.changed)(pid);
         let sweep = reuse.sweep.covers(pid);
         match previous(pid) {
-            Some(p) if !changed && !sweep => kept.push(p.clone()),
+            Some(p) if !changed && !sweep => {
+                unchanged.push(pid);
+                kept.push(p.clone())
+            }
             Some(p) if !changed => {
                 swept += 1;
                 match reader.read_cmdline(pid) {
@@ -512,6 +553,7 @@ pub fn scan_reusing(
             .collect();
         if !orphans.is_empty() {
             count.read += orphans.len();
+            unchanged.retain(|pid| orphans.binary_search(pid).is_err());
             procs.retain(|p| orphans.binary_search(&p.pid).is_err());
             let read = read_pids(fs, fields, &orphans)?;
             skipped.extend(not_read(&orphans, &read));
@@ -519,7 +561,12 @@ pub fn scan_reusing(
             procs = merge_by_pid(procs, read);
         }
     }
-    Ok((procs, skipped, count))
+    Ok(Scanned {
+        procs,
+        skipped,
+        unchanged,
+        count,
+    })
 }
 
 /// Two lists in pid order as one.
@@ -679,15 +726,25 @@ mod tests {
         std::fs::remove_dir_all(fs.proc().join("20")).unwrap();
         mk(30, 1, 300, "new");
         let changed = |pid: u32| [11, 15, 30].contains(&pid);
+        let every = |_: u32| true;
         let reuse = Reuse {
             previous: &previous,
             skipped: &skipped,
             changed: &changed,
             sweep: Sweep { turn: 27, of: 10 },
             named: None,
+            checked: &every,
         };
-        let (procs, now_skipped, count) = scan_reusing(&fs, tree, &reuse).unwrap();
+        let scanned = scan_reusing(&fs, tree, &reuse).unwrap();
+        let Scanned {
+            procs,
+            skipped: now_skipped,
+            unchanged,
+            count,
+        } = scanned.clone();
         assert_eq!(now_skipped, vec![2]);
+        // Kept without a read: 1 and 10 (13 and 14 were read again as orphans).
+        assert_eq!(unchanged, vec![1, 10]);
         let got: Vec<(u32, u32, &str)> = procs
             .iter()
             .map(|p| (p.pid, p.ppid, p.cmdline.as_str()))
@@ -706,21 +763,51 @@ mod tests {
             ]
         );
         // The same pids from the events instead of a listing of /proc (the scan's, its skipped
-        // ones and those the events named, checked to be there): the same rescan.
+        // ones and those the events named, each checked to be there): the same rescan.
         let named = [11, 15, 30];
         let by_events = Reuse {
             named: Some(&named),
             ..reuse
         };
-        assert_eq!(
-            scan_reusing(&fs, tree, &by_events).unwrap(),
-            (procs.clone(), now_skipped.clone(), count)
-        );
+        assert_eq!(scan_reusing(&fs, tree, &by_events).unwrap(), scanned);
         // A process no event named is not seen that way (it comes with the next listing).
         mk(50, 1, 500, "unnamed");
-        let (unseen, _, _) = scan_reusing(&fs, tree, &by_events).unwrap();
+        let unseen = scan_reusing(&fs, tree, &by_events).unwrap().procs;
         assert_eq!(unseen, procs);
         std::fs::remove_dir_all(fs.proc().join("50")).unwrap();
+        // Checking only some (the daemon's placed processes): 20 and 40, gone without an event,
+        // are kept until the sweep or a listing finds them gone; 13's parent 40 looks alive, so
+        // 13 is kept too (its new parent comes with them). The sweep of 20's turn drops it.
+        let placed = |pid: u32| pid == 10;
+        let unchecked = Reuse {
+            checked: &placed,
+            ..by_events
+        };
+        let stale = scan_reusing(&fs, tree, &unchecked).unwrap();
+        let pids: Vec<(u32, u32)> = stale.procs.iter().map(|p| (p.pid, p.ppid)).collect();
+        assert_eq!(
+            pids,
+            vec![
+                (1, 0),
+                (10, 1),
+                (11, 10),
+                (13, 40),
+                (14, 1),
+                (15, 1),
+                (17, 1),
+                (20, 1),
+                (30, 1),
+                (40, 1)
+            ]
+        );
+        assert_eq!(stale.unchanged, vec![1, 10, 13, 20, 40]);
+        let sweeping_20 = Reuse {
+            sweep: Sweep { turn: 0, of: 10 },
+            ..unchecked
+        };
+        let swept = scan_reusing(&fs, tree, &sweeping_20).unwrap();
+        assert!(swept.procs.iter().all(|p| p.pid != 20 && p.pid != 40));
+        assert_eq!(swept.skipped, vec![2, 20, 40]);
         let p17 = procs.iter().find(|p| p.pid == 17).unwrap();
         assert_eq!((p17.comm.as_str(), p17.start_time), ("p17", 170));
         // Listed: 1 2 10 11 13 14 15 17 30; read: 11 15 30 in full and 17's cmdline in the
@@ -733,7 +820,7 @@ mod tests {
             sweep: all,
             ..reuse
         };
-        let (procs, _, count) = scan_reusing(&fs, tree, &reuse).unwrap();
+        let Scanned { procs, count, .. } = scan_reusing(&fs, tree, &reuse).unwrap();
         assert_eq!(count.read, 11);
         assert!(procs.iter().any(|p| p.cmdline == "quiet-retitled"));
         let got: Vec<(u32, u32)> = procs.iter().map(|p| (p.pid, p.ppid)).collect();
@@ -764,8 +851,9 @@ mod tests {
             changed: &none,
             sweep: Sweep { turn: 0, of: 10 },
             named: None,
+            checked: &every,
         };
-        let (procs, _, count) = scan_reusing(&fs, flat, &reuse).unwrap();
+        let Scanned { procs, count, .. } = scan_reusing(&fs, flat, &reuse).unwrap();
         let p10 = procs.iter().find(|p| p.pid == 10).unwrap();
         assert_eq!(
             (p10.comm.as_str(), p10.cmdline.as_str()),

@@ -238,7 +238,7 @@ pub fn moves(
             let here = now.get(h).and_then(|d| d.as_ref());
             if grouped {
                 let mut want = layout.leaf_dir(h, &t.name, p.leaf);
-                if here != Some(&want) {
+                if here.map(|d| &**d) != Some(want.as_path()) {
                     want.push(crate::cgroup::PROCS);
                     targets.push(want);
                 }

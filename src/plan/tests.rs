@@ -119,7 +119,7 @@ impl Host {
                 .setup
                 .hierarchies
                 .iter()
-                .map(|h| Some(h.mount_point.clone()))
+                .map(|h| Some(h.mount_point.as_path().into()))
                 .collect();
             snap.proc_dirs.insert(pid, dirs);
         }
@@ -167,7 +167,7 @@ impl Host {
                     for dirs in snap.proc_dirs.values_mut() {
                         for d in dirs.iter_mut().flatten() {
                             if d.starts_with(path) {
-                                *d = to.clone();
+                                *d = to.as_path().into();
                             }
                         }
                     }
@@ -188,7 +188,7 @@ impl Host {
                             .iter()
                             .position(|p| leaf.starts_with(p))
                             .expect("target in a hierarchy");
-                        dirs[h] = Some(leaf.to_path_buf());
+                        dirs[h] = Some(leaf.into());
                     }
                 }
             }
@@ -222,6 +222,7 @@ fn inventory(policy: &Policy, devices: &[Vec<DevNum>], procs: Vec<ProcInfo>) -> 
         procs,
         skipped_pids: Vec::new(),
         scanned: Default::default(),
+        unchanged: Vec::new(),
         mounts: Default::default(),
         mem_total: None,
     }
@@ -915,7 +916,7 @@ fn a_process_partly_in_place_moves_only_where_it_is_not() {
     let mut snap = host.snapshot_with_groups(&p, &[100]);
     let cpu = host.h(Controller::Cpu);
     snap.proc_dirs.get_mut(&100).unwrap()[cpu] =
-        Some(host.layout.leaf_dir(cpu, "bx1", Leaf::Limited));
+        Some(host.layout.leaf_dir(cpu, "bx1", Leaf::Limited).into());
     let plan = build(&p, &inv, &host.layout, &snap).unwrap();
     let targets = plan
         .steps
@@ -1033,7 +1034,7 @@ fn a_process_that_leaves_a_pinned_tenant_leaves_its_cpuset_and_memory_groups() {
     let mut snap = host.snapshot_with_groups(&p, &[]);
     // pid 100 ran as a postgres of the pinned tenant before it exec'd into ora_p000
     let dirs = (0..5)
-        .map(|h| Some(host.layout.leaf_dir(h, "pinned", Leaf::Limited)))
+        .map(|h| Some(host.layout.leaf_dir(h, "pinned", Leaf::Limited).into()))
         .collect();
     snap.proc_dirs.insert(100, dirs);
     let plan = build(&p, &inv, &host.layout, &snap).unwrap();
@@ -1086,7 +1087,7 @@ fn a_process_already_out_of_dbcage_groups_is_not_moved_back_to_the_parent() {
     let inv = inventory(&p, &[vec![dev(0)], vec![]], vec![proc(100, "ora_p000")]);
     let mut snap = host.snapshot_with_groups(&p, &[100]);
     for c in [Controller::Cpuset, Controller::Memory] {
-        snap.proc_dirs.get_mut(&100).unwrap()[host.h(c)] = Some(host.mount(c).join("other"));
+        snap.proc_dirs.get_mut(&100).unwrap()[host.h(c)] = Some(host.mount(c).join("other").into());
     }
     let plan = build(&p, &inv, &host.layout, &snap).unwrap();
     assert!(plan.steps.iter().any(|s| matches!(

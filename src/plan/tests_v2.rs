@@ -109,6 +109,7 @@ fn inventory(p: &Policy, devices: &[DevNum]) -> Inventory {
         },
         skipped_pids: Vec::new(),
         scanned: Default::default(),
+        unchanged: Vec::new(),
         procs: vec![ProcInfo {
             pid: 100,
             ppid: 1,
@@ -141,7 +142,7 @@ fn snapshot(l: &Layout) -> Snapshot {
         .setup
         .hierarchies
         .iter()
-        .map(|h| Some(h.mount_point.clone()))
+        .map(|h| Some(h.mount_point.as_path().into()))
         .collect();
     snap.proc_dirs.insert(100, dirs);
     snap
@@ -220,7 +221,7 @@ fn run(l: &Layout, snap: &mut Snapshot, steps: &[Step]) {
                     let dir = t.parent().unwrap().to_path_buf();
                     for (h, hier) in l.setup.hierarchies.iter().enumerate() {
                         if dir.starts_with(&hier.mount_point) {
-                            d[h] = Some(dir.clone());
+                            d[h] = Some(dir.as_path().into());
                         }
                     }
                 }

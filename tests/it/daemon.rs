@@ -1089,8 +1089,36 @@ fn daemon_rescans_reread_only_written_groups() {
     let quota = t.knob_path("db", Knob::CpuQuota);
     let quota2 = t.knob_path("db2", Knob::CpuQuota);
     assert_eq!(read_trim(&quota), cpu_quota_text(1.0));
+    let member = sleeper(&format!("ora_w001_{sid}"), "60");
+    let leaf_db = t.leaf_dir("cpu", "db", "limited");
+    assert_placed_within(
+        &t,
+        &d,
+        member.pid,
+        "db",
+        "limited",
+        Instant::now(),
+        Duration::from_secs(1),
+    );
     // Rescans with nothing to reread (at least ten here, fewer in a guest under TCG).
     std::thread::sleep(Duration::from_secs(2));
+
+    // A placed process moved out behind the daemon's back (no event tells): the rescans keep
+    // its groups from the last reading, and the sweep reads it again in turn (one in ten a
+    // rescan on a small host): back within ten rescans.
+    let own = own_dir("cpu");
+    std::fs::write(own.join("cgroup.procs"), member.pid.to_string()).unwrap();
+    assert!(procs_in(&own).contains(&member.pid));
+    let t3 = Instant::now();
+    let moved_back = wait_until(Duration::from_secs(10), || {
+        procs_in(&leaf_db).contains(&member.pid)
+    });
+    let moved_ms = ms(t3.elapsed());
+    assert!(
+        moved_back,
+        "a member moved out behind the daemon's back was not moved back within 10 s; log:\n{}",
+        d.log()
+    );
 
     // A value written behind the daemon's back: back within 1 s, the other tenant untouched.
     let t0 = Instant::now();
@@ -1142,18 +1170,23 @@ fn daemon_rescans_reread_only_written_groups() {
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
     let stats = d.stats();
     let g = &stats["groups"];
-    let (read, reread, cached) = (
+    let (read, reread, cached, kept) = (
         g["read"].as_u64().unwrap(),
         g["reread_files"].as_u64().unwrap(),
         g["cached"].as_u64().unwrap(),
+        g["proc_dirs_kept"].as_u64().unwrap(),
     );
     let rescans = stats["rescans"].as_u64().unwrap();
     println!(
         "rescans every 200 ms: {rescans} rescans; groups read in full {read}, files reread {reread}, \
-         from the watch {cached}; repaired: a value in {value_ms:.0} ms, a leaf in {leaf_ms:.0} ms, \
+         from the watch {cached}; a member's groups kept {kept} times; repaired: a member moved \
+         out in {moved_ms:.0} ms, a value in {value_ms:.0} ms, a leaf in {leaf_ms:.0} ms, \
          a tenant's group in {group_ms:.0} ms"
     );
+    drop(member);
     assert!(rescans >= 8, "{stats}");
+    // The member's groups are taken from the rescan before at most rescans, not read again.
+    assert!(kept >= rescans / 2, "{stats}");
     // Without the watch every group is read in full at every rescan (cached would be 0); with
     // it, what is read again is the first reading and what the test and the repairs wrote
     // (about four readings of every group), whatever the number of quiet rescans (a 2-tenant
