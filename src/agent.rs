@@ -423,9 +423,11 @@ impl Daemon {
         Ok(self.with_watched_groups(engine::read_host_reusing(loaded, reuse)?))
     }
 
-    /// A host read given the daemon's watched groups (see `GroupWatch`).
+    /// A host read given the daemon's watched groups (see `GroupWatch`) and its memo of what
+    /// its processes matched (`classify::Memo`).
     fn with_watched_groups(&self, mut ctx: Prepared) -> Prepared {
         ctx.groups = self.ctx.groups.clone();
+        ctx.classified = self.ctx.classified.clone();
         ctx
     }
 
@@ -1710,6 +1712,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             None
         }
     };
+    ctx.classified = Some(Arc::default());
     // The IO latency histograms exist only for the metrics endpoint; said once if unavailable.
     if metrics_addr.is_some() && !ctx.loaded.policy.agent.io_latency {
         info!("IO latency histograms off (agent.io_latency = false): no eBPF program loaded");

@@ -338,8 +338,8 @@ pub fn collect(
                         .unwrap_or_else(|| "inherited from its parent (no rule matches it; new children stay in their parent's group)".into());
                     members.push(Member {
                         pid,
-                        comm: p.map(|p| p.comm.clone()).unwrap_or_default(),
-                        cmdline: p.map(|p| p.cmdline.clone()).unwrap_or_default(),
+                        comm: p.map(|p| p.comm.to_string()).unwrap_or_default(),
+                        cmdline: p.map(|p| p.cmdline.to_string()).unwrap_or_default(),
                         leaf,
                         rule,
                     });

@@ -146,9 +146,9 @@ fn exe_is_compared_as_a_whole_path() {
         "[[tenant]]\nname = \"a\"\n[[tenant.match]]\nexe = \"/u01/app/oracle/bin/oracle\"\n",
     );
     let mut a = proc(10, "oracle", "oracleBX1");
-    a.exe = Some(PathBuf::from("/u01/app/oracle/bin/oracle"));
+    a.exe = Some(PathBuf::from("/u01/app/oracle/bin/oracle").into());
     let mut b = proc(11, "oracle", "oracleBX1");
-    b.exe = Some(PathBuf::from("/u01/app/oracle/bin/oracle.old"));
+    b.exe = Some(PathBuf::from("/u01/app/oracle/bin/oracle.old").into());
     let c = proc(12, "oracle", "oracleBX1"); // exe unreadable
     let got = placed(&ts, &[a, b, c]);
     assert_eq!(got.keys().copied().collect::<Vec<_>>(), vec![10]);
@@ -568,6 +568,51 @@ match = [{ comm = "^ora_" }]
     }
 }
 
+/// A rescan matches only the processes it read again: the others' hits come from the memo (a
+/// kept process is the same process, so the same hits; shown here by a kept process whose
+/// fields were changed behind the memo's back), unless the rules are not the memo's.
+#[test]
+fn classify_reusing_matches_only_what_a_rescan_read_again() {
+    let ts = tenants(
+        r#"
+[[tenant]]
+name = "a"
+match = [{ cmdline = "^ora_p[0-9a-z]{3}_BX1" }]
+[[tenant]]
+name = "b"
+match = [{ comm = "^ora_" }]
+"#,
+    );
+    let rules = std::sync::Arc::new(RuleSet::new(&ts));
+    let mut procs = vec![
+        proc(10, "ora_p001_BX1", "ora_p001_BX1"),
+        proc(11, "ora_pmon_BX2", "ora_pmon_BX2"),
+        proc(12, "bash", "bash"),
+    ];
+    let mut memo = Memo::default();
+    let first = classify_reusing(&rules, &procs, &[], &mut memo);
+    assert_eq!(first, rules.classify(&procs));
+    assert_eq!(memo.len(), 2, "only the processes that matched are kept");
+    // 10 and 12 now look like another tenant's: kept unread, they keep their memo's answer.
+    procs[0] = proc(10, "ora_lgwr_BX2", "ora_lgwr_BX2");
+    procs[2] = proc(12, "ora_smon_BX2", "ora_smon_BX2");
+    let kept = classify_reusing(&rules, &procs, &[10, 11, 12], &mut memo);
+    assert_eq!(kept, first);
+    // Read again (not in `unchanged`), they are matched again.
+    let read = classify_reusing(&rules, &procs, &[11], &mut memo);
+    assert_eq!(read, rules.classify(&procs));
+    assert_eq!(
+        read.iter().map(|p| (p.pid, p.tenant)).collect::<Vec<_>>(),
+        vec![(10, 1), (11, 1), (12, 1)]
+    );
+    // Other rules (a reloaded policy): the memo is not theirs, everything is matched.
+    procs[0] = proc(10, "ora_p001_BX1", "ora_p001_BX1");
+    let reloaded = std::sync::Arc::new(RuleSet::new(&ts));
+    let after_reload = classify_reusing(&reloaded, &procs, &[10, 11, 12], &mut memo);
+    assert_eq!(after_reload, reloaded.classify(&procs));
+    assert_eq!(after_reload[0].tenant, 0);
+}
+
 #[test]
 fn fields_needed_follow_the_rules() {
     let only_cmdline = tenants("[[tenant]]\nname = \"a\"\nmatch = [{ cmdline = \"x\" }]\n");
@@ -620,6 +665,11 @@ fn pidfile_rule_takes_the_process_named_in_the_file_and_follows_a_rewrite() {
     // PostgreSQL's postmaster.pid: the PID first, then the data directory and more.
     std::fs::write(&pidfile, "500\n/a\n1700000000\n5432\n").unwrap();
     assert!(refresh(&ts));
+    // The daemon's rescans match every process again under a pid-file rule (its pid changes
+    // without an event), even those they kept unread.
+    let rules = std::sync::Arc::new(RuleSet::new(&ts));
+    let mut memo = Memo::default();
+    assert_eq!(classify_reusing(&rules, &procs, &[], &mut memo).len(), 2);
     let got = placed(&ts, &procs);
     assert_eq!(
         got.keys()
@@ -630,6 +680,12 @@ fn pidfile_rule_takes_the_process_named_in_the_file_and_follows_a_rewrite() {
     // A restart writes a new PID: the old tree leaves the rule, the new one is taken.
     std::fs::write(&pidfile, "600\n/a\n").unwrap();
     assert!(refresh(&ts));
+    let all = [500, 501, 600, 601];
+    let reused: Vec<u32> = classify_reusing(&rules, &procs, &all, &mut memo)
+        .iter()
+        .map(|p| p.pid)
+        .collect();
+    assert_eq!(reused, vec![600, 601]);
     let got = placed(&ts, &procs);
     assert_eq!(
         got.keys()

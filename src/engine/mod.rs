@@ -35,6 +35,9 @@ pub struct Prepared {
     /// The daemon's watched copy of its groups (`cgroup::watch`): plans reread only the groups
     /// written since the last one. `None` (one-shot commands): every plan reads them all.
     pub groups: Option<Arc<Mutex<GroupWatch>>>,
+    /// The daemon's memo of what its processes matched (`classify::Memo`): a rescan matches
+    /// only the processes it read again. `None` (one-shot commands): every process is matched.
+    pub classified: Option<Arc<Mutex<crate::classify::Memo>>>,
 }
 
 /// What the daemon lays over the policy when it plans, each decided by one of its loops.
@@ -149,6 +152,7 @@ fn read_host_with(loaded: Loaded, scan: inventory::ProcScan) -> Result<Prepared>
         manager,
         fs,
         groups: None,
+        classified: None,
     })
 }
 
@@ -210,7 +214,15 @@ fn plan_with_view(
     adjust: &Adjustments,
 ) -> Result<(Plan, Option<plan::SystemdView>, Vec<Placement>)> {
     let policy = adjust.policy(&p.loaded.policy);
-    let placements = policy.matcher.classify(&p.inventory.procs);
+    let placements = match &p.classified {
+        Some(memo) => crate::classify::classify_reusing(
+            &policy.matcher,
+            &p.inventory.procs,
+            &p.inventory.unchanged,
+            &mut memo.lock().unwrap_or_else(|poisoned| poisoned.into_inner()),
+        ),
+        None => policy.matcher.classify(&p.inventory.procs),
+    };
     let pids: Vec<u32> = placements.iter().map(|x| x.pid).collect();
     // The tree driver of the manager in force: under systemd it plans from the units, read
     // once here (D-Bus and /proc).
@@ -329,7 +341,7 @@ fn systemd_view(p: &Prepared, pids: &[u32]) -> Result<plan::SystemdView> {
             .procs
             .iter()
             .filter(|x| in_trees.contains(&x.pid))
-            .map(|x| (x.pid, x.comm.clone()))
+            .map(|x| (x.pid, x.comm.to_string()))
             .collect();
     }
     // How systemd names each device a tenant's IO limits may name (its IO properties).

@@ -214,7 +214,7 @@ pub fn moves(
 ) -> Vec<Step> {
     // The daemon's event path passes one process (or a few ancestors): a map only for a scan.
     let comms: std::collections::HashMap<u32, &str> = if procs.len() > 16 {
-        procs.iter().map(|p| (p.pid, p.comm.as_str())).collect()
+        procs.iter().map(|p| (p.pid, &*p.comm)).collect()
     } else {
         Default::default()
     };
@@ -224,7 +224,7 @@ pub fn moves(
             .iter()
             .take(16)
             .find(|p| p.pid == pid)
-            .map(|p| p.comm.as_str()),
+            .map(|p| &*p.comm),
     };
     let mut out = Vec::new();
     for p in placements {

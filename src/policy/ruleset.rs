@@ -128,7 +128,9 @@ impl Patterns {
     /// rule, and walking a thousand patterns' slots for each of them was 5% of a rescan's CPU).
     fn matches(&self, text: &str) -> Option<Matched> {
         let mut found: Vec<u32> = self.exact.get(text).cloned().unwrap_or_default();
-        if !self.in_set.is_empty() {
+        // `is_match` first: it stops at the first match and fills no slot per pattern (the set's
+        // `matches` allocates and clears one for each of a thousand patterns on every call).
+        if !self.in_set.is_empty() && self.set.is_match(text) {
             let m = self.set.matches(text);
             if m.matched_any() {
                 found.extend(m.iter().map(|i| self.in_set[i]));
@@ -158,6 +160,11 @@ impl std::fmt::Debug for RuleSet {
 pub struct Hits(Vec<u32>);
 
 impl RuleSet {
+    /// Whether a rule names a pid file (whose pid changes with no process event).
+    pub fn has_pid_files(&self) -> bool {
+        self.rules.iter().any(|r| r.pidfile.is_some())
+    }
+
     pub fn new(tenants: &[Tenant]) -> RuleSet {
         let mut rules = Vec::new();
         let mut ranges = Vec::with_capacity(tenants.len());

@@ -154,7 +154,7 @@ mod tests {
         ProcInfo {
             pid,
             ppid: 1,
-            comm,
+            comm: comm.into(),
             cmdline: cmdline.into(),
             exe: None,
             uid: 54321,
@@ -255,7 +255,7 @@ sid = "BX1"
             proc(12, "oracleBXTST02 (LOCAL=NO)"),
             proc(13, "ora_pmon_BXTST0"),
         ];
-        assert_eq!(procs[0].comm, "ora_pmon_BXTST0");
+        assert_eq!(&*procs[0].comm, "ora_pmon_BXTST0");
         let placed = classify(&p.tenants, &procs);
         let leaf = |pid| placed.iter().find(|p| p.pid == pid).map(|p| p.leaf);
         assert_eq!(leaf(10), Some(Leaf::Limited));
