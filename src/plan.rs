@@ -656,24 +656,39 @@ pub fn build(
     layout: &Layout,
     snap: &Snapshot,
 ) -> Result<Plan, PolicyErrors> {
-    build_with(policy, inv, layout, snap, &Shares::new(), false, &Cgroupfs)
+    let placements = policy.matcher.classify(&inv.procs);
+    let how = Planning {
+        shares: &Shares::new(),
+        migrate_memory: false,
+        driver: &Cgroupfs,
+    };
+    build_with(policy, inv, layout, snap, &placements, &how)
 }
 
-/// `build`, with the per-device shares the daemon's balancer decided for tenants with
-/// `io.split = "demand"` (tenant name → device → limits). Shares that do not fit the tenant's
-/// current devices and totals are ignored (the equal split applies). With `migrate_memory`,
-/// running tenants whose memory nodes change move their memory now (see `MemoryMove`).
-/// `driver` turns the tenants' settings into steps: `Cgroupfs` (dbcage's own groups) or
-/// `Systemd` (the units that run the tenants).
+/// How `build_with` plans, beyond what the host holds.
+pub struct Planning<'a> {
+    /// The per-device shares the daemon's balancer decided for tenants with `io.split =
+    /// "demand"` (tenant name → device → limits). Shares that do not fit the tenant's current
+    /// devices and totals are ignored (the equal split applies).
+    pub shares: &'a Shares,
+    /// Running tenants whose memory nodes change move their memory now (see `MemoryMove`).
+    pub migrate_memory: bool,
+    /// Turns the tenants' settings into steps: `Cgroupfs` (dbcage's own groups) or `Systemd`
+    /// (the units that run the tenants).
+    pub driver: &'a dyn TreeDriver,
+}
+
+/// `build`, given the placements of `inv`'s processes (the caller's classification, made once:
+/// the daemon's matches only what a rescan read again) and `how`.
 pub fn build_with(
     policy: &Policy,
     inv: &Inventory,
     layout: &Layout,
     snap: &Snapshot,
-    shares: &Shares,
-    migrate_memory: bool,
-    driver: &dyn TreeDriver,
+    placements: &[Placement],
+    how: &Planning,
 ) -> Result<Plan, PolicyErrors> {
+    let (shares, migrate_memory, driver) = (how.shares, how.migrate_memory, how.driver);
     let mut problems = Vec::new();
     let mut plan = Plan::default();
     let allowed_cpus = snap
@@ -704,7 +719,6 @@ pub fn build_with(
     {
         plan.warnings.push("every tenant is pinned to NUMA nodes while the kernel's automatic NUMA balancing is on (/proc/sys/kernel/numa_balancing): it keeps sampling and moving pages the pins already place; turn it off with `sysctl kernel.numa_balancing=0` (the kernel's guidance for pinned workloads)".into());
     }
-    let placements = policy.matcher.classify(&inv.procs);
     let drivers = layout.setup.drivers();
     for d in &drivers {
         plan.warnings.extend(d.parent_warnings(layout, snap));
@@ -846,7 +860,7 @@ pub fn build_with(
             inv,
             layout,
             snap,
-            placements: &placements,
+            placements,
             allowed_cpus: &allowed_cpus,
             allowed_mems: &allowed_mems,
         },

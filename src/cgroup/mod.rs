@@ -427,6 +427,16 @@ impl Layout {
     pub fn tenant_dir(&self, h: usize, tenant: &str) -> PathBuf {
         self.root_dir(h).join(tenant)
     }
+    /// Whether `dir` is `leaf_dir(h, tenant, leaf)` (compared without building it: a plan asks
+    /// for every placed process in every hierarchy).
+    pub fn is_leaf_dir(&self, dir: &Path, h: usize, tenant: &str, leaf: Leaf) -> bool {
+        use std::ffi::OsStr;
+        let names = [OsStr::new(tenant), OsStr::new(leaf.dir())];
+        let want = Path::new(&self.root_name).iter().chain(names);
+        dir.strip_prefix(&self.parents[h])
+            .is_ok_and(|rest| rest.iter().eq(want))
+    }
+
     pub fn leaf_dir(&self, h: usize, tenant: &str, leaf: Leaf) -> PathBuf {
         // One allocation, with room for the `cgroup.procs` a move appends (the daemon builds
         // these per event).

@@ -85,6 +85,14 @@ fn debian_vm_layout_under_own_cgroup() {
         l.leaf_dir(mem, "bx1", Leaf::Exempt),
         fs.path("/sys/fs/cgroup/memory/dbcage/bx1/exempt")
     );
+    // Told without building the path, for each leaf and neighbour.
+    let exempt = l.leaf_dir(mem, "bx1", Leaf::Exempt);
+    assert!(l.is_leaf_dir(&exempt, mem, "bx1", Leaf::Exempt));
+    assert!(!l.is_leaf_dir(&exempt, mem, "bx1", Leaf::Limited));
+    assert!(!l.is_leaf_dir(&exempt, mem, "bx", Leaf::Exempt));
+    assert!(!l.is_leaf_dir(&exempt, cpu, "bx1", Leaf::Exempt));
+    assert!(!l.is_leaf_dir(&l.tenant_dir(mem, "bx1"), mem, "bx1", Leaf::Exempt));
+    assert!(!l.is_leaf_dir(&exempt.join("x"), mem, "bx1", Leaf::Exempt));
 
     let l = Layout::new(setup, &agent(ParentSpec::Path("/system.slice/x".into()))).unwrap();
     assert_eq!(

@@ -255,16 +255,13 @@ fn plan_with_view(
         &rss_wanted,
         watch.as_deref_mut(),
     );
+    let how = plan::Planning {
+        shares: &adjust.shares,
+        migrate_memory: adjust.migrate_memory,
+        driver,
+    };
     let build = |snap: &Snapshot| {
-        plan::build_with(
-            &policy,
-            &p.inventory,
-            &p.layout,
-            snap,
-            &adjust.shares,
-            adjust.migrate_memory,
-            driver,
-        )
+        plan::build_with(&policy, &p.inventory, &p.layout, snap, &placements, &how)
     };
     let mut plan = build(&snap)?;
     // A running tenant's nodes change: how much memory that moves comes from its processes'

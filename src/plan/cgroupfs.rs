@@ -212,19 +212,13 @@ pub fn moves(
     snap: &Snapshot,
     placements: &[Placement],
 ) -> Vec<Step> {
-    // The daemon's event path passes one process (or a few ancestors): a map only for a scan.
-    let comms: std::collections::HashMap<u32, &str> = if procs.len() > 16 {
-        procs.iter().map(|p| (p.pid, &*p.comm)).collect()
-    } else {
-        Default::default()
-    };
-    let comm_of = |pid: u32| match comms.get(&pid) {
-        Some(c) => Some(*c),
-        None => procs
-            .iter()
-            .take(16)
-            .find(|p| p.pid == pid)
-            .map(|p| &*p.comm),
+    // A scan's processes are in pid order (looked up only for the few that move: a map of
+    // 100,000 processes at every rescan was a tenth of it); the daemon's event path passes one
+    // process or a few ancestors.
+    let sorted = procs.is_sorted_by_key(|p| p.pid);
+    let comm_of = |pid: u32| match sorted {
+        true => (procs.binary_search_by_key(&pid, |p| p.pid).ok()).map(|i| &*procs[i].comm),
+        false => procs.iter().find(|p| p.pid == pid).map(|p| &*p.comm),
     };
     let mut out = Vec::new();
     for p in placements {
@@ -237,8 +231,8 @@ pub fn moves(
         for (h, grouped) in layout.grouped(t).into_iter().enumerate() {
             let here = now.get(h).and_then(|d| d.as_ref());
             if grouped {
-                let mut want = layout.leaf_dir(h, &t.name, p.leaf);
-                if here.map(|d| &**d) != Some(want.as_path()) {
+                if !here.is_some_and(|d| layout.is_leaf_dir(d, h, &t.name, p.leaf)) {
+                    let mut want = layout.leaf_dir(h, &t.name, p.leaf);
                     want.push(crate::cgroup::PROCS);
                     targets.push(want);
                 }

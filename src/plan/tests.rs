@@ -1594,9 +1594,12 @@ fn a_running_tenants_memory_moves_only_when_asked_or_at_restart() {
             &inv,
             &host.layout,
             &snap,
-            &Shares::new(),
-            true,
-            &Cgroupfs,
+            &on_0.matcher.classify(&inv.procs),
+            &Planning {
+                shares: &Shares::new(),
+                migrate_memory: true,
+                driver: &Cgroupfs,
+            },
         )
         .unwrap(),
         build(
@@ -1678,16 +1681,14 @@ fn numa_auto_places_huge_pages_on_the_node_with_the_pool() {
 fn one_policy_and_host_planned_by_each_tree_driver() {
     let p = full_pinned();
     let (host, inv, snap) = full_host(&p);
-    let by_cgroupfs = build_with(
-        &p,
-        &inv,
-        &host.layout,
-        &snap,
-        &Shares::new(),
-        false,
-        &Cgroupfs,
-    )
-    .unwrap();
+    let placements = p.matcher.classify(&inv.procs);
+    let shares = Shares::new();
+    let cgroupfs = Planning {
+        shares: &shares,
+        migrate_memory: false,
+        driver: &Cgroupfs,
+    };
+    let by_cgroupfs = build_with(&p, &inv, &host.layout, &snap, &placements, &cgroupfs).unwrap();
 
     // The same host under systemd: the tenant's processes run in a service of their own, which
     // has no Delegate=yes (so its exempt process runs under the unit's IO limits).
@@ -1711,16 +1712,11 @@ fn one_policy_and_host_planned_by_each_tree_driver() {
         },
     );
     view.scanned = [100, 101, 102, 103].into_iter().collect();
-    let by_systemd = build_with(
-        &p,
-        &inv,
-        &host.layout,
-        &snap,
-        &Shares::new(),
-        false,
-        &Systemd { view: &view },
-    )
-    .unwrap();
+    let systemd = Planning {
+        driver: &Systemd { view: &view },
+        ..cgroupfs
+    };
+    let by_systemd = build_with(&p, &inv, &host.layout, &snap, &placements, &systemd).unwrap();
 
     // One computation of the settings, whichever driver writes them.
     let settings = |plan: &Plan| {
