@@ -39,7 +39,9 @@ impl ProcInfo {
     /// This process with the command line read again by the sweep (see `Reuse`); where comm
     /// is argv[0]'s name (`Fields::comm` and `tree` off), that follows it.
     fn with_cmdline(&self, cmdline: String, fields: Fields) -> ProcInfo {
-        let comm = if fields.comm || fields.tree || *cmdline == *self.cmdline {
+        // Unchanged (most swept processes): the strings it had are kept, not copied again.
+        let same = *cmdline == *self.cmdline;
+        let comm = if fields.comm || fields.tree || same {
             self.comm.clone()
         } else {
             comm_from_cmdline(&cmdline).into()
@@ -48,7 +50,11 @@ impl ProcInfo {
             pid: self.pid,
             ppid: self.ppid,
             comm,
-            cmdline: cmdline.into(),
+            cmdline: if same {
+                self.cmdline.clone()
+            } else {
+                cmdline.into()
+            },
             exe: self.exe.clone(),
             uid: self.uid,
             gid: self.gid,
