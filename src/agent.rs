@@ -60,10 +60,13 @@ const MOVED_AT_HORIZON: Duration = Duration::from_secs(10);
 /// A rescan reads again the processes with `pid % shares` equal to its turn, however quiet they
 /// were (see `procs::Reuse`), and every `shares`-th rescan lists /proc: `shares` is this many,
 /// or more on a host with more than `SWEEP_SHARES * SWEEP_MOST` processes, so that a rescan
-/// sweeps at most about `SWEEP_MOST` of them (at 100,000 processes, one in 50 a rescan: each
-/// read again within 25 minutes at the default 30 s; a tenth would cost 50 ms a rescan).
+/// sweeps at most about `SWEEP_MOST` of them (at 100,000 processes, one in 100 a rescan: each
+/// read again within 50 minutes at the default 30 s; a tenth would cost 10,000 reads a
+/// rescan). The placed processes are swept one in `SWEEP_SHARES` however many the host has:
+/// their groups are read again with them (another tool's move of one is undone within ten
+/// rescans), and there are few of them.
 const SWEEP_SHARES: u32 = 10;
-const SWEEP_MOST: usize = 2_000;
+const SWEEP_MOST: usize = 1_000;
 
 /// The sweep's share for a host with `procs` processes (see `SWEEP_SHARES`).
 fn sweep_shares(procs: usize) -> u32 {
@@ -389,36 +392,39 @@ impl Daemon {
     /// before, the processes they do not name are kept from it (a share of them read again in
     /// turn, for what changes without an event: `sweep_shares`), and so are the groups of those
     /// placed (`Snapshot::read_watched`); otherwise every process is read. A rule on
-    /// `unit` reads every process: a unit's processes can change groups without an event.
-    fn read_host_again(&self) -> Result<Prepared> {
+    /// `unit` reads every process: a unit's processes can change groups without an event. The
+    /// scan before is taken from `ctx` (updated in place into the new one): after a failure the
+    /// next rescan reads every process.
+    fn read_host_again(&mut self) -> Result<Prepared> {
         let loaded = self.ctx.loaded.clone();
         if !self.connected || self.scan_all_next || self.fields.unit {
             return self.read_host(loaded);
         }
-        let changed =
-            |pid: u32| self.changed_pids.contains(&pid) || self.changed_before.contains(&pid);
         // Every process born since the scan before was named by its fork (no event was lost):
         // the pids come from that scan and the events, except at every `shares`-th rescan,
         // which lists /proc (a safety net for what no event tells, bounded like the sweep's,
         // and where processes gone without being checked or swept leave the inventory).
         let shares = sweep_shares(self.ctx.inventory.procs.len());
         let listed = self.stats.rescans.is_multiple_of(u64::from(shares));
-        let mut named: Vec<u32> = Vec::new();
-        if !listed {
-            named.extend(self.changed_pids.iter().chain(&self.changed_before));
-            named.sort_unstable();
-            named.dedup();
-        }
+        let mut changed: Vec<u32> = (self.changed_pids.iter())
+            .chain(&self.changed_before)
+            .copied()
+            .collect();
+        changed.sort_unstable();
+        changed.dedup();
+        let mut placed: Vec<u32> = self.members.keys().copied().collect();
+        placed.sort_unstable();
         let reuse = crate::inventory::procs::Reuse {
-            previous: &self.ctx.inventory.procs,
+            previous: std::mem::take(&mut self.ctx.inventory.procs),
             skipped: &self.ctx.inventory.skipped_pids,
             changed: &changed,
             sweep: crate::inventory::procs::Sweep {
                 turn: self.stats.rescans,
                 of: shares,
+                checked_of: SWEEP_SHARES,
             },
-            named: (!listed).then_some(named.as_slice()),
-            checked: &|pid: u32| self.members.contains_key(&pid),
+            from_events: !listed,
+            checked: &placed,
         };
         Ok(self.with_watched_groups(engine::read_host_reusing(loaded, reuse)?))
     }
@@ -479,7 +485,11 @@ impl Daemon {
                 drop(plan);
                 release_freed_memory();
             }
-            Err(e) => warn!("rescan ({why}) failed, keeping the previous state: {e:#}"),
+            Err(e) => {
+                // The scan before went into this one: the next reads every process.
+                self.scan_all_next = true;
+                warn!("rescan ({why}) failed, keeping the previous state: {e:#}")
+            }
         }
         let _ = self.rescan_hist.record(start.elapsed().as_micros() as u64);
     }
@@ -2201,13 +2211,13 @@ mod tests {
 
     /// A tenth of the processes a rescan up to 20,000; beyond, about 2,000 a rescan.
     #[test]
-    fn the_sweep_reads_a_tenth_or_at_most_about_two_thousand() {
+    fn the_sweep_reads_a_tenth_or_at_most_about_a_thousand() {
         assert_eq!(sweep_shares(0), 10);
         assert_eq!(sweep_shares(3_500), 10);
-        assert_eq!(sweep_shares(20_000), 10);
-        assert_eq!(sweep_shares(20_001), 11);
-        assert_eq!(sweep_shares(28_000), 14);
-        assert_eq!(sweep_shares(100_000), 50);
+        assert_eq!(sweep_shares(10_000), 10);
+        assert_eq!(sweep_shares(10_001), 11);
+        assert_eq!(sweep_shares(28_000), 28);
+        assert_eq!(sweep_shares(100_000), 100);
         assert_eq!(sweep_shares(usize::MAX), u32::MAX);
     }
 

@@ -135,7 +135,7 @@ pub fn gather(
             }
         }
         ProcScan::Reusing(reuse) => {
-            procs::scan_reusing(fs, needed, &reuse).context("scanning /proc")?
+            procs::scan_reusing(fs, needed, reuse).context("scanning /proc")?
         }
     };
     let mem_total = fs

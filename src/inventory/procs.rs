@@ -36,31 +36,17 @@ pub struct ProcInfo {
 }
 
 impl ProcInfo {
-    /// This process with the command line read again by the sweep (see `Reuse`); where comm
-    /// is argv[0]'s name (`Fields::comm` and `tree` off), that follows it.
-    fn with_cmdline(&self, cmdline: String, fields: Fields) -> ProcInfo {
-        // Unchanged (most swept processes): the strings it had are kept, not copied again.
-        let same = *cmdline == *self.cmdline;
-        let comm = if fields.comm || fields.tree || same {
-            self.comm.clone()
-        } else {
-            comm_from_cmdline(&cmdline).into()
-        };
-        ProcInfo {
-            pid: self.pid,
-            ppid: self.ppid,
-            comm,
-            cmdline: if same {
-                self.cmdline.clone()
-            } else {
-                cmdline.into()
-            },
-            exe: self.exe.clone(),
-            uid: self.uid,
-            gid: self.gid,
-            start_time: self.start_time,
-            unit: self.unit.clone(),
+    /// The command line read again by the sweep (see `Reuse`); where comm is argv[0]'s name
+    /// (`Fields::comm` and `tree` off), that follows it. Unchanged (most swept processes), the
+    /// strings it had are kept.
+    fn set_cmdline(&mut self, cmdline: String, fields: Fields) {
+        if *cmdline == *self.cmdline {
+            return;
         }
+        if !(fields.comm || fields.tree) {
+            self.comm = comm_from_cmdline(&cmdline).into();
+        }
+        self.cmdline = cmdline.into();
     }
 }
 
@@ -343,31 +329,30 @@ fn list_pids(fs: &HostFs) -> std::io::Result<Vec<u32>> {
     Ok(pids)
 }
 
-/// The pids of `reuse`'s scan, its skipped pids and `named`, merged in order, without those
-/// whose /proc entry is gone. Only the pids whose presence matters are asked (`named`, the
-/// skipped ones, and the previous scan's that `reuse.checked` names): the others are kept
-/// until the sweep reads them or the next listing (no exit event is subscribed; at 100,000
-/// processes a check of each would cost some 60 ms every rescan).
-fn still_there(fs: &HostFs, reuse: &Reuse, named: &[u32]) -> std::io::Result<Vec<u32>> {
-    let mut asked: Vec<u32> = Vec::with_capacity(reuse.skipped.len() + named.len());
-    asked.extend_from_slice(reuse.skipped);
-    asked.extend_from_slice(named);
-    asked.extend(
-        (reuse.previous.iter())
-            .map(|p| p.pid)
-            .filter(|&pid| (reuse.checked)(pid)),
-    );
-    asked.sort_unstable();
-    asked.dedup();
+/// The pids of `reuse`'s scan, its skipped pids and the changed ones, merged in order, without
+/// those whose /proc entry is gone. Only the pids whose presence matters are asked (the
+/// changed, the skipped and the `checked` ones): the others are kept until the sweep reads
+/// them or the next listing (no exit event is subscribed; at 100,000 processes a check of each
+/// would cost some 60 ms every rescan).
+fn still_there(fs: &HostFs, reuse: &Reuse) -> std::io::Result<Vec<u32>> {
+    use itertools::Itertools as _;
+    let asked: Vec<u32> = (reuse.skipped.iter())
+        .merge(reuse.changed)
+        .merge(reuse.checked)
+        .dedup()
+        .copied()
+        .collect();
     let gone = gone_pids(fs, &asked)?;
-    let mut pids: Vec<u32> = Vec::with_capacity(reuse.previous.len() + named.len());
-    pids.extend(reuse.previous.iter().map(|p| p.pid));
-    pids.extend_from_slice(reuse.skipped);
-    pids.extend_from_slice(named);
-    pids.sort_unstable();
-    pids.dedup();
-    pids.retain(|pid| gone.binary_search(pid).is_err());
-    Ok(pids)
+    let mut gone = gone.iter().peekable();
+    Ok((reuse.previous.iter().map(|p| p.pid))
+        .merge(reuse.skipped.iter().copied())
+        .merge(reuse.changed.iter().copied())
+        .dedup()
+        .filter(|&pid| {
+            while gone.next_if(|&&g| g < pid).is_some() {}
+            gone.next_if_eq(&&pid).is_none()
+        })
+        .collect())
 }
 
 /// Those of `pids` (in order) whose /proc entry is gone, in order.
@@ -441,38 +426,56 @@ fn read_pids(fs: &HostFs, fields: Fields, pids: &[u32]) -> std::io::Result<Vec<P
 /// process's last event, the sweep (every `of`-th pid in turn) all the rest, and a parent that
 /// is gone or younger than its child is read again at once. Since argv is all the sweep looks
 /// for, a swept process has its `cmdline` read again, not its other files.
+///
+/// The pid lists are in order and without repeats: a rescan walks them along the pids (a hash
+/// lookup for each of 100,000 processes cost more than the walk).
+#[derive(Clone)]
 pub struct Reuse<'a> {
-    /// The scan before, in pid order, read with the same `Fields`.
-    pub previous: &'a [ProcInfo],
+    /// The scan before, in pid order, read with the same `Fields` (updated into the new one).
+    pub previous: Vec<ProcInfo>,
     /// The pids it listed but found no process at (kernel threads, processes gone before
-    /// their read), in order: not read again either until an event names them.
+    /// their read): not read again either until an event names them.
     pub skipped: &'a [u32],
     /// Processes to read again: each one with an event in the last rescan periods.
-    pub changed: &'a dyn Fn(u32) -> bool,
+    pub changed: &'a [u32],
     /// Processes read again however quiet they were: those with `pid % of == turn % of`.
     pub sweep: Sweep,
-    /// Where the pids come from: a listing of /proc, or (`Some`, in order) the pids the
-    /// events named since the scan before, with that scan's pids and its skipped ones. The
-    /// second is for when no event was lost: every process born since then was named by its
-    /// fork. Exits are not subscribed, so of the scan before's pids only those `checked` names
-    /// are checked to be there still (with the named and skipped ones); the others stay until
-    /// the sweep reads them or the next listing finds them gone.
-    pub named: Option<&'a [u32]>,
+    /// Where the pids come from: a listing of /proc (false), or (true) the scan before's pids,
+    /// its skipped ones and the changed ones. The second is for when no event was lost: every
+    /// process born since then was named by its fork. Exits are not subscribed, so of the
+    /// scan before's pids only the `checked` ones are checked to be there still (with the
+    /// changed and skipped ones); the others stay until the sweep reads them or the next
+    /// listing finds them gone.
+    pub from_events: bool,
     /// The processes of the scan before whose presence matters at every rescan (the daemon's:
     /// those placed in a tenant, which its status and metrics count).
-    pub checked: &'a dyn Fn(u32) -> bool,
+    pub checked: &'a [u32],
 }
 
-/// A share of the processes read again at each rescan (see `Reuse`).
+/// A share of the processes read again at each rescan (see `Reuse`): one in `of`, and one in
+/// `checked_of` of the `Reuse::checked` ones (the daemon's placed processes, whose groups a
+/// rescan also reads again when it sweeps them: another tool's move of one is found within
+/// `checked_of` rescans however many other processes the host has).
 #[derive(Debug, Clone, Copy)]
 pub struct Sweep {
     pub turn: u64,
     pub of: u32,
+    pub checked_of: u32,
 }
 
 impl Sweep {
-    fn covers(&self, pid: u32) -> bool {
-        self.of <= 1 || u64::from(pid % self.of) == self.turn % u64::from(self.of)
+    /// Every pid in turn (the sweep of one rescan in `of`), for tests and one-shot use.
+    pub fn one_in(turn: u64, of: u32) -> Sweep {
+        Sweep {
+            turn,
+            of,
+            checked_of: of,
+        }
+    }
+
+    fn covers(&self, pid: u32, checked: bool) -> bool {
+        let of = if checked { self.checked_of } else { self.of };
+        of <= 1 || u64::from(pid % of) == self.turn % u64::from(of)
     }
 }
 
@@ -496,59 +499,96 @@ pub struct Scanned {
     pub count: ScanCount,
 }
 
-/// `scan_listed`, keeping what `reuse` says has not changed: /proc is listed, and only the
-/// processes that are new, changed or swept are read.
-pub fn scan_reusing(fs: &HostFs, fields: Fields, reuse: &Reuse) -> std::io::Result<Scanned> {
-    let pids = match reuse.named {
-        None => list_pids(fs)?,
-        Some(named) => still_there(fs, reuse, named)?,
+/// `scan_listed`, keeping what `reuse` says has not changed: /proc is listed (or the pids come
+/// from the events), and only the processes that are new, changed or swept are read. The scan
+/// before (`Reuse::previous`) is updated in place and becomes the result: at 100,000 processes a
+/// new list of them all (copies, fresh pages, the old one's free) was a fifth of a rescan.
+pub fn scan_reusing(fs: &HostFs, fields: Fields, reuse: Reuse) -> std::io::Result<Scanned> {
+    let pids = match reuse.from_events {
+        false => list_pids(fs)?,
+        true => still_there(fs, &reuse)?,
     };
-    // Both in pid order: the scan before is walked along (a binary search of 100,000 entries
-    // for each pid was a tenth of a rescan).
-    let mut previous = reuse.previous.iter().peekable();
-    let (mut kept, mut unread, mut skipped) = (Vec::with_capacity(pids.len()), vec![], vec![]);
+    // What each pid needs, in one walk along the pids (all lists are in pid order): only what
+    // is not kept as it was is noted.
+    let mut todo: Vec<(u32, Need)> = Vec::new();
+    let mut gone: Vec<usize> = Vec::new();
     let mut unchanged = Vec::with_capacity(pids.len());
-    let mut reader = ProcReader::open(fs)?;
-    let mut swept = 0;
+    let mut kept_pids = Vec::new();
+    let mut unread = Vec::new();
+    let mut walk = ReuseWalk::new(&reuse);
     for &pid in &pids {
-        let changed = (reuse.changed)(pid);
-        let sweep = reuse.sweep.covers(pid);
-        while previous.next_if(|p| p.pid < pid).is_some() {}
-        match previous.next_if(|p| p.pid == pid) {
-            Some(p) if !changed && !sweep => {
-                unchanged.push(pid);
-                kept.push(p.clone())
-            }
-            Some(p) if !changed => {
-                swept += 1;
-                match reader.read_cmdline(pid) {
-                    Some(cmdline) => kept.push(p.with_cmdline(cmdline, fields)),
-                    // Gone, or its argv emptied: read in full (and skipped if gone).
-                    None => unread.push(pid),
-                }
-            }
-            None if !changed && !sweep && reuse.skipped.binary_search(&pid).is_ok() => {
-                skipped.push(pid)
-            }
-            _ => unread.push(pid),
+        let (need, passed) = walk.need(pid);
+        gone.extend(passed);
+        match need {
+            Need::Keep(_) => unchanged.push(pid),
+            Need::Read(_) => unread.push(pid),
+            Need::Sweep(_) | Need::Skip => {}
+        }
+        if fields.tree && matches!(need, Need::Keep(_) | Need::Sweep(_)) {
+            kept_pids.push(pid);
+        }
+        if !matches!(need, Need::Keep(_)) {
+            todo.push((pid, need));
         }
     }
+    gone.extend(walk.rest());
+    let mut read = read_pids(fs, fields, &unread)?.into_iter().peekable();
+    let mut reader = ProcReader::open(fs)?;
+    let Reuse { mut previous, .. } = reuse;
     let mut count = ScanCount {
         listed: pids.len(),
-        read: unread.len() + swept,
+        read: unread.len(),
     };
-    let kept_pids: Vec<u32> = kept.iter().map(|p| p.pid).collect();
-    let read = read_pids(fs, fields, &unread)?;
-    skipped.extend(not_read(&unread, &read));
-    skipped.sort_unstable();
-    let mut procs = merge_by_pid(kept, read);
+    let (mut added, mut skipped) = (vec![], vec![]);
+    for (pid, need) in todo {
+        // The process read now, for those read again (None: gone, or a kernel thread).
+        let now = match need {
+            Need::Keep(_) => continue,
+            Need::Skip => {
+                skipped.push(pid);
+                continue;
+            }
+            Need::Sweep(i) => {
+                count.read += 1;
+                match reader.read_cmdline(pid) {
+                    Some(cmdline) => {
+                        previous[i].set_cmdline(cmdline, fields);
+                        continue;
+                    }
+                    // Gone, or its argv emptied: read in full (and skipped if gone).
+                    None => reader.read(pid, fields),
+                }
+            }
+            Need::Read(_) => read.next_if(|p| p.pid == pid),
+        };
+        match (now, need) {
+            (Some(p), Need::Sweep(i) | Need::Read(Some(i))) => previous[i] = p,
+            (Some(p), _) => added.push(p),
+            (None, Need::Sweep(i) | Need::Read(Some(i))) => {
+                gone.push(i);
+                skipped.push(pid);
+            }
+            (None, _) => skipped.push(pid),
+        }
+    }
+    gone.sort_unstable();
+    let mut procs = previous;
+    if !gone.is_empty() {
+        let mut at = 0;
+        let mut gone = gone.iter().peekable();
+        procs.retain(|_| {
+            let drop = gone.next_if(|&&g| g == at).is_some();
+            at += 1;
+            !drop
+        });
+    }
+    merge_in(&mut procs, added);
     if fields.tree {
         // A kept process whose parent is gone, or younger than itself (its pid reused), has a
         // new parent (its reaper): read it again.
         let find = |procs: &[ProcInfo], pid: u32| procs.binary_search_by_key(&pid, |p| p.pid).ok();
-        let orphans: Vec<u32> = kept_pids
-            .iter()
-            .filter_map(|&pid| {
+        let orphans: Vec<u32> = (kept_pids.iter().copied())
+            .filter_map(|pid| {
                 let p = &procs[find(&procs, pid)?];
                 let parent = (p.ppid > 1).then(|| find(&procs, p.ppid))?;
                 parent
@@ -563,7 +603,7 @@ pub fn scan_reusing(fs: &HostFs, fields: Fields, reuse: &Reuse) -> std::io::Resu
             let read = read_pids(fs, fields, &orphans)?;
             skipped.extend(not_read(&orphans, &read));
             skipped.sort_unstable();
-            procs = merge_by_pid(procs, read);
+            merge_in(&mut procs, read);
         }
     }
     Ok(Scanned {
@@ -572,6 +612,117 @@ pub fn scan_reusing(fs: &HostFs, fields: Fields, reuse: &Reuse) -> std::io::Resu
         unchanged,
         count,
     })
+}
+
+/// What a rescan does with one pid (see `ReuseWalk`); the index is the pid's in the scan before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Need {
+    /// Kept from the scan before as it was.
+    Keep(usize),
+    /// Kept, with its command line read again.
+    Sweep(usize),
+    /// Read in full: new, changed, or named by an event.
+    Read(Option<usize>),
+    /// Skipped before (a kernel thread) and not named since: skipped again.
+    Skip,
+}
+
+/// `Reuse`'s lists walked along increasing pids.
+struct ReuseWalk<'a> {
+    sweep: Sweep,
+    previous: &'a [ProcInfo],
+    /// The next entry of `previous` not yet walked past.
+    at: usize,
+    changed: std::iter::Peekable<std::slice::Iter<'a, u32>>,
+    skipped: std::iter::Peekable<std::slice::Iter<'a, u32>>,
+    checked: std::iter::Peekable<std::slice::Iter<'a, u32>>,
+}
+
+impl<'a> ReuseWalk<'a> {
+    fn new(reuse: &'a Reuse) -> ReuseWalk<'a> {
+        ReuseWalk {
+            sweep: reuse.sweep,
+            previous: &reuse.previous,
+            at: 0,
+            changed: reuse.changed.iter().peekable(),
+            skipped: reuse.skipped.iter().peekable(),
+            checked: reuse.checked.iter().peekable(),
+        }
+    }
+
+    /// What `pid` needs, and the entries of the scan before walked past (pids not there now);
+    /// called with increasing pids.
+    fn need(&mut self, pid: u32) -> (Need, std::ops::Range<usize>) {
+        fn has(list: &mut std::iter::Peekable<std::slice::Iter<'_, u32>>, pid: u32) -> bool {
+            while list.next_if(|&&x| x < pid).is_some() {}
+            list.next_if_eq(&&pid).is_some()
+        }
+        let changed = has(&mut self.changed, pid);
+        let was_skipped = has(&mut self.skipped, pid);
+        let checked = has(&mut self.checked, pid);
+        let from = self.at;
+        while self.previous.get(self.at).is_some_and(|p| p.pid < pid) {
+            self.at += 1;
+        }
+        let passed = from..self.at;
+        let before = (self.previous.get(self.at).is_some_and(|p| p.pid == pid)).then(|| {
+            self.at += 1;
+            self.at - 1
+        });
+        let sweep = self.sweep.covers(pid, checked);
+        let need = match before {
+            _ if changed => Need::Read(before),
+            Some(i) if !sweep => Need::Keep(i),
+            Some(i) => Need::Sweep(i),
+            None if !sweep && was_skipped => Need::Skip,
+            None => Need::Read(None),
+        };
+        (need, passed)
+    }
+
+    /// The entries of the scan before past the last pid walked.
+    fn rest(&self) -> std::ops::Range<usize> {
+        self.at..self.previous.len()
+    }
+}
+
+/// Merges `more` (in pid order) into `procs` (in pid order) in place: a few new processes are
+/// moved in from the end without a new list.
+fn merge_in(procs: &mut Vec<ProcInfo>, more: Vec<ProcInfo>) {
+    if more.is_empty() {
+        return;
+    }
+    let old_len = procs.len();
+    procs.extend(more);
+    if procs[..old_len]
+        .last()
+        .is_none_or(|p| p.pid < procs[old_len].pid)
+    {
+        return; // all after the rest (new pids, before the pid numbers wrap)
+    }
+    // Moving the old ones past the added ones costs their count times the added count: past
+    // some (many added after the pid numbers wrapped), a new list is cheaper.
+    let first_added = procs[old_len].pid;
+    let past = old_len - procs[..old_len].partition_point(|p| p.pid < first_added);
+    if past.saturating_mul(procs.len() - old_len) > 4 * old_len {
+        let more = procs.split_off(old_len);
+        *procs = merge_by_pid(std::mem::take(procs), more);
+        return;
+    }
+    // From the back: each slot takes the larger of the two lists' last ones. The added ones
+    // wait at the end, rotated along as the old ones are moved past them.
+    let (mut old_end, mut write) = (old_len, procs.len());
+    while old_end > 0 && write > old_end {
+        let added_last = write - 1;
+        // The added ones sit at [old_end, write), in order.
+        if procs[old_end - 1].pid > procs[added_last].pid {
+            // The old list's last goes to the end of the unmerged part: rotate it past the
+            // added ones waiting there.
+            procs[old_end - 1..write].rotate_left(1);
+            old_end -= 1;
+        }
+        write -= 1;
+    }
 }
 
 /// Two lists in pid order as one.
@@ -730,17 +881,17 @@ mod tests {
         std::fs::write(fs.proc().join("17/stat"), stat17).unwrap();
         std::fs::remove_dir_all(fs.proc().join("20")).unwrap();
         mk(30, 1, 300, "new");
-        let changed = |pid: u32| [11, 15, 30].contains(&pid);
-        let every = |_: u32| true;
+        let changed = [11, 15, 30];
+        let every: Vec<u32> = previous.iter().map(|p| p.pid).collect();
         let reuse = Reuse {
-            previous: &previous,
+            previous: previous.clone(),
             skipped: &skipped,
             changed: &changed,
-            sweep: Sweep { turn: 27, of: 10 },
-            named: None,
+            sweep: Sweep::one_in(27, 10),
+            from_events: false,
             checked: &every,
         };
-        let scanned = scan_reusing(&fs, tree, &reuse).unwrap();
+        let scanned = scan_reusing(&fs, tree, reuse.clone()).unwrap();
         let Scanned {
             procs,
             skipped: now_skipped,
@@ -769,26 +920,24 @@ mod tests {
         );
         // The same pids from the events instead of a listing of /proc (the scan's, its skipped
         // ones and those the events named, each checked to be there): the same rescan.
-        let named = [11, 15, 30];
         let by_events = Reuse {
-            named: Some(&named),
-            ..reuse
+            from_events: true,
+            ..reuse.clone()
         };
-        assert_eq!(scan_reusing(&fs, tree, &by_events).unwrap(), scanned);
+        assert_eq!(scan_reusing(&fs, tree, by_events.clone()).unwrap(), scanned);
         // A process no event named is not seen that way (it comes with the next listing).
         mk(50, 1, 500, "unnamed");
-        let unseen = scan_reusing(&fs, tree, &by_events).unwrap().procs;
+        let unseen = scan_reusing(&fs, tree, by_events.clone()).unwrap().procs;
         assert_eq!(unseen, procs);
         std::fs::remove_dir_all(fs.proc().join("50")).unwrap();
         // Checking only some (the daemon's placed processes): 20 and 40, gone without an event,
         // are kept until the sweep or a listing finds them gone; 13's parent 40 looks alive, so
         // 13 is kept too (its new parent comes with them). The sweep of 20's turn drops it.
-        let placed = |pid: u32| pid == 10;
         let unchecked = Reuse {
-            checked: &placed,
-            ..by_events
+            checked: &[10],
+            ..by_events.clone()
         };
-        let stale = scan_reusing(&fs, tree, &unchecked).unwrap();
+        let stale = scan_reusing(&fs, tree, unchecked.clone()).unwrap();
         let pids: Vec<(u32, u32)> = stale.procs.iter().map(|p| (p.pid, p.ppid)).collect();
         assert_eq!(
             pids,
@@ -807,10 +956,10 @@ mod tests {
         );
         assert_eq!(stale.unchanged, vec![1, 10, 13, 20, 40]);
         let sweeping_20 = Reuse {
-            sweep: Sweep { turn: 0, of: 10 },
-            ..unchecked
+            sweep: Sweep::one_in(0, 10),
+            ..unchecked.clone()
         };
-        let swept = scan_reusing(&fs, tree, &sweeping_20).unwrap();
+        let swept = scan_reusing(&fs, tree, sweeping_20.clone()).unwrap();
         assert!(swept.procs.iter().all(|p| p.pid != 20 && p.pid != 40));
         assert_eq!(swept.skipped, vec![2, 20, 40]);
         let p17 = procs.iter().find(|p| p.pid == 17).unwrap();
@@ -820,12 +969,12 @@ mod tests {
         assert_eq!(count, ScanCount { listed: 9, read: 6 });
         // Every pid is swept in turn: with `of` 1 the whole host is read (the swept 13 and 14,
         // whose ppids only a full read corrects, twice).
-        let all = Sweep { turn: 0, of: 1 };
+        let all = Sweep::one_in(0, 1);
         let reuse = Reuse {
             sweep: all,
-            ..reuse
+            ..reuse.clone()
         };
-        let Scanned { procs, count, .. } = scan_reusing(&fs, tree, &reuse).unwrap();
+        let Scanned { procs, count, .. } = scan_reusing(&fs, tree, reuse.clone()).unwrap();
         assert_eq!(count.read, 11);
         assert!(procs.iter().any(|p| &*p.cmdline == "quiet-retitled"));
         let got: Vec<(u32, u32)> = procs.iter().map(|p| (p.pid, p.ppid)).collect();
@@ -849,22 +998,74 @@ mod tests {
         };
         let (previous, skipped) = scan_listed(&fs, flat).unwrap();
         mk(10, 1, 100, "/usr/bin/titled again");
-        let none = |_: u32| false;
         let reuse = Reuse {
-            previous: &previous,
+            previous: previous.clone(),
             skipped: &skipped,
-            changed: &none,
-            sweep: Sweep { turn: 0, of: 10 },
-            named: None,
+            changed: &[],
+            sweep: Sweep::one_in(0, 10),
+            from_events: false,
             checked: &every,
         };
-        let Scanned { procs, count, .. } = scan_reusing(&fs, flat, &reuse).unwrap();
+        let Scanned { procs, count, .. } = scan_reusing(&fs, flat, reuse.clone()).unwrap();
         let p10 = procs.iter().find(|p| p.pid == 10).unwrap();
         assert_eq!(
             (p10.comm.as_ref(), p10.cmdline.as_ref()),
             ("titled", "/usr/bin/titled again")
         );
         assert_eq!(count, ScanCount { listed: 9, read: 2 }); // 10 and 30 (pid % 10 == 0)
+                                                             // The checked processes have a share of their own: 13 (checked) is swept one in 4,
+                                                             // 17 (not checked) one in 1,000, so its retitle waits; 1 is the general share's turn.
+        mk(13, 1, 130, "/usr/bin/checked retitled");
+        mk(17, 1, 170, "/usr/bin/unchecked retitled");
+        let reuse = Reuse {
+            previous: procs.clone(),
+            sweep: Sweep {
+                turn: 1,
+                of: 1000,
+                checked_of: 4,
+            },
+            from_events: true,
+            checked: &[13],
+            ..reuse.clone()
+        };
+        let Scanned { procs, count, .. } = scan_reusing(&fs, flat, reuse.clone()).unwrap();
+        let cmdline = |pid: u32| procs.iter().find(|p| p.pid == pid).unwrap().cmdline.clone();
+        assert_eq!(&*cmdline(13), "/usr/bin/checked retitled");
+        assert_eq!(&*cmdline(17), "swept-retitled");
+        assert_eq!(count, ScanCount { listed: 9, read: 2 }); // 1 and 13 (2 is skipped)
+    }
+
+    /// `merge_in` as a sort would: new pids after the rest (the fast path), among them (moved
+    /// past in place), before them all, and many among them (a new list).
+    #[test]
+    fn merged_in_place_as_sorted() {
+        let proc = |pid: u32| ProcInfo {
+            pid,
+            ppid: 1,
+            comm: format!("p{pid}").into(),
+            cmdline: "".into(),
+            exe: None,
+            uid: 0,
+            gid: 0,
+            start_time: u64::from(pid),
+            unit: None,
+        };
+        let old: Vec<u32> = (10..400).step_by(3).collect();
+        for added in [
+            vec![],
+            vec![500, 501, 900],
+            vec![11, 12, 200, 401],
+            vec![1, 2, 3],
+            (0..1000).filter(|p| p % 3 != 1).collect::<Vec<u32>>(),
+        ] {
+            let mut procs: Vec<ProcInfo> = old.iter().map(|&p| proc(p)).collect();
+            merge_in(&mut procs, added.iter().map(|&p| proc(p)).collect());
+            let mut want: Vec<u32> = old.iter().chain(&added).copied().collect();
+            want.sort_unstable();
+            let got: Vec<u32> = procs.iter().map(|p| p.pid).collect();
+            assert_eq!(got, want, "adding {added:?}");
+            assert!(procs.iter().all(|p| *p.comm == format!("p{}", p.pid)));
+        }
     }
 
     #[test]
