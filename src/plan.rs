@@ -724,6 +724,13 @@ pub fn build_with(
         plan.warnings.extend(d.parent_warnings(layout, snap));
     }
     let memory_driver = layout.setup.driver_of(Controller::Memory).map(|(_, d)| d);
+    // Each tenant's placements (one pass, not one per tenant: 1,000 tenants x 3,000 placed).
+    let mut members_of: Vec<Vec<&Placement>> = vec![Vec::new(); policy.tenants.len()];
+    for p in placements {
+        if let Some(members) = members_of.get_mut(p.tenant) {
+            members.push(p);
+        }
+    }
     for (ti, t) in policy.tenants.iter().enumerate() {
         let td = &inv.tenants[ti];
         let devnums: Vec<DevNum> = td.devices.iter().map(|d| d.devnum).collect();
@@ -747,7 +754,7 @@ pub fn build_with(
             &allowed_mems,
             &mut problems,
         );
-        let members: Vec<&Placement> = placements.iter().filter(|p| p.tenant == ti).collect();
+        let members = std::mem::take(&mut members_of[ti]);
         let (cpus, mems) = match memory_move(t, &members, layout, snap, &mems) {
             Some((mut m, now_cpus)) => {
                 m.migrate = migrate_memory || t.cpu.migrate_memory;
@@ -845,8 +852,10 @@ pub fn build_with(
             c.v1_name()
         ));
     }
+    let named: std::collections::HashSet<&str> =
+        policy.tenants.iter().map(|t| t.name.as_str()).collect();
     for stale in snap.tenant_groups(layout) {
-        if !policy.tenants.iter().any(|t| t.name == stale) {
+        if !named.contains(stale.as_str()) {
             plan.warnings.push(format!(
                 "cgroup of tenant `{stale}` exists under `{}` but the policy no longer names it; `dbcage release {stale}` moves its processes out and removes it",
                 layout.root_name

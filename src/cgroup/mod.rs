@@ -21,7 +21,7 @@ pub mod v2;
 pub mod values;
 pub mod watch;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -506,7 +506,7 @@ fn read_groups(
 ) {
     use rustix::fs::{Mode, OFlags};
     use watch::Freshness;
-    let mut visited: HashSet<GroupPath> = HashSet::new();
+    let mut visited = values::GroupSet::default();
     let mut stack: Vec<(GroupPath, usize)> = vec![(GroupPath::from(root), 0)];
     while let Some((dir, depth)) = stack.pop() {
         let freshness = watch
@@ -585,7 +585,7 @@ fn read_groups(
     if let Some(w) = watch {
         let gone: Vec<GroupPath> = (w.dirs.get(root).into_iter())
             .chain(w.dirs.under(root))
-            .filter(|d| !visited.contains(&***d))
+            .filter(|d| !visited.contains(d))
             .cloned()
             .collect();
         for d in gone {
@@ -771,14 +771,17 @@ impl Snapshot {
 
     /// Tenant names that have groups under dbcage's root in any hierarchy.
     pub fn tenant_groups(&self, layout: &Layout) -> BTreeSet<String> {
-        let roots: Vec<PathBuf> = (0..layout.setup.hierarchies.len())
-            .map(|h| layout.root_dir(h))
-            .collect();
-        self.dirs
-            .iter()
-            .filter(|d| d.parent().is_some_and(|p| roots.iter().any(|r| r == p)))
-            .filter_map(|d| d.file_name()?.to_str().map(str::to_string))
-            .collect()
+        let mut out = BTreeSet::new();
+        for h in 0..layout.setup.hierarchies.len() {
+            let root = layout.root_dir(h);
+            for dir in self.dirs.children(&root) {
+                let name = dir.file_name().and_then(|n| n.to_str());
+                if let Some(name) = name.filter(|n| !out.contains(*n)) {
+                    out.insert(name.to_string());
+                }
+            }
+        }
+        out
     }
 }
 

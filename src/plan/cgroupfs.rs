@@ -6,9 +6,10 @@
 
 use crate::cgroup::driver::SpecInput;
 use crate::cgroup::model::FileSpec;
-use crate::cgroup::{GroupRef, Layout, Snapshot};
+use crate::cgroup::{GroupPath, GroupRef, Layout, Snapshot};
 use crate::classify::{Leaf, Placement};
 use crate::policy::Policy;
+use std::collections::HashMap;
 
 use super::{Plan, Step, StepInput, TreeDriver};
 
@@ -146,23 +147,27 @@ fn writes(specs: &[FileSpec], layout: &Layout, snap: &Snapshot) -> Vec<Step> {
         };
         let dir = layout.dir(h, &spec.group);
         let path = dir.join(spec.file);
-        let current = snap.file(&path).map(|s| s.trim().to_string());
+        let current = snap.file(&path).map(str::trim);
         // A group this plan creates starts with the kernel's defaults: only what differs is
         // written (the step still says the file is absent now).
-        let initial = match &current {
-            Some(c) => Some(c.as_str()),
+        let initial = match current {
+            Some(c) => Some(c),
             None if !snap.dirs.contains(dir.as_path()) => driver.new_group_value(spec.file),
             None => None,
         };
+        let stages = driver.stage(spec, initial, page);
+        if stages.is_empty() {
+            continue; // as it should be (most files, at every rescan)
+        }
         let reason = reason_of(spec);
-        for s in driver.stage(spec, initial, page) {
+        for s in stages {
             staged.push((
                 s.phase,
                 s.order,
                 Step::Write {
                     path: path.clone(),
                     value: s.value,
-                    current: current.clone(),
+                    current: current.map(str::to_string),
                     reason: reason.clone(),
                 },
             ));
@@ -220,23 +225,35 @@ pub fn moves(
         true => (procs.binary_search_by_key(&pid, |p| p.pid).ok()).map(|i| &*procs[i].comm),
         false => procs.iter().find(|p| p.pid == pid).map(|p| &*p.comm),
     };
+    // Per tenant and leaf, once (a plan asks for every placed process): the hierarchies it is
+    // grouped in and its leaf there. A process's group is most often the leaf spelled the
+    // same (bytes compared); otherwise the paths' components are.
+    let hierarchies = layout.setup.hierarchies.len();
+    let roots: Vec<std::path::PathBuf> = (0..hierarchies).map(|h| layout.root_dir(h)).collect();
+    let mut leaves: HashMap<(usize, Leaf), (Vec<bool>, Vec<std::path::PathBuf>)> = HashMap::new();
     let mut out = Vec::new();
     for p in placements {
         let Some(now) = snap.proc_dirs.get(&p.pid) else {
             continue;
         }; // gone since the scan
         let t = &policy.tenants[p.tenant];
+        let (grouped, leaf_dirs) = leaves.entry((p.tenant, p.leaf)).or_insert_with(|| {
+            let dirs = (0..hierarchies).map(|h| layout.leaf_dir(h, &t.name, p.leaf));
+            (layout.grouped(t), dirs.collect())
+        });
         let mut targets = Vec::new();
         let mut leave = Vec::new();
-        for (h, grouped) in layout.grouped(t).into_iter().enumerate() {
+        for (h, &grouped) in grouped.iter().enumerate() {
             let here = now.get(h).and_then(|d| d.as_ref());
             if grouped {
-                if !here.is_some_and(|d| layout.is_leaf_dir(d, h, &t.name, p.leaf)) {
-                    let mut want = layout.leaf_dir(h, &t.name, p.leaf);
-                    want.push(crate::cgroup::PROCS);
-                    targets.push(want);
+                let in_leaf = |d: &GroupPath| {
+                    d.as_os_str() == leaf_dirs[h].as_os_str()
+                        || layout.is_leaf_dir(d, h, &t.name, p.leaf)
+                };
+                if !here.is_some_and(in_leaf) {
+                    targets.push(leaf_dirs[h].join(crate::cgroup::PROCS));
                 }
-            } else if here.is_some_and(|d| d.starts_with(layout.root_dir(h))) {
+            } else if here.is_some_and(|d| d.starts_with(&roots[h])) {
                 leave.push(crate::cgroup::procs_file(&layout.parents[h]));
             }
         }
