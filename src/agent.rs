@@ -488,7 +488,7 @@ impl Daemon {
             Err(e) => {
                 // The scan before went into this one: the next reads every process.
                 self.scan_all_next = true;
-                warn!("rescan ({why}) failed, keeping the previous state: {e:#}")
+                warn!("rescan ({why}) failed, keeping the groups and members as they were (the next rescan reads every process): {e:#}")
             }
         }
         let _ = self.rescan_hist.record(start.elapsed().as_micros() as u64);
@@ -2209,7 +2209,7 @@ fn one_line(message: &str) -> String {
 mod tests {
     use super::*;
 
-    /// A tenth of the processes a rescan up to 20,000; beyond, about 2,000 a rescan.
+    /// A tenth of the processes a rescan up to 10,000; beyond, about 1,000 a rescan.
     #[test]
     fn the_sweep_reads_a_tenth_or_at_most_about_a_thousand() {
         assert_eq!(sweep_shares(0), 10);
