@@ -195,6 +195,15 @@ go ora_p001_BX2
 go ora_p004_BX2
 /bin/sleep 1
 r=$(rate "$ROOT/BX2/limited" "$VDC" 3)
+# Under TCG a read costs the guest CPU, and BX2's reader shares it with burners: once the rate
+# over 3 s fell to 3.37 MiB/s with io.max right (4 MiB/s on each disk, a slower host). A figure
+# out of range is measured again once, over 5 s, and both are reported; a limit not in force
+# (too fast) or a reader held short both times still fails.
+if ! in_range "$r" 3.6 4.4; then
+    first=$r
+    r=$(rate "$ROOT/BX2/limited" "$VDC" 5)
+    echo "INFO io_two_disks: $first MiB/s over 3 s, measured again: $r MiB/s over 5 s"
+fi
 if in_range "$r" 3.6 4.4; then pass io_two_disks "$r MiB/s on $VDC (8 MiB/s over 2 disks = 4 MiB/s each)"; else fail io_two_disks "$r MiB/s on $VDC (want 3.6-4.4)"; fi
 kill "$R2" "$Q2" 2>/dev/null
 dump "$ROOT/BX2/limited/io.max"
