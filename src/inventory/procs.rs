@@ -464,7 +464,8 @@ pub struct Sweep {
 }
 
 impl Sweep {
-    /// Every pid in turn (the sweep of one rescan in `of`), for tests and one-shot use.
+    /// One in `of` of every process, checked or not (the tests' sweep).
+    #[cfg(test)]
     pub fn one_in(turn: u64, of: u32) -> Sweep {
         Sweep {
             turn,
