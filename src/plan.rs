@@ -105,6 +105,22 @@ pub struct Plan {
     /// Running tenants whose memory nodes the policy changes: moved now or kept until restart.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub memory_moves: Vec<MemoryMove>,
+    /// Per tenant (policy order), what the cgroupfs driver found for its groups; empty under
+    /// systemd. The daemon keeps the settled ones for its next plan (`watch::Settled`).
+    #[serde(skip)]
+    pub groups: Vec<GroupsOutcome>,
+}
+
+/// What a plan found for a tenant's own groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupsOutcome {
+    /// Something to make, write or remove.
+    Steps,
+    /// Nothing to do, worked out.
+    Settled,
+    /// Nothing to do, known from the last plan without working it out: its groups hold what
+    /// was read then and its settings are the same (`watch::Settled`).
+    StillSettled,
 }
 
 /// A tenant with processes in its groups whose memory nodes (`cpuset.mems`) the policy changes.
@@ -646,6 +662,8 @@ pub struct StepInput<'a> {
     /// The cpus and memory nodes dbcage's parent allows.
     pub allowed_cpus: &'a CpuSet,
     pub allowed_mems: &'a CpuSet,
+    /// See `Planning::settled`.
+    pub settled: Option<&'a crate::cgroup::watch::Settled>,
 }
 
 /// Builds the plan. Problems that only the host can reveal (cpus outside the parent's, a memory
@@ -661,6 +679,7 @@ pub fn build(
         shares: &Shares::new(),
         migrate_memory: false,
         driver: &Cgroupfs,
+        settled: None,
     };
     build_with(policy, inv, layout, snap, &placements, &how)
 }
@@ -676,6 +695,9 @@ pub struct Planning<'a> {
     /// Turns the tenants' settings into steps: `Cgroupfs` (dbcage's own groups) or `Systemd`
     /// (the units that run the tenants).
     pub driver: &'a dyn TreeDriver,
+    /// The daemon's: the tenants its last plan had nothing to do for in their groups, with
+    /// what it planned them from (see `watch::Settled`).
+    pub settled: Option<&'a crate::cgroup::watch::Settled>,
 }
 
 /// `build`, given the placements of `inv`'s processes (the caller's classification, made once:
@@ -872,6 +894,7 @@ pub fn build_with(
             placements,
             allowed_cpus: &allowed_cpus,
             allowed_mems: &allowed_mems,
+            settled: how.settled,
         },
         &mut plan,
     );

@@ -21,7 +21,7 @@ pub mod v2;
 pub mod values;
 pub mod watch;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -501,17 +501,26 @@ fn read_groups(
     root: &Path,
     files: &[&'static str],
     snap: &mut Snapshot,
-    mut watch: Option<&mut GroupWatch>,
+    watched: Option<Watched>,
     buf: &mut Vec<u8>,
 ) {
     use rustix::fs::{Mode, OFlags};
     use watch::Freshness;
+    let (mut watch, mut tenants_read) = match watched {
+        Some(w) => (Some(w.watch), Some(w.tenants_read)),
+        None => (None, None),
+    };
     let mut visited = values::GroupSet::default();
     let mut stack: Vec<(GroupPath, usize)> = vec![(GroupPath::from(root), 0)];
     while let Some((dir, depth)) = stack.pop() {
         let freshness = watch
             .as_deref()
             .map_or(Freshness::Unknown, |w| w.freshness(&dir));
+        if freshness != Freshness::Fresh {
+            if let Some(read) = tenants_read.as_deref_mut() {
+                note_read(read, &dir, depth);
+            }
+        }
         let dirs = match watch.as_deref() {
             Some(w) => &w.dirs,
             None => &snap.dirs,
@@ -588,10 +597,41 @@ fn read_groups(
             .filter(|d| !visited.contains(d))
             .cloned()
             .collect();
+        if !gone.is_empty() {
+            if let Some(read) = tenants_read {
+                *read = None; // (a removal its parent's listing did not tell: read all)
+            }
+        }
         for d in gone {
             w.files.remove_group(&d);
             w.dirs.remove(&d);
         }
+    }
+}
+
+/// A walk under the daemon's watch, and what it tells of the tenants' groups it read (see
+/// `Snapshot::tenants_read`).
+struct Watched<'a> {
+    watch: &'a mut GroupWatch,
+    tenants_read: &'a mut Option<HashSet<String>>,
+}
+
+/// Notes a group a walk reads (not taken from the watch): a tenant's group or leaf names its
+/// tenant; dbcage's root means no group is known unchanged.
+fn note_read(read: &mut Option<HashSet<String>>, dir: &Path, depth: usize) {
+    let tenant = match depth {
+        0 => None,
+        1 => dir.file_name(),
+        _ => dir.parent().and_then(Path::file_name),
+    };
+    match (tenant.and_then(|t| t.to_str()), read.as_mut()) {
+        (Some(t), Some(names)) => {
+            if !names.contains(t) {
+                names.insert(t.to_string());
+            }
+        }
+        (None, _) => *read = None,
+        (Some(_), None) => {}
     }
 }
 
@@ -630,6 +670,13 @@ pub struct Snapshot {
     /// Whether the kernel has blk-iolatency (`io.latency` next to `io.max` in a group with the
     /// io controller); `None` when no such group was seen.
     pub io_latency: Option<bool>,
+    /// Under the daemon's watch (`read_watched`): the tenants some of whose groups this
+    /// snapshot read (new ones, or an event said they changed); every other tenant's groups
+    /// hold what the watch read for an earlier plan. `None` when no group is known to be
+    /// unchanged: no watch, a root of dbcage's read again (a tenant's group made or removed, a
+    /// full sweep, an overrun), a cached group gone, or the files outside dbcage's groups that
+    /// its plans depend on (the parent's, the hierarchy root's) read with other values.
+    pub tenants_read: Option<HashSet<String>>,
 }
 
 impl Snapshot {
@@ -674,9 +721,15 @@ impl Snapshot {
         match watch.as_deref_mut() {
             Some(w) => {
                 let mut buf = Vec::with_capacity(4096);
+                let mut tenants_read = Some(HashSet::new());
                 for (root, files) in &walks {
-                    read_groups(root, files, &mut snap, Some(&mut *w), &mut buf);
+                    let watched = Watched {
+                        watch: &mut *w,
+                        tenants_read: &mut tenants_read,
+                    };
+                    read_groups(root, files, &mut snap, Some(watched), &mut buf);
                 }
+                snap.tenants_read = tenants_read;
             }
             // A command's one reading (`apply`, `plan`): the hierarchies' walks in two threads
             // (1,000 tenants on v1: 12,000 groups in four hierarchies, ~380 ms of CPU).
@@ -702,6 +755,12 @@ impl Snapshot {
         let mut kept_dirs = HashMap::new();
         if let Some(w) = watch {
             w.end();
+            // What the plans take from outside dbcage's groups: when it changed, every
+            // tenant is planned from scratch (a new kernel value has no event there: a cpu
+            // taken offline, a grandparent's controllers).
+            if w.outside_changed(&snap) {
+                snap.tenants_read = None;
+            }
             kept_dirs = w.take_proc_dirs(pids, unchanged);
             // The snapshot lends the watch's groups until `keep` gives them back; the parent's
             // and the hierarchy root's files, read every time, are not kept.

@@ -108,6 +108,12 @@ impl GroupFiles {
     }
 
     /// Every file's path.
+    /// Every file's path and value, in no order.
+    pub fn values(&self) -> impl Iterator<Item = (PathBuf, &str)> + '_ {
+        (self.by_dir.iter())
+            .flat_map(|(dir, files)| files.iter().map(|(n, v)| (dir.0.join(&**n), &**v)))
+    }
+
     pub fn paths(&self) -> impl Iterator<Item = PathBuf> + '_ {
         (self.by_dir.iter()).flat_map(|(dir, files)| files.iter().map(|(n, _)| dir.0.join(&**n)))
     }

@@ -78,9 +78,78 @@ pub struct GroupWatch {
     /// named them, the sweep did not cover them). Nothing tells of a process moved by another
     /// tool: the sweep reads each again in turn.
     pub(super) proc_dirs: HashMap<u32, super::ProcDirs>,
+    /// What the last walk read outside dbcage's groups (see `outside_changed`).
+    outside: Option<Outside>,
+    /// The tenants the last plan from this watch's groups had nothing to write for (see
+    /// `Settled`).
+    pub settled: Settled,
     /// What the walks did, for tests and benchmarks: groups read in full, groups whose files
     /// were read again, groups taken from the cache.
     pub stats: WatchStats,
+}
+
+/// The files outside dbcage's groups a walk reads every time (the parent's, the hierarchy
+/// root's), sorted, the parent's cpus and memory nodes, and whether the kernel has io.latency.
+type Outside = (
+    Vec<(PathBuf, Box<str>)>,
+    Option<crate::kernel::CpuSet>,
+    Option<crate::kernel::CpuSet>,
+    Option<bool>,
+);
+
+/// The tenants a plan had nothing to do for (no group to make, no value to write, no group to
+/// remove), with the settings and the hierarchies with groups (`Layout::grouped`) it planned
+/// them with. While a tenant's groups hold what was read (`Snapshot::tenants_read`) and its
+/// settings stay the same, the next plan has nothing to do for it either and need not work it
+/// out again: at 1,000 tenants that is some 20,000 files' wanted values built and compared at
+/// every rescan, a third of it.
+#[derive(Debug, Default)]
+pub struct Settled {
+    by_name: HashMap<String, (crate::cgroup::model::TenantSettings, Vec<bool>)>,
+}
+
+impl Settled {
+    /// Whether the tenant was settled with these settings and grouped hierarchies.
+    pub fn holds(
+        &self,
+        name: &str,
+        settings: &crate::cgroup::model::TenantSettings,
+        grouped: &[bool],
+    ) -> bool {
+        self.by_name
+            .get(name)
+            .is_some_and(|(s, g)| s == settings && g == grouped)
+    }
+
+    /// Records a plan's outcome for a tenant: settled (nothing to do) or not.
+    pub fn set(
+        &mut self,
+        name: &str,
+        settings: &crate::cgroup::model::TenantSettings,
+        grouped: &[bool],
+        settled: bool,
+    ) {
+        if !settled {
+            self.by_name.remove(name);
+        } else if !self.holds(name, settings, grouped) {
+            (self.by_name).insert(name.to_string(), (settings.clone(), grouped.to_vec()));
+        }
+    }
+
+    /// Forgets the tenants not in `names` (a policy that no longer has them).
+    pub fn keep_only(&mut self, names: &HashSet<&str>) {
+        if self.by_name.len() > names.len() || self.by_name.keys().any(|n| !names.contains(&**n)) {
+            self.by_name.retain(|n, _| names.contains(&**n));
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -92,6 +161,9 @@ pub struct WatchStats {
     pub sweeps: u64,
     /// Processes whose groups a snapshot took from the last one (see `GroupWatch::keep`).
     pub proc_dirs_kept: u64,
+    /// Tenants a plan knew had nothing to do in their groups without working it out again
+    /// (see `Settled`), summed over the plans.
+    pub tenants_settled: u64,
 }
 
 impl GroupWatch {
@@ -111,6 +183,8 @@ impl GroupWatch {
             absorbed_at: Instant::now(),
             extra: Vec::new(),
             proc_dirs: HashMap::new(),
+            outside: None,
+            settled: Settled::default(),
             stats: WatchStats::default(),
         })
     }
@@ -137,6 +211,8 @@ impl GroupWatch {
         self.unwatched.clear();
         self.swept_at = None;
         self.proc_dirs.clear();
+        self.outside = None;
+        self.settled = Settled::default();
     }
 
     /// A write to `path` (a control file or a group) failed: no event will say what the kernel
@@ -303,6 +379,27 @@ impl GroupWatch {
         self.subtree_stale.clear();
     }
 
+    /// Whether what a walk read outside dbcage's groups (in `snap` before it takes the watch's
+    /// groups: the parent's and the hierarchy root's files, the parent's cpus and nodes) differs
+    /// from the last walk's, or there was none. No event tells of all of it (a cpu taken
+    /// offline shrinks the parent's cpuset, a grandparent's write its controllers), and every
+    /// tenant's plan may depend on it. Remembers it for the next walk.
+    pub(super) fn outside_changed(&mut self, snap: &super::Snapshot) -> bool {
+        let mut files: Vec<(PathBuf, Box<str>)> = (snap.files.values())
+            .map(|(p, v)| (p, Box::from(v)))
+            .collect();
+        files.sort_unstable();
+        let now = (
+            files,
+            snap.parent_cpus.clone(),
+            snap.parent_mems.clone(),
+            snap.io_latency,
+        );
+        let changed = self.outside.as_ref() != Some(&now);
+        self.outside = Some(now);
+        changed
+    }
+
     /// Takes back the groups a snapshot of `Snapshot::read_watched` lent (without them the
     /// next walk reads everything), and its processes' groups but those of `moved` (the
     /// processes its plan moves: where they end up is read next time).
@@ -363,7 +460,8 @@ mod tests {
     //! the events cgroupfs raises for writes, mkdir and rmdir; the daemon's test in tests/it
     //! runs on the kernel's cgroups).
     use super::*;
-    use crate::cgroup::{read_groups, Snapshot};
+    use crate::cgroup::{read_groups, Snapshot, Watched};
+    use itertools::Itertools as _;
     use std::fs;
 
     const FILES: [&str; 2] = ["cpu.max", "memory.max"];
@@ -399,11 +497,26 @@ mod tests {
 
     /// One walk as `Snapshot::read_watched` makes it; what it did.
     fn walk(w: &mut GroupWatch, t: &Tree) -> WatchStats {
+        walk_noting(w, t).0
+    }
+
+    /// `walk`, and the tenants it read groups of (`Snapshot::tenants_read`), sorted.
+    fn walk_noting(w: &mut GroupWatch, t: &Tree) -> (WatchStats, Option<Vec<String>>) {
         let before = w.stats;
         w.begin(std::slice::from_ref(&t.parent), "dbcage");
         let mut snap = Snapshot::default();
-        read_groups(&t.root, &FILES, &mut snap, Some(w), &mut Vec::new());
+        let mut tenants_read = Some(HashSet::new());
+        let watched = Watched {
+            watch: &mut *w,
+            tenants_read: &mut tenants_read,
+        };
+        read_groups(&t.root, &FILES, &mut snap, Some(watched), &mut Vec::new());
         w.end();
+        let read = tenants_read.map(|r| r.into_iter().sorted().collect());
+        (walk_stats(w, before), read)
+    }
+
+    fn walk_stats(w: &GroupWatch, before: WatchStats) -> WatchStats {
         WatchStats {
             read: w.stats.read - before.read,
             reread_files: w.stats.reread_files - before.reread_files,
@@ -411,6 +524,7 @@ mod tests {
             overruns: w.stats.overruns - before.overruns,
             sweeps: w.stats.sweeps - before.sweeps,
             proc_dirs_kept: w.stats.proc_dirs_kept - before.proc_dirs_kept,
+            tenants_settled: 0,
         }
     }
 
@@ -435,14 +549,27 @@ mod tests {
         assert_eq!(walk(&mut w, &t), counts(7, 0, 0));
         assert_eq!(w.dirs.len(), 7);
         assert_eq!(w.watches(), 7);
-        assert_eq!(walk(&mut w, &t), counts(0, 0, 7), "nothing changed");
+        assert_eq!(
+            walk_noting(&mut w, &t),
+            (counts(0, 0, 7), Some(vec![])),
+            "nothing changed, no tenant's groups read"
+        );
 
         // A write in a's group: a and its leaves are read again for their files, the rest not.
         let a_max = t.root.join("a/cpu.max");
         fs::write(&a_max, "50000 100000\n").unwrap();
-        assert_eq!(walk(&mut w, &t), counts(0, 3, 4));
+        assert_eq!(
+            walk_noting(&mut w, &t),
+            (counts(0, 3, 4), Some(vec!["a".into()]))
+        );
         assert_eq!(value(&w, &a_max), Some("50000 100000\n"));
         assert_eq!(walk(&mut w, &t), counts(0, 0, 7));
+        // A write in one of b's leaves: b's groups read.
+        fs::write(t.root.join("b/limited/cpu.max"), "max\n").unwrap();
+        assert_eq!(
+            walk_noting(&mut w, &t),
+            (counts(0, 1, 6), Some(vec!["b".into()]))
+        );
 
         // A leaf removed: its parent is listed again, the leaf and its files are gone.
         let gone = t.root.join("b/exempt");
@@ -450,8 +577,9 @@ mod tests {
             fs::remove_file(gone.join(f)).unwrap();
         }
         fs::remove_dir(&gone).unwrap();
-        let s = walk(&mut w, &t);
+        let (s, tenants_read) = walk_noting(&mut w, &t);
         assert_eq!(s.read, 1, "b listed again: {s:?}");
+        assert_eq!(tenants_read, Some(vec!["b".into()]));
         assert!(!w.dirs.contains(gone.as_path()));
         assert!(FILES.iter().all(|f| value(&w, &gone.join(f)).is_none()));
         assert_eq!(w.watches(), 6, "the removed leaf's watch is removed too");
@@ -460,11 +588,15 @@ mod tests {
         let new = t.root.join("c");
         fs::create_dir(&new).unwrap();
         fs::write(new.join("cpu.max"), "max\n").unwrap();
-        let s = walk(&mut w, &t);
+        let (s, tenants_read) = walk_noting(&mut w, &t);
         assert_eq!(
             (s.read, s.cached),
             (2, 5),
             "root listed again, c read: {s:?}"
+        );
+        assert_eq!(
+            tenants_read, None,
+            "the root read: no group known unchanged"
         );
         assert_eq!(value(&w, &new.join("cpu.max")), Some("max\n"));
         assert!(value(&w, &new.join("memory.max")).is_none());
@@ -472,8 +604,9 @@ mod tests {
 
         // A failed write: that group is read again although no event came.
         w.failed(&t.root.join("a/limited/cpu.max"));
-        let s = walk(&mut w, &t);
+        let (s, tenants_read) = walk_noting(&mut w, &t);
         assert_eq!((s.read, s.cached), (1, 6), "a/limited read: {s:?}");
+        assert_eq!(tenants_read, Some(vec!["a".into()]));
     }
 
     #[test]

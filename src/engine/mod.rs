@@ -259,6 +259,7 @@ fn plan_with_view(
         shares: &adjust.shares,
         migrate_memory: adjust.migrate_memory,
         driver,
+        settled: watch.as_deref().map(|w| &w.settled),
     };
     let build = |snap: &Snapshot| {
         plan::build_with(&policy, &p.inventory, &p.layout, snap, &placements, &how)
@@ -278,9 +279,33 @@ fn plan_with_view(
     }
     if let Some(w) = watch.as_deref_mut() {
         w.keep(&mut snap, &plan.moved_pids());
+        remember_settled(w, &policy, &p.layout, &plan);
     }
     drop(watch);
     Ok((plan, view, placements))
+}
+
+/// Keeps in the watch the tenants `plan` had nothing to do for in their groups, for the next
+/// plan (`watch::Settled`); a plan that did not say (the systemd driver's) keeps none.
+fn remember_settled(w: &mut GroupWatch, policy: &Policy, layout: &Layout, plan: &plan::Plan) {
+    use plan::GroupsOutcome;
+    let outcomes = &plan.groups;
+    if outcomes.len() != policy.tenants.len() {
+        w.settled = Default::default();
+        return;
+    }
+    let names: std::collections::HashSet<&str> =
+        policy.tenants.iter().map(|t| t.name.as_str()).collect();
+    w.settled.keep_only(&names);
+    for ((t, summary), outcome) in policy.tenants.iter().zip(&plan.tenants).zip(outcomes) {
+        match outcome {
+            GroupsOutcome::StillSettled => w.stats.tenants_settled += 1,
+            GroupsOutcome::Settled | GroupsOutcome::Steps => {
+                let settled = *outcome == GroupsOutcome::Settled;
+                (w.settled).set(&t.name, &summary.settings, &layout.grouped(t), settled);
+            }
+        }
+    }
 }
 
 /// What the systemd driver plans from: each process's unit (/proc), and over D-Bus the

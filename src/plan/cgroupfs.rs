@@ -8,10 +8,10 @@ use crate::cgroup::driver::SpecInput;
 use crate::cgroup::model::FileSpec;
 use crate::cgroup::{GroupPath, GroupRef, Layout, Snapshot};
 use crate::classify::{Leaf, Placement};
-use crate::policy::Policy;
+use crate::policy::{Policy, Tenant};
 use std::collections::HashMap;
 
-use super::{Plan, Step, StepInput, TreeDriver};
+use super::{GroupsOutcome, Plan, Step, StepInput, TreeDriver};
 
 /// dbcage's own groups, written directly.
 pub struct Cgroupfs;
@@ -31,6 +31,27 @@ impl TreeDriver for Cgroupfs {
             ..
         } = *input;
         let drivers = layout.setup.drivers();
+        // Per tenant: the hierarchies it has groups in (`Layout::grouped`), and whether the
+        // daemon's last plan left it settled with the same settings while its groups were not
+        // read again since: then nothing is planned for its groups (only its processes' moves).
+        let grouped: Vec<Vec<bool>> = policy.tenants.iter().map(|t| layout.grouped(t)).collect();
+        let still_settled: Vec<bool> = (policy.tenants.iter().zip(&plan.tenants).zip(&grouped))
+            .map(|((t, summary), g)| {
+                let unread = (snap.tenants_read.as_ref()).is_some_and(|r| !r.contains(&t.name));
+                unread
+                    && input
+                        .settled
+                        .is_some_and(|s| s.holds(&t.name, &summary.settings, g))
+            })
+            .collect();
+        let scope = Scope {
+            policy,
+            grouped: &grouped,
+            still_settled: &still_settled,
+        };
+        let index: HashMap<&str, usize> = (policy.tenants.iter().enumerate())
+            .map(|(i, t)| (t.name.as_str(), i))
+            .collect();
         // Each driver writes the specs of the controllers in its hierarchies (a hybrid host mixes
         // them).
         let spec_input = SpecInput {
@@ -38,18 +59,11 @@ impl TreeDriver for Cgroupfs {
             snap,
             allowed_cpus: input.allowed_cpus,
             allowed_mems: input.allowed_mems,
-            tenants: plan
-                .tenants
-                .iter()
-                .map(|t| (t.name.as_str(), &t.settings))
+            tenants: (plan.tenants.iter().zip(&still_settled))
+                .filter(|(_, still)| !**still)
+                .map(|(t, _)| (t.name.as_str(), &t.settings))
                 .collect(),
         };
-        // Only in the hierarchies where the tenant has groups (`Layout::grouped`).
-        let grouped: std::collections::HashMap<&str, Vec<bool>> = policy
-            .tenants
-            .iter()
-            .map(|t| (t.name.as_str(), layout.grouped(t)))
-            .collect();
         let specs: Vec<FileSpec> = drivers
             .iter()
             .flat_map(|d| {
@@ -57,20 +71,35 @@ impl TreeDriver for Cgroupfs {
                     let Some((h, x)) = layout.setup.driver_of(s.controller) else {
                         return false;
                     };
+                    // Only in the hierarchies where the tenant has groups.
                     let tenant = match &s.group {
                         GroupRef::Tenant(t) | GroupRef::Leaf(t, _) => Some(t.as_str()),
                         GroupRef::Parent | GroupRef::Root => None,
                     };
                     x.name() == d.name()
-                        && tenant.is_none_or(|t| grouped.get(t).is_none_or(|g| g[h]))
+                        && tenant.is_none_or(|t| index.get(t).is_none_or(|&i| grouped[i][h]))
                 })
             })
             .collect();
-        plan.steps.extend(mkdirs(policy, layout, snap));
-        plan.steps.extend(writes(&specs, layout, snap));
+        let mut touched = vec![false; policy.tenants.len()];
+        let mut touch = |tenant: &str| {
+            if let Some(&i) = index.get(tenant) {
+                touched[i] = true;
+            }
+        };
+        plan.steps.extend(mkdirs(layout, snap, &scope, &mut touch));
+        plan.steps.extend(writes(&specs, layout, snap, &mut touch));
         plan.steps
             .extend(moves(policy, &inv.procs, layout, snap, placements));
-        plan.steps.extend(removals(policy, layout, snap));
+        plan.steps
+            .extend(removals(layout, snap, &scope, &mut touch));
+        plan.groups = (still_settled.iter().zip(&touched))
+            .map(|(&still, &touched)| match (still, touched) {
+                (true, _) => GroupsOutcome::StillSettled,
+                (false, false) => GroupsOutcome::Settled,
+                (false, true) => GroupsOutcome::Steps,
+            })
+            .collect();
         for t in &policy.tenants {
             let named: Vec<&str> = t
                 .rules
@@ -93,33 +122,62 @@ impl TreeDriver for Cgroupfs {
     }
 }
 
-/// Groups to create, parents before children: dbcage's root in every hierarchy, a tenant's
-/// groups in the hierarchies its settings use (`Layout::grouped`).
-fn mkdirs(policy: &Policy, layout: &Layout, snap: &Snapshot) -> Vec<Step> {
+/// The tenants whose groups a plan works out, and the hierarchies each has groups in.
+struct Scope<'a> {
+    policy: &'a Policy,
+    /// Per tenant (policy order), `Layout::grouped`.
+    grouped: &'a [Vec<bool>],
+    /// Per tenant: known to have nothing to do, not worked out (see `Cgroupfs::steps`).
+    still_settled: &'a [bool],
+}
+
+impl<'a> Scope<'a> {
+    /// The tenants planned, each with the hierarchies it has groups in.
+    fn planned(&self) -> impl Iterator<Item = (&'a Tenant, &'a [bool])> {
+        let tenants = self.policy.tenants.iter().zip(self.grouped);
+        (tenants.zip(self.still_settled))
+            .filter(|(_, still)| !**still)
+            .map(|((t, g), _)| (t, g.as_slice()))
+    }
+}
+
+/// Groups to create, parents before children: dbcage's root in every hierarchy, a planned
+/// tenant's groups in the hierarchies its settings use; `touch` hears of each tenant that
+/// gets one.
+fn mkdirs(
+    layout: &Layout,
+    snap: &Snapshot,
+    scope: &Scope,
+    touch: &mut dyn FnMut(&str),
+) -> Vec<Step> {
     let mut out = Vec::new();
-    let grouped: Vec<Vec<bool>> = policy.tenants.iter().map(|t| layout.grouped(t)).collect();
     for h in 0..layout.setup.hierarchies.len() {
         // Every group is looked up in every plan (1,000 tenants: 9,000 on v1); what a missing
         // one needs (its reason) is made only for it.
         let mut need = |path: std::path::PathBuf, reason: &dyn Fn() -> String| {
-            if !snap.dirs.contains(path.as_path()) {
+            let missing = !snap.dirs.contains(path.as_path());
+            if missing {
                 out.push(Step::Mkdir {
                     path,
                     reason: reason(),
                 });
             }
+            missing
         };
         need(layout.root_dir(h), &|| {
             format!("dbcage root `{}`", layout.root_name)
         });
-        for (t, _) in policy.tenants.iter().zip(&grouped).filter(|(_, g)| g[h]) {
-            need(layout.tenant_dir(h, &t.name), &|| {
+        for (t, _) in scope.planned().filter(|(_, g)| g[h]) {
+            let mut made = need(layout.tenant_dir(h, &t.name), &|| {
                 format!("tenant `{}`", t.name)
             });
             for leaf in [Leaf::Limited, Leaf::Exempt] {
-                need(layout.leaf_dir(h, &t.name, leaf), &|| {
+                made |= need(layout.leaf_dir(h, &t.name, leaf), &|| {
                     format!("tenant `{}` {} leaf", t.name, leaf.dir())
                 });
+            }
+            if made {
+                touch(&t.name);
             }
         }
     }
@@ -136,8 +194,13 @@ fn reason_of(spec: &FileSpec) -> String {
 }
 
 /// The writes that turn the current files into the desired ones, ordered as the module
-/// comment describes.
-fn writes(specs: &[FileSpec], layout: &Layout, snap: &Snapshot) -> Vec<Step> {
+/// comment describes; `touch` hears of each tenant whose groups get one.
+fn writes(
+    specs: &[FileSpec],
+    layout: &Layout,
+    snap: &Snapshot,
+    touch: &mut dyn FnMut(&str),
+) -> Vec<Step> {
     let page = crate::cgroup::page_size();
     // (phase, order within phase, step): phases run in order.
     let mut staged: Vec<(u8, i64, Step)> = Vec::new();
@@ -159,6 +222,9 @@ fn writes(specs: &[FileSpec], layout: &Layout, snap: &Snapshot) -> Vec<Step> {
         if stages.is_empty() {
             continue; // as it should be (most files, at every rescan)
         }
+        if let GroupRef::Tenant(t) | GroupRef::Leaf(t, _) = &spec.group {
+            touch(t);
+        }
         let reason = reason_of(spec);
         for s in stages {
             staged.push((
@@ -177,16 +243,23 @@ fn writes(specs: &[FileSpec], layout: &Layout, snap: &Snapshot) -> Vec<Step> {
     staged.into_iter().map(|(_, _, s)| s).collect()
 }
 
-/// The groups of tenants in hierarchies their settings no longer use (a tenant unpinned, its
-/// memory limit dropped): each emptied into dbcage's parent there and removed, after the moves.
-fn removals(policy: &Policy, layout: &Layout, snap: &Snapshot) -> Vec<Step> {
+/// The groups of planned tenants in hierarchies their settings no longer use (a tenant
+/// unpinned, its memory limit dropped): each emptied into dbcage's parent there and removed,
+/// after the moves; `touch` hears of each tenant that has one.
+fn removals(
+    layout: &Layout,
+    snap: &Snapshot,
+    scope: &Scope,
+    touch: &mut dyn FnMut(&str),
+) -> Vec<Step> {
     let mut out = Vec::new();
-    for t in &policy.tenants {
-        for (h, grouped) in layout.grouped(t).into_iter().enumerate() {
+    for (t, grouped) in scope.planned() {
+        for (h, &grouped) in grouped.iter().enumerate() {
             let path = layout.tenant_dir(h, &t.name);
             if grouped || !snap.dirs.contains(path.as_path()) {
                 continue;
             }
+            touch(&t.name);
             let controllers: Vec<&str> = layout.setup.hierarchies[h]
                 .controllers
                 .iter()

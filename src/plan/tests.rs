@@ -652,6 +652,93 @@ fn idempotent_with_several_tenants_and_numa() {
     assert!(second.is_empty(), "second plan: {:#?}", second.steps);
 }
 
+/// The daemon's plans under its group watch: a tenant its last plan had nothing to do for is
+/// not worked out again while its groups were not read again and its settings are the same;
+/// its processes still move. What is not known unchanged is planned in full.
+#[test]
+fn a_settled_tenant_is_planned_again_only_when_read_or_changed() {
+    let text = format!(
+        "{}\n[[tenant]]\nname = \"pg\"\n[[tenant.match]]\ncomm = \"^postgres\"\n\
+         [tenant.cpu]\ncpus = \"2-3\"\n",
+        FULL.replace("weight = 200\n", "weight = 200\ncpus = \"0-1\"\n")
+    );
+    let p = policy(&text);
+    let host = Host::new(&p);
+    let mut procs = full_procs();
+    procs.push(proc(200, "postgres"));
+    let mut inv = inventory(&p, &[vec![dev(0), dev(1)], vec![]], procs);
+    inv.numa.online_cpus = "0-3".parse().unwrap();
+    let mut snap = Snapshot::default();
+    host.at_root(&mut snap, &[100, 101, 102, 103, 200]);
+    let shares = Shares::new();
+    let plan_with = |p: &Policy, inv: &Inventory, snap: &Snapshot, settled| {
+        let how = Planning {
+            shares: &shares,
+            migrate_memory: false,
+            driver: &Cgroupfs,
+            settled,
+        };
+        let placements = p.matcher.classify(&inv.procs);
+        build_with(p, inv, &host.layout, snap, &placements, &how).unwrap()
+    };
+    let first = plan_with(&p, &inv, &snap, None);
+    assert_eq!(first.groups, vec![GroupsOutcome::Steps; 2]);
+    host.apply(&mut snap, &first.steps);
+    let second = plan_with(&p, &inv, &snap, None);
+    assert!(second.is_empty(), "{:#?}", second.steps);
+    assert_eq!(second.groups, vec![GroupsOutcome::Settled; 2]);
+    let mut settled = crate::cgroup::watch::Settled::default();
+    for (t, summary) in p.tenants.iter().zip(&second.tenants) {
+        settled.set(&t.name, &summary.settings, &host.layout.grouped(t), true);
+    }
+
+    // A value that differs, in groups the watch did not read again (so, as far as the daemon
+    // knows, a value no one wrote): a plan without the memo writes it, one with it does not.
+    let bx1_mems = host.tenant_file(Controller::Cpuset, "bx1", v1::MEMS);
+    snap.files.insert(bx1_mems.clone(), "1\n".into());
+    snap.tenants_read = Some(Default::default());
+    let full = plan_with(&p, &inv, &snap, None);
+    assert_eq!(writes_to(&full.steps, &bx1_mems).last(), Some(&"0"));
+    let skipped = plan_with(&p, &inv, &snap, Some(&settled));
+    assert!(skipped.is_empty(), "{:#?}", skipped.steps);
+    assert_eq!(skipped.groups, vec![GroupsOutcome::StillSettled; 2]);
+    // A settled tenant's new process still moves.
+    inv.procs.push(proc(202, "postgres"));
+    host.at_root(&mut snap, &[202]);
+    let moved = plan_with(&p, &inv, &snap, Some(&settled));
+    assert_eq!(moved.moved_pids(), vec![202]);
+    assert_eq!(moved.groups, vec![GroupsOutcome::StillSettled; 2]);
+
+    // bx1's groups read again: bx1 planned (its value repaired), pg not.
+    snap.tenants_read = Some(["bx1".to_string()].into_iter().collect());
+    let read = plan_with(&p, &inv, &snap, Some(&settled));
+    assert_eq!(writes_to(&read.steps, &bx1_mems).last(), Some(&"0"));
+    assert_eq!(
+        read.groups,
+        vec![GroupsOutcome::Steps, GroupsOutcome::StillSettled]
+    );
+    // No group known unchanged (a root read again, a full sweep): every tenant planned.
+    snap.tenants_read = None;
+    let all = plan_with(&p, &inv, &snap, Some(&settled));
+    assert_eq!(writes_to(&all.steps, &bx1_mems).last(), Some(&"0"));
+    assert_eq!(
+        all.groups,
+        vec![GroupsOutcome::Steps, GroupsOutcome::Settled]
+    );
+
+    // pg's settings changed (a reload, a `set`): pg planned though its groups were not read.
+    snap.files.insert(bx1_mems.clone(), "0\n".into());
+    snap.tenants_read = Some(Default::default());
+    let p2 = policy(&text.replace("cpus = \"2-3\"", "cpus = \"2\""));
+    let changed = plan_with(&p2, &inv, &snap, Some(&settled));
+    let pg_cpus = host.tenant_file(Controller::Cpuset, "pg", v1::CPUS);
+    assert_eq!(writes_to(&changed.steps, &pg_cpus), vec!["2"]);
+    assert_eq!(
+        changed.groups,
+        vec![GroupsOutcome::StillSettled, GroupsOutcome::Steps]
+    );
+}
+
 // ---------------------------------------------------------------- ordering of changes
 
 #[test]
@@ -1599,6 +1686,7 @@ fn a_running_tenants_memory_moves_only_when_asked_or_at_restart() {
                 shares: &Shares::new(),
                 migrate_memory: true,
                 driver: &Cgroupfs,
+                settled: None,
             },
         )
         .unwrap(),
@@ -1687,6 +1775,7 @@ fn one_policy_and_host_planned_by_each_tree_driver() {
         shares: &shares,
         migrate_memory: false,
         driver: &Cgroupfs,
+        settled: None,
     };
     let by_cgroupfs = build_with(&p, &inv, &host.layout, &snap, &placements, &cgroupfs).unwrap();
 
