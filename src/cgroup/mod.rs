@@ -510,6 +510,14 @@ fn read_groups(
         Some(w) => (Some(w.watch), Some(w.tenants_read)),
         None => (None, None),
     };
+    if let Some(w) = watch.as_deref_mut() {
+        // Nothing written, made or removed since the last walk (an idle host's rescans): every
+        // group is as cached, without visiting each (9,000 at 1,000 tenants on v1).
+        if let Some(cached) = w.all_fresh_under(root) {
+            w.stats.cached += cached;
+            return;
+        }
+    }
     let mut visited = values::GroupSet::default();
     let mut stack: Vec<(GroupPath, usize)> = vec![(GroupPath::from(root), 0)];
     while let Some((dir, depth)) = stack.pop() {

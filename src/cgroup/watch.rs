@@ -355,6 +355,17 @@ impl GroupWatch {
         }
     }
 
+    /// When no cached group under `root` (or `root`) needs reading again (see `freshness`: no
+    /// event since, no group unwatched) and `root` was read before: how many groups the walk
+    /// would take from the cache (a walk stops at depth 2, so that is all cached under it).
+    pub(super) fn all_fresh_under(&self, root: &Path) -> Option<u64> {
+        let nothing_stale = self.listing_stale.is_empty()
+            && self.subtree_stale.is_empty()
+            && self.unwatched.is_empty();
+        (nothing_stale && self.dirs.contains(root))
+            .then(|| 1 + self.dirs.under(root).count() as u64)
+    }
+
     /// Watches a directory about to be read (before its files are read: a write between the
     /// two is then seen at the next walk).
     pub(super) fn watch(&mut self, dir: &GroupPath) {
