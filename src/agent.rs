@@ -119,6 +119,9 @@ pub struct AgentStats {
     /// (unchanged by the events, see `procs::Reuse`), summed over all rescans.
     pub rescan_procs_read: u64,
     pub rescan_procs_kept: u64,
+    /// Rescans that read every process (no events, events lost, a `unit` rule, a failed
+    /// rescan without a scan to start from).
+    pub rescans_full: u64,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -395,10 +398,12 @@ impl Daemon {
     /// `unit` reads every process: a unit's processes can change groups without an event. The
     /// scan before is taken from `ctx` (updated in place into the new one): after a failure the
     /// next rescan reads every process.
-    fn read_host_again(&mut self) -> Result<Prepared> {
+    fn read_host_again(&mut self) -> Result<Prepared, engine::Failed> {
         let loaded = self.ctx.loaded.clone();
         if !self.connected || self.scan_all_next || self.fields.unit {
-            return self.read_host(loaded);
+            self.stats.rescans_full += 1;
+            let read = engine::read_host_scanning(loaded, Scan::Rules);
+            return read.map(|ctx| self.with_watched_groups(ctx));
         }
         // Every process born since the scan before was named by its fork (no event was lost):
         // the pids come from that scan and the events, except at every `shares`-th rescan,
@@ -426,7 +431,8 @@ impl Daemon {
             from_events: !listed,
             checked: &placed,
         };
-        Ok(self.with_watched_groups(engine::read_host_reusing(loaded, reuse)?))
+        let read = engine::read_host_reusing(loaded, reuse);
+        read.map(|ctx| self.with_watched_groups(ctx))
     }
 
     /// A host read given the daemon's watched groups (see `GroupWatch`) and its memo of what
@@ -448,10 +454,12 @@ impl Daemon {
         // Re-read the host (devices and processes) so that device changes are picked up too,
         // but not the policy file: that changes on SIGHUP only, and a broken file must not stop
         // the safety net.
-        match self.read_host_again().and_then(|c| {
-            let (plan, placed) = engine::plan_placed(&c, &self.adjust)?;
-            Ok((c, plan, placed))
-        }) {
+        match self
+            .read_host_again()
+            .and_then(|c| match engine::plan_placed(&c, &self.adjust) {
+                Ok((plan, placed)) => Ok((c, plan, placed)),
+                Err(e) => Err(engine::Failed::after(e, c.inventory)),
+            }) {
             Ok((ctx, plan, placed)) => {
                 let scanned = ctx.inventory.scanned;
                 let (read, kept) = (scanned.read as u64, (scanned.listed - scanned.read) as u64);
@@ -485,13 +493,46 @@ impl Daemon {
                 drop(plan);
                 release_freed_memory();
             }
-            Err(e) => {
-                // The scan before went into this one: the next reads every process.
-                self.scan_all_next = true;
-                warn!("rescan ({why}) failed, keeping the groups and members as they were (the next rescan reads every process): {e:#}")
+            Err(engine::Failed { error, inventory }) => {
+                let next = self.keep_failed_scan(inventory.map(|i| *i));
+                warn!("rescan ({why}) failed, keeping the groups and members as they were ({next}): {error:#}")
             }
         }
         let _ = self.rescan_hist.record(start.elapsed().as_micros() as u64);
+    }
+
+    /// After a failed rescan: the scan before went into it (updated in place), so the next
+    /// rescan starts from the failed one's scan when it got that far, reading again what that
+    /// one read (its processes' matches and groups were not taken in: they count as changed);
+    /// otherwise, or after a scan of every process, the next rescan reads every process. Says
+    /// which, for the log.
+    fn keep_failed_scan(&mut self, inventory: Option<crate::inventory::Inventory>) -> String {
+        let Some(inventory) = inventory else {
+            self.scan_all_next = true;
+            return "the next rescan reads every process".into();
+        };
+        let full = inventory.unchanged.is_empty();
+        if !full {
+            // Read in the failed rescan: every scanned process not kept from the one before
+            // (both lists in pid order).
+            let mut kept = inventory.unchanged.iter().peekable();
+            for p in &inventory.procs {
+                while kept.next_if(|&&k| k < p.pid).is_some() {}
+                if kept.next_if_eq(&&p.pid).is_none() {
+                    self.changed_pids.insert(p.pid);
+                }
+            }
+        }
+        self.scan_all_next = full;
+        let read_again = (inventory.procs.len()).saturating_sub(inventory.unchanged.len());
+        self.ctx.inventory.procs = inventory.procs;
+        self.ctx.inventory.skipped_pids = inventory.skipped_pids;
+        match full {
+            true => "the next rescan reads every process".into(),
+            false => format!(
+                "the next rescan starts from this one's scan and reads its {read_again} processes read again"
+            ),
+        }
     }
 
     /// The tenants' processes (as classified now) that sit in groups without the controllers

@@ -125,35 +125,72 @@ pub fn prepare(config: &PolicyPath) -> Result<Prepared> {
 
 /// For a policy already loaded: reads the host (devices, processes, cgroups).
 pub fn read_host(loaded: Loaded, scan: Scan) -> Result<Prepared> {
+    read_host_scanning(loaded, scan).map_err(|failed| failed.error)
+}
+
+/// `read_host`, giving the process scan back with the error when one was made (see `Failed`).
+pub fn read_host_scanning(loaded: Loaded, scan: Scan) -> Result<Prepared, Failed> {
     let exact_comm = scan == Scan::Full;
     read_host_with(loaded, inventory::ProcScan::All { exact_comm })
 }
 
 /// The daemon's rescan: `read_host` (`Scan::Rules`) keeping the processes that `reuse` says
 /// have not changed since the scan before.
-pub fn read_host_reusing(loaded: Loaded, reuse: inventory::procs::Reuse) -> Result<Prepared> {
+pub fn read_host_reusing(
+    loaded: Loaded,
+    reuse: inventory::procs::Reuse,
+) -> Result<Prepared, Failed> {
     read_host_with(loaded, inventory::ProcScan::Reusing(reuse))
 }
 
-fn read_host_with(loaded: Loaded, scan: inventory::ProcScan) -> Result<Prepared> {
-    let fs = HostFs::default();
-    let (inventory, problems) = inventory::gather(&fs, &loaded.policy, scan)?;
-    if !problems.is_empty() {
-        return Err(PolicyErrors(problems).into());
+/// A host read (or the plan after it) that failed, with what it read of the host when it got
+/// that far: the daemon's next rescan starts from that process scan (a rescan updates the
+/// scan before in place, so that one is gone) rather than reading every process again.
+#[derive(Debug)]
+pub struct Failed {
+    pub error: anyhow::Error,
+    pub inventory: Option<Box<Inventory>>,
+}
+
+impl Failed {
+    /// A failure after the host read, with it.
+    pub fn after(error: anyhow::Error, inventory: Inventory) -> Failed {
+        Failed {
+            error,
+            inventory: Some(Box::new(inventory)),
+        }
     }
-    let setup = Setup::detect(&fs, &inventory.mounts)?;
-    let layout = Layout::new(setup, &loaded.policy.agent)?;
-    let manager =
-        crate::systemd::resolve(loaded.policy.agent.manager, &fs).map_err(anyhow::Error::msg)?;
-    Ok(Prepared {
-        loaded,
-        inventory,
-        layout,
-        manager,
-        fs,
-        groups: None,
-        classified: None,
-    })
+}
+
+fn read_host_with(loaded: Loaded, scan: inventory::ProcScan) -> Result<Prepared, Failed> {
+    let fs = HostFs::default();
+    let (inventory, problems) =
+        inventory::gather(&fs, &loaded.policy, scan).map_err(|error| Failed {
+            error,
+            inventory: None,
+        })?;
+    let layout_and_manager = || -> Result<_> {
+        if !problems.is_empty() {
+            return Err(PolicyErrors(problems).into());
+        }
+        let setup = Setup::detect(&fs, &inventory.mounts)?;
+        let layout = Layout::new(setup, &loaded.policy.agent)?;
+        let manager = crate::systemd::resolve(loaded.policy.agent.manager, &fs)
+            .map_err(anyhow::Error::msg)?;
+        Ok((layout, manager))
+    };
+    match layout_and_manager() {
+        Ok((layout, manager)) => Ok(Prepared {
+            loaded,
+            inventory,
+            layout,
+            manager,
+            fs,
+            groups: None,
+            classified: None,
+        }),
+        Err(error) => Err(Failed::after(error, inventory)),
+    }
 }
 
 /// The policy and the cgroup layout, without the host scan `prepare` does (for commands that

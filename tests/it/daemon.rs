@@ -1058,6 +1058,109 @@ fn daemon_reload() {
     t.set_policy(&body2); // a valid policy for the cleanup's `release --all`
 }
 
+/// A rescan that fails (here a storage path the policy names is gone: a policy error at every
+/// rescan until it is back) keeps the process scan it made: the rescans during the outage and
+/// after it go on from it, none reads every process again; the events still place new
+/// processes meanwhile, and the first rescan after the outage repairs what drifted during it.
+#[test]
+fn daemon_rescans_that_fail_keep_their_scan() {
+    if skip() {
+        return;
+    }
+    let disk = LoopDisk::new(64);
+    let storage = disk.mount.join("dbcage-test-data");
+    std::fs::create_dir(&storage).unwrap();
+    let sid = sid();
+    let name = |n: u32| format!("ora_f{n:03}_{sid}");
+    let body = format!(
+        "[[tenant]]\nname = \"db\"\nmatch = [{}]\nstorage = [\"{}\"]\n\n\
+         [tenant.io]\nread_bps = \"64MiB\"\n[tenant.cpu]\ncores = 1\n",
+        cmd_rule(&name(1)),
+        storage.display()
+    );
+    let t = Tenancy::new("dfail", &body);
+    let mut d = Daemon::start(&t, &["--rescan-interval", "200ms"]);
+    let first = sleeper(&name(1), "60");
+    assert_placed_within(
+        &t,
+        &d,
+        first.pid,
+        "db",
+        "limited",
+        Instant::now(),
+        Duration::from_secs(1),
+    );
+
+    // Made again before the tenancy's cleanup, which releases with this policy, whatever
+    // happens below.
+    struct MadeAgain<'a>(&'a Path);
+    impl Drop for MadeAgain<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::create_dir_all(self.0);
+        }
+    }
+    let _made_again = MadeAgain(&storage);
+    std::fs::remove_dir(&storage).unwrap();
+    let failing = d.wait_log("rescan (periodic) failed", Duration::from_secs(3));
+    assert!(
+        failing,
+        "no failed rescan with the storage gone; log:\n{}",
+        d.log()
+    );
+    let log = d.log();
+    let told = &log[log.find("rescan (periodic) failed").unwrap()..];
+    let told = &told[..told.len().min(600)];
+    assert!(
+        told.contains("starts from this one's scan") && told.contains("dbcage-test-data"),
+        "{told}"
+    );
+    // During the outage: a new process is placed by its event, and a value written behind the
+    // daemon's back waits for the next rescan that succeeds.
+    let second = sleeper(&name(1), "60");
+    assert_placed_within(
+        &t,
+        &d,
+        second.pid,
+        "db",
+        "limited",
+        Instant::now(),
+        Duration::from_secs(1),
+    );
+    let quota = t.knob_path("db", Knob::CpuQuota);
+    std::fs::write(&quota, cpu_quota_text(2.0)).unwrap();
+    std::thread::sleep(Duration::from_millis(1000)); // some five failed rescans
+    let failed = d.log().matches("rescan (periodic) failed").count();
+
+    std::fs::create_dir(&storage).unwrap();
+    let t0 = Instant::now();
+    let repaired = wait_until(Duration::from_secs(2), || {
+        read_trim(&quota) == cpu_quota_text(1.0)
+    });
+    let repaired_ms = ms(t0.elapsed());
+    assert!(
+        repaired,
+        "the quota was not repaired after the outage; log:\n{}",
+        d.log()
+    );
+    std::thread::sleep(Duration::from_millis(600)); // rescans after it
+    let (status, _) = d.stop(Duration::from_secs(5));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    let stats = d.stats();
+    println!(
+        "{failed} failed rescans during the outage; the quota repaired {repaired_ms:.0} ms after \
+         it; rescans {}, of them reading every process {}; processes read {}, kept {}",
+        stats["rescans"],
+        stats["rescans_full"],
+        stats["rescan_procs_read"],
+        stats["rescan_procs_kept"]
+    );
+    assert!(failed >= 2, "{failed} failed rescans: {}", d.log());
+    // Each failed rescan handed its scan to the next: no rescan read every process (each read
+    // after a failure, before, at some 1 s of CPU at 100,000 processes).
+    assert_eq!(stats["rescans_full"], 0, "{stats}");
+    drop((first, second));
+}
+
 /// The daemon's rescans take its groups from an inotify watch (`cgroup::watch`) and reread only
 /// those written since: a value written behind its back, a leaf removed and a tenant's group
 /// removed are still repaired at the next rescan, and most groups come from the watch (the
