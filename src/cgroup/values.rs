@@ -154,6 +154,14 @@ fn path_bytes(path: &Path) -> &[u8] {
     path.as_os_str().as_bytes()
 }
 
+/// Whether `path` is `dir` or under it, compared as bytes (group paths are built by joining
+/// normalized parts, as `GroupDirs` keeps them; `Path::starts_with` parses both into components,
+/// which a plan did for every placed process in every hierarchy).
+pub fn is_within(path: &Path, dir: &Path) -> bool {
+    let (p, d) = (path_bytes(path), trimmed(dir));
+    p.starts_with(d) && matches!(p.get(d.len()), None | Some(b'/'))
+}
+
 /// A directory's bytes without a trailing `/` (the root `/` becomes empty: everything is
 /// under it).
 fn trimmed(dir: &Path) -> &[u8] {
@@ -278,6 +286,27 @@ impl FromIterator<GroupPath> for GroupDirs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn within_is_the_components_prefix_of_normalized_paths() {
+        let root = Path::new("/cg/cpu/dbcage");
+        for (path, within) in [
+            ("/cg/cpu/dbcage", true),
+            ("/cg/cpu/dbcage/pg/limited", true),
+            ("/cg/cpu/dbcage-other/pg", false),
+            ("/cg/cpu", false),
+            ("/cg/cpu/user.slice", false),
+        ] {
+            let path = Path::new(path);
+            assert_eq!(is_within(path, root), within, "{}", path.display());
+            assert_eq!(path.starts_with(root), within, "{}", path.display());
+        }
+        assert!(is_within(
+            Path::new("/cg/cpu/dbcage/pg"),
+            Path::new("/cg/cpu/dbcage/")
+        ));
+        assert!(is_within(Path::new("/cg/x"), Path::new("/")));
+    }
 
     #[test]
     fn files_are_found_by_path_whichever_way_they_came_in() {

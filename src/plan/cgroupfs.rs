@@ -326,7 +326,7 @@ pub fn moves(
                 if !here.is_some_and(in_leaf) {
                     targets.push(leaf_dirs[h].join(crate::cgroup::PROCS));
                 }
-            } else if here.is_some_and(|d| d.starts_with(&roots[h])) {
+            } else if here.is_some_and(|d| crate::cgroup::values::is_within(d, &roots[h])) {
                 leave.push(crate::cgroup::procs_file(&layout.parents[h]));
             }
         }
