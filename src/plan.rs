@@ -876,13 +876,11 @@ pub fn build_with(
     }
     let named: std::collections::HashSet<&str> =
         policy.tenants.iter().map(|t| t.name.as_str()).collect();
-    for stale in snap.tenant_groups(layout) {
-        if !named.contains(stale.as_str()) {
-            plan.warnings.push(format!(
-                "cgroup of tenant `{stale}` exists under `{}` but the policy no longer names it; `dbcage release {stale}` moves its processes out and removes it",
-                layout.root_name
-            ));
-        }
+    for stale in snap.unnamed_tenant_groups(layout, &|name| named.contains(name)) {
+        plan.warnings.push(format!(
+            "cgroup of tenant `{stale}` exists under `{}` but the policy no longer names it; `dbcage release {stale}` moves its processes out and removes it",
+            layout.root_name
+        ));
     }
 
     driver.steps(

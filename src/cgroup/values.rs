@@ -229,7 +229,7 @@ impl GroupDirs {
     /// `dir`'s descendants (not `dir`), in byte order. They sort after `dir`, among the paths
     /// that begin with its bytes (with siblings such as `dir-x` and their subgroups, skipped);
     /// no bound is built, so a walk's thousands of calls allocate nothing.
-    pub fn under<'a>(&'a self, dir: &'a Path) -> impl Iterator<Item = &'a GroupPath> + 'a {
+    pub fn under<'a: 'd, 'd>(&'a self, dir: &'d Path) -> impl Iterator<Item = &'a GroupPath> + 'd {
         let d = trimmed(dir);
         (self.set)
             .range::<[u8], _>((std::ops::Bound::Excluded(d), std::ops::Bound::Unbounded))
@@ -239,7 +239,10 @@ impl GroupDirs {
     }
 
     /// `dir`'s subgroups (its children only).
-    pub fn children<'a>(&'a self, dir: &'a Path) -> impl Iterator<Item = &'a GroupPath> + 'a {
+    pub fn children<'a: 'd, 'd>(
+        &'a self,
+        dir: &'d Path,
+    ) -> impl Iterator<Item = &'a GroupPath> + 'd {
         let depth = trimmed(dir).len() + 1;
         self.under(dir)
             .filter(move |d| !path_bytes(d)[depth..].contains(&b'/'))
