@@ -13,6 +13,11 @@
 //! vanishes takes its lines out of the IO files. For those, everything is read again after
 //! `FULL_SWEEP`, after an overrun of the event queue, when dbcage's parent group changes, and
 //! whenever the owner asks (`forget_all`: the daemon does after a plan's write failed).
+//!
+//! The watch also keeps what the last plan concluded from these groups (`Settled`): the
+//! tenants it had nothing to do for. A walk says which tenants' groups it read again
+//! (`Snapshot::tenants_read`), and the next plan works out only those, and the ones whose
+//! settings changed; all of it is dropped with the cache.
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;

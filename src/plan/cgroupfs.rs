@@ -3,6 +3,10 @@
 //! driver of each hierarchy (`cgroup::Driver`) in the phases the plan's module comment
 //! describes, the processes moved into their leaves last, and a tenant's groups in
 //! hierarchies its settings no longer use emptied and removed.
+//!
+//! Under the daemon's group watch, a tenant the last plan had nothing to do for, whose groups
+//! were not read again since (no event in them) and whose settings are the same, is not worked
+//! out again (`watch::Settled`): its processes' moves are all a rescan plans for it.
 
 use crate::cgroup::driver::SpecInput;
 use crate::cgroup::model::FileSpec;
