@@ -396,8 +396,8 @@ impl Daemon {
     /// turn, for what changes without an event: `sweep_shares`), and so are the groups of those
     /// placed (`Snapshot::read_watched`); otherwise every process is read. A rule on
     /// `unit` reads every process: a unit's processes can change groups without an event. The
-    /// scan before is taken from `ctx` (updated in place into the new one): after a failure the
-    /// next rescan reads every process.
+    /// scan before is taken from `ctx` (updated in place into the new one); a failed rescan
+    /// puts its own scan back there when it made one (`keep_failed_scan`).
     fn read_host_again(&mut self) -> Result<Prepared, engine::Failed> {
         let loaded = self.ctx.loaded.clone();
         if !self.connected || self.scan_all_next || self.fields.unit {

@@ -399,9 +399,12 @@ impl GroupWatch {
     /// groups: the parent's and the hierarchy root's files, the parent's cpus and nodes) differs
     /// from the last walk's, or there was none. No event tells of all of it (a cpu taken
     /// offline shrinks the parent's cpuset, a grandparent's write its controllers), and every
-    /// tenant's plan may depend on it. Remembers it for the next walk.
+    /// tenant's plan may depend on it. Remembers it for the next walk. The processes in the
+    /// parent (cgroup v2 reads its `cgroup.procs`, for a warning) come and go with every
+    /// process started there, and no tenant's files depend on them: not compared.
     pub(super) fn outside_changed(&mut self, snap: &super::Snapshot) -> bool {
         let mut files: Vec<(PathBuf, Box<str>)> = (snap.files.values())
+            .filter(|(p, _)| p.file_name() != Some(std::ffi::OsStr::new(super::PROCS)))
             .map(|(p, v)| (p, Box::from(v)))
             .collect();
         files.sort_unstable();
@@ -640,6 +643,39 @@ mod tests {
         assert_eq!(walk(&mut w, &t), counts(0, 0, 7));
         fs::write(t.parent.join("cpuset.cpus"), "0\n").unwrap();
         assert_eq!(walk(&mut w, &t), counts(7, 0, 0));
+    }
+
+    /// What the plans take from outside dbcage's groups, compared from one walk to the next:
+    /// a changed value (or the first walk) says so, the parent's processes do not.
+    #[test]
+    fn outside_files_are_compared_except_the_parents_processes() {
+        let t = tree();
+        let mut w = GroupWatch::new().unwrap();
+        let outside = |controllers: &str, procs: &str, cpus: &str| {
+            let mut snap = Snapshot::default();
+            (snap.files).insert(t.parent.join("cgroup.controllers"), controllers.into());
+            (snap.files).insert(t.parent.join(crate::cgroup::PROCS), procs.into());
+            snap.parent_cpus = Some(cpus.parse().unwrap());
+            snap
+        };
+        assert!(
+            w.outside_changed(&outside("cpu io\n", "1\n", "0-1")),
+            "first walk"
+        );
+        assert!(!w.outside_changed(&outside("cpu io\n", "1\n", "0-1")));
+        assert!(
+            !w.outside_changed(&outside("cpu io\n", "1\n7\n", "0-1")),
+            "procs"
+        );
+        assert!(
+            w.outside_changed(&outside("cpu\n", "1\n7\n", "0-1")),
+            "controllers"
+        );
+        assert!(
+            w.outside_changed(&outside("cpu\n", "1\n7\n", "0")),
+            "a cpu gone"
+        );
+        assert!(!w.outside_changed(&outside("cpu\n", "1\n7\n", "0")));
     }
 
     #[test]
