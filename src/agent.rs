@@ -386,9 +386,10 @@ impl Daemon {
         self.deferred_moves = deferred;
     }
 
-    /// The host read again for a policy, with the daemon's watched groups.
-    fn read_host(&self, loaded: crate::policy::Loaded) -> Result<Prepared> {
-        Ok(self.with_watched_groups(engine::read_host(loaded, Scan::Rules)?))
+    /// The host read again for a policy (every process), with the daemon's watched groups.
+    fn read_host(&self, loaded: crate::policy::Loaded) -> Result<Prepared, engine::Failed> {
+        let read = engine::read_host_scanning(loaded, Scan::Rules);
+        read.map(|ctx| self.with_watched_groups(ctx))
     }
 
     /// `read_host` for a rescan: with process events flowing and none lost since the scan
@@ -402,8 +403,7 @@ impl Daemon {
         let loaded = self.ctx.loaded.clone();
         if !self.connected || self.scan_all_next || self.fields.unit {
             self.stats.rescans_full += 1;
-            let read = engine::read_host_scanning(loaded, Scan::Rules);
-            return read.map(|ctx| self.with_watched_groups(ctx));
+            return self.read_host(loaded);
         }
         // Every process born since the scan before was named by its fork (no event was lost):
         // the pids come from that scan and the events, except at every `shares`-th rescan,
@@ -530,7 +530,7 @@ impl Daemon {
         match full {
             true => "the next rescan reads every process".into(),
             false => format!(
-                "the next rescan starts from this one's scan and reads its {read_again} processes read again"
+                "the next rescan starts from this one's scan, reading again the {read_again} processes it read"
             ),
         }
     }
@@ -1355,7 +1355,7 @@ impl crate::control::Governor for Daemon {
         &self.ctx.loaded.policy
     }
     fn stage(&mut self, loaded: crate::policy::Loaded) -> Result<Self::Staged> {
-        let ctx = self.read_host(loaded)?;
+        let ctx = self.read_host(loaded).map_err(|failed| failed.error)?;
         // a request is one-off: `set` says how much memory a NUMA move would take
         let adjust = engine::Adjustments {
             skip_move_sizes: false,

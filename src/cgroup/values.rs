@@ -115,7 +115,7 @@ impl GroupFiles {
     }
 
     pub fn paths(&self) -> impl Iterator<Item = PathBuf> + '_ {
-        (self.by_dir.iter()).flat_map(|(dir, files)| files.iter().map(|(n, _)| dir.0.join(&**n)))
+        self.values().map(|(path, _)| path)
     }
 
     pub fn is_empty(&self) -> bool {

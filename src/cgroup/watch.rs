@@ -126,34 +126,32 @@ impl Settled {
             .is_some_and(|(s, g)| s == settings && g == grouped)
     }
 
-    /// Records a plan's outcome for a tenant: settled (nothing to do) or not.
-    pub fn set(
+    /// A plan had nothing to do for the tenant, planned with these settings and hierarchies.
+    pub fn settle(
         &mut self,
         name: &str,
         settings: &crate::cgroup::model::TenantSettings,
         grouped: &[bool],
-        settled: bool,
     ) {
-        if !settled {
-            self.by_name.remove(name);
-        } else if !self.holds(name, settings, grouped) {
+        if !self.holds(name, settings, grouped) {
             (self.by_name).insert(name.to_string(), (settings.clone(), grouped.to_vec()));
         }
     }
 
-    /// Forgets the tenants not in `names` (a policy that no longer has them).
-    pub fn keep_only(&mut self, names: &HashSet<&str>) {
-        if self.by_name.len() > names.len() || self.by_name.keys().any(|n| !names.contains(&**n)) {
-            self.by_name.retain(|n, _| names.contains(&**n));
+    /// A plan had something to do for the tenant.
+    pub fn unsettle(&mut self, name: &str) {
+        self.by_name.remove(name);
+    }
+
+    /// Forgets the tenants the policy's `names` do not name, once there are more than it has
+    /// (after a reload that dropped some). An entry of a dropped tenant is never wrong (it
+    /// says what its groups, as cached, hold), only kept memory: the names are not hashed at
+    /// every plan for it.
+    pub fn keep_named<'n>(&mut self, names: impl ExactSizeIterator<Item = &'n str>) {
+        if self.by_name.len() > names.len() {
+            let names: HashSet<&str> = names.collect();
+            self.by_name.retain(|n, _| names.contains(n.as_str()));
         }
-    }
-
-    pub fn len(&self) -> usize {
-        self.by_name.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_name.is_empty()
     }
 }
 

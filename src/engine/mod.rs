@@ -331,16 +331,14 @@ fn remember_settled(w: &mut GroupWatch, policy: &Policy, layout: &Layout, plan: 
         w.settled = Default::default();
         return;
     }
-    let names: std::collections::HashSet<&str> =
-        policy.tenants.iter().map(|t| t.name.as_str()).collect();
-    w.settled.keep_only(&names);
+    (w.settled).keep_named(policy.tenants.iter().map(|t| t.name.as_str()));
     for ((t, summary), outcome) in policy.tenants.iter().zip(&plan.tenants).zip(outcomes) {
         match outcome {
             GroupsOutcome::StillSettled => w.stats.tenants_settled += 1,
-            GroupsOutcome::Settled | GroupsOutcome::Steps => {
-                let settled = *outcome == GroupsOutcome::Settled;
-                (w.settled).set(&t.name, &summary.settings, &layout.grouped(t), settled);
+            GroupsOutcome::Settled => {
+                (w.settled).settle(&t.name, &summary.settings, &layout.grouped(t))
             }
+            GroupsOutcome::Steps => w.settled.unsettle(&t.name),
         }
     }
 }

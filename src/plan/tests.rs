@@ -689,7 +689,7 @@ fn a_settled_tenant_is_planned_again_only_when_read_or_changed() {
     assert_eq!(second.groups, vec![GroupsOutcome::Settled; 2]);
     let mut settled = crate::cgroup::watch::Settled::default();
     for (t, summary) in p.tenants.iter().zip(&second.tenants) {
-        settled.set(&t.name, &summary.settings, &host.layout.grouped(t), true);
+        settled.settle(&t.name, &summary.settings, &host.layout.grouped(t));
     }
 
     // A value that differs, in groups the watch did not read again (so, as far as the daemon
