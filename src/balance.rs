@@ -388,7 +388,7 @@ impl Balancer {
             let Some(crate::cgroup::read::IoState {
                 limits,
                 usage: counters,
-            }) = host.layout.limited_io(&t.name)
+            }) = host.layout.reader(&t.name).limited_io()
             else {
                 continue;
             };

@@ -166,8 +166,8 @@ pub fn device_name(fs: &HostFs, dev: DevNum) -> String {
 }
 
 /// Device limits in force on a tenant's `limited` leaf and its per-device counters.
-fn io_of(fs: &HostFs, layout: &Layout, tenant: &str) -> Vec<DeviceStatus> {
-    let Some(io) = layout.tenant_io(tenant) else {
+fn io_of(fs: &HostFs, reader: &cgroup::read::TenantReader) -> Vec<DeviceStatus> {
+    let Some(io) = reader.io() else {
         return Vec::new();
     };
     let (limits, usage) = (io.limits, io.usage);
@@ -270,13 +270,14 @@ pub fn collect(
                 .cloned()
         };
         let h_procs = h_of(Controller::Io).or(h_of(Controller::Cpu)).unwrap_or(0);
-        let (memory, memory_limit_bytes) = layout.tenant_memory(&t.name);
+        let reader = layout.reader(&t.name);
+        let (memory, memory_limit_bytes) = reader.memory();
         let mut members = Vec::new();
         let mut count = 0;
         let mut member_pids = Vec::new();
         // numa_maps walks page tables, so it is read only for a tenant held to some nodes
-        let own_nodes = layout
-            .tenant_mems(&t.name)
+        let own_nodes = reader
+            .mems()
             .filter(|m| !m.is_empty() && all_nodes.as_ref().is_some_and(|all| *m != *all));
         let mut node_bytes: BTreeMap<u32, u64> = BTreeMap::new();
         let mut not_limited = Vec::new();
@@ -284,11 +285,7 @@ pub fn collect(
             if layout.setup.hierarchies.is_empty() {
                 break;
             }
-            let pids: Vec<u32> = layout
-                .read_leaves(h_procs, &t.name, leaf)
-                .iter()
-                .flat_map(|dir| cgroup::procs_in(dir))
-                .collect();
+            let pids = reader.pids(h_procs, leaf);
             count += pids.len();
             if resident != Resident::Skip {
                 member_pids.extend_from_slice(&pids);
@@ -346,7 +343,7 @@ pub fn collect(
                 }
             }
         }
-        let mut devices = io_of(fs, layout, &t.name);
+        let mut devices = io_of(fs, &reader);
         if let Some(b) = published.as_ref().and_then(|p| p.get(&t.name)) {
             for d in &mut devices {
                 d.balance = b.get(&d.device).cloned();
@@ -366,7 +363,7 @@ pub fn collect(
             ..IoTotals::default()
         };
 
-        let (cpu, cpu_quota_cores) = layout.tenant_cpu(&t.name);
+        let (cpu, cpu_quota_cores) = reader.cpu();
         let walk = match resident {
             Resident::Skip => false,
             Resident::Every => true,
@@ -378,9 +375,9 @@ pub fn collect(
             }),
         };
         let resident_bytes = walk.then(|| resident_of(fs, &member_pids)).flatten();
-        let memory_high_bytes = layout.tenant_memory_high(&t.name);
-        let pressure = layout.tenant_pressure(&t.name);
-        let protection = layout.tenant_io_protection(&t.name);
+        let memory_high_bytes = reader.memory_high();
+        let pressure = reader.pressure();
+        let protection = reader.io_protection();
         let mut status = TenantStatus {
             name: t.name.clone(),
             units: layout.units.get(&t.name).cloned().unwrap_or_default(),

@@ -15,6 +15,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::hostfs::OpenDir;
+
 use super::model::{FileSpec, TenantSettings};
 use super::stats::{CpuUsage, IoCounters, MemoryUsage, PressureSet};
 use super::{Controller, Hierarchy, Layout, Snapshot};
@@ -106,23 +108,23 @@ pub trait Driver: Sync {
     // ---- read back, for status, top, the metrics and the balancer
 
     /// The per-device limits in force on a group.
-    fn io_limits(&self, group: &Path) -> BTreeMap<DevNum, IoLimits>;
+    fn io_limits(&self, group: &OpenDir) -> BTreeMap<DevNum, IoLimits>;
     /// Per-device IO counters of a group (its children included); devices with no IO left out.
-    fn io_usage(&self, group: &Path) -> BTreeMap<DevNum, IoCounters>;
+    fn io_usage(&self, group: &OpenDir) -> BTreeMap<DevNum, IoCounters>;
     /// CPU usage of a group: `cpu` is its group in the cpu hierarchy, `cpuacct` in cpuacct's
     /// (v1 keeps usage apart from throttling).
-    fn cpu_usage(&self, cpu: Option<&Path>, cpuacct: Option<&Path>) -> CpuUsage;
+    fn cpu_usage(&self, cpu: Option<&OpenDir>, cpuacct: Option<&OpenDir>) -> CpuUsage;
     /// The cpu quota in force, in cores (`None`: unlimited or unreadable).
-    fn cpu_quota(&self, group: &Path) -> Option<f64>;
-    fn memory_usage(&self, group: &Path) -> MemoryUsage;
+    fn cpu_quota(&self, group: &OpenDir) -> Option<f64>;
+    fn memory_usage(&self, group: &OpenDir) -> MemoryUsage;
     /// The memory limit in force (`None`: unlimited or unreadable).
-    fn memory_limit(&self, group: &Path) -> Option<u64>;
+    fn memory_limit(&self, group: &OpenDir) -> Option<u64>;
     /// The soft limit in force (`memory.high`; v1 memory.soft_limit_in_bytes).
-    fn memory_high(&self, group: &Path) -> Option<u64>;
+    fn memory_high(&self, group: &OpenDir) -> Option<u64>;
     /// The proportional IO settings in force on a tenant's group.
-    fn io_protection(&self, _group: &Path) -> IoProtection {
+    fn io_protection(&self, _group: &OpenDir) -> IoProtection {
         IoProtection::default()
     }
     /// Pressure stall information, where the kernel keeps it per cgroup.
-    fn pressure(&self, group: &Path) -> Option<PressureSet>;
+    fn pressure(&self, group: &OpenDir) -> Option<PressureSet>;
 }

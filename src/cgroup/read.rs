@@ -7,12 +7,14 @@
 //! (the first of them for limits and usage: the database's own unit before its scope; every unit for the
 //! processes).
 
+use std::cell::OnceCell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::stats::{CpuUsage, IoCounters, MemoryUsage, PressureSet};
 use super::{Controller, Layout};
 use crate::classify::Leaf;
+use crate::hostfs::OpenDir;
 use crate::kernel::DevNum;
 use crate::policy::IoLimits;
 
@@ -103,86 +105,127 @@ impl Layout {
             .collect()
     }
 
-    /// The IO limits in force on a tenant's `limited` leaf and the tenant's counters (both
+    /// A reader of one tenant's limits and usage (`status`, `top`, the metrics, the balancer).
+    pub fn reader<'a>(&'a self, tenant: &'a str) -> TenantReader<'a> {
+        let groups = || {
+            (0..self.setup.hierarchies.len())
+                .map(|_| OnceCell::new())
+                .collect()
+        };
+        TenantReader {
+            layout: self,
+            tenant,
+            groups: groups(),
+            limited: groups(),
+        }
+    }
+}
+
+/// One tenant's groups, each opened once however many of its files are read: `status` and each
+/// metrics scrape read some twenty files a tenant from a handful of groups.
+pub struct TenantReader<'a> {
+    layout: &'a Layout,
+    tenant: &'a str,
+    /// Per hierarchy: `Layout::read_dir`.
+    groups: Vec<OnceCell<OpenDir>>,
+    /// Per hierarchy: `Layout::read_limited`.
+    limited: Vec<OnceCell<OpenDir>>,
+}
+
+impl TenantReader<'_> {
+    fn group(&self, h: usize) -> &OpenDir {
+        self.groups[h].get_or_init(|| OpenDir::open(self.layout.read_dir(h, self.tenant)))
+    }
+
+    fn limited_group(&self, h: usize) -> &OpenDir {
+        self.limited[h].get_or_init(|| OpenDir::open(self.layout.read_limited(h, self.tenant)))
+    }
+
+    /// The IO limits in force on the tenant's `limited` leaf and the tenant's counters (both
     /// leaves), for `status`. `None` without an io controller.
-    pub fn tenant_io(&self, tenant: &str) -> Option<IoState> {
-        let (h, d) = self.setup.driver_of(Controller::Io)?;
+    pub fn io(&self) -> Option<IoState> {
+        let (h, d) = self.layout.setup.driver_of(Controller::Io)?;
         Some(IoState {
-            limits: d.io_limits(&self.read_limited(h, tenant)),
-            usage: d.io_usage(&self.read_dir(h, tenant)),
+            limits: d.io_limits(self.limited_group(h)),
+            usage: d.io_usage(self.group(h)),
         })
     }
 
-    /// The IO limits and counters of a tenant's `limited` leaf alone, for the balancer (the
+    /// The IO limits and counters of the tenant's `limited` leaf alone, for the balancer (the
     /// exempt leaf's IO is not under the budget it divides).
-    pub fn limited_io(&self, tenant: &str) -> Option<IoState> {
-        let (h, d) = self.setup.driver_of(Controller::Io)?;
-        let dir = self.read_limited(h, tenant);
+    pub fn limited_io(&self) -> Option<IoState> {
+        let (h, d) = self.layout.setup.driver_of(Controller::Io)?;
+        let dir = self.limited_group(h);
         Some(IoState {
-            limits: d.io_limits(&dir),
-            usage: d.io_usage(&dir),
+            limits: d.io_limits(dir),
+            usage: d.io_usage(dir),
         })
     }
 
-    /// A tenant's CPU usage and its quota in cores.
-    pub fn tenant_cpu(&self, tenant: &str) -> (CpuUsage, Option<f64>) {
-        let cpu = self.setup.driver_of(Controller::Cpu);
-        let acct = self.setup.driver_of(Controller::Cpuacct);
-        let cpu_dir = cpu.map(|(h, _)| self.read_dir(h, tenant));
-        let acct_dir = acct.map(|(h, _)| self.read_dir(h, tenant));
+    /// The processes of one of the tenant's leaves, listed in hierarchy `h`
+    /// (`Layout::read_leaves`).
+    pub fn pids(&self, h: usize, leaf: Leaf) -> Vec<u32> {
+        let parse = |text: String| -> Vec<u32> {
+            text.lines().filter_map(|l| l.trim().parse().ok()).collect()
+        };
+        if leaf == Leaf::Limited && !self.layout.units.contains_key(self.tenant) {
+            // The same group as the io limits' (`read_limited`).
+            let procs = self.limited_group(h).read("cgroup.procs");
+            return procs.map(parse).unwrap_or_default();
+        }
+        (self.layout.read_leaves(h, self.tenant, leaf).iter())
+            .flat_map(|dir| super::procs_in(dir))
+            .collect()
+    }
+
+    /// The tenant's CPU usage and its quota in cores.
+    pub fn cpu(&self) -> (CpuUsage, Option<f64>) {
+        let cpu = self.layout.setup.driver_of(Controller::Cpu);
+        let acct = self.layout.setup.driver_of(Controller::Cpuacct);
+        let cpu_dir = cpu.map(|(h, _)| self.group(h));
+        let acct_dir = acct.map(|(h, _)| self.group(h));
         let usage = match cpu.or(acct) {
-            Some((_, d)) => d.cpu_usage(cpu_dir.as_deref(), acct_dir.as_deref()),
+            Some((_, d)) => d.cpu_usage(cpu_dir, acct_dir),
             None => CpuUsage::default(),
         };
-        let quota = cpu.and_then(|(h, d)| d.cpu_quota(&self.read_dir(h, tenant)));
+        let quota = cpu.and_then(|(h, d)| d.cpu_quota(self.group(h)));
         (usage, quota)
     }
 
-    /// The memory nodes a tenant's group may use (`cpuset.mems`; the same file name on v1 and
+    /// The memory nodes the tenant's group may use (`cpuset.mems`; the same file name on v1 and
     /// v2), `None` without a cpuset controller or when unreadable.
-    pub fn tenant_mems(&self, tenant: &str) -> Option<crate::kernel::CpuSet> {
-        let (h, _) = self.setup.driver_of(Controller::Cpuset)?;
-        crate::hostfs::read_text(self.read_dir(h, tenant).join("cpuset.mems"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+    pub fn mems(&self) -> Option<crate::kernel::CpuSet> {
+        let (h, _) = self.layout.setup.driver_of(Controller::Cpuset)?;
+        self.group(h).read("cpuset.mems").ok()?.trim().parse().ok()
     }
 
-    /// A tenant's memory usage and its limit (`memory.max`) in bytes.
-    pub fn tenant_memory(&self, tenant: &str) -> (MemoryUsage, Option<u64>) {
-        match self.setup.driver_of(Controller::Memory) {
-            Some((h, d)) => {
-                let dir = self.read_dir(h, tenant);
-                (d.memory_usage(&dir), d.memory_limit(&dir))
-            }
+    /// The tenant's memory usage and its limit (`memory.max`) in bytes.
+    pub fn memory(&self) -> (MemoryUsage, Option<u64>) {
+        match self.layout.setup.driver_of(Controller::Memory) {
+            Some((h, d)) => (d.memory_usage(self.group(h)), d.memory_limit(self.group(h))),
             None => (MemoryUsage::default(), None),
         }
     }
 
-    /// A tenant's `memory.high` in force (v1: memory.soft_limit_in_bytes); `None` when
+    /// The tenant's `memory.high` in force (v1: memory.soft_limit_in_bytes); `None` when
     /// unlimited or unreadable.
-    pub fn tenant_memory_high(&self, tenant: &str) -> Option<u64> {
-        let (h, d) = self.setup.driver_of(Controller::Memory)?;
-        d.memory_high(&self.read_dir(h, tenant))
+    pub fn memory_high(&self) -> Option<u64> {
+        let (h, d) = self.layout.setup.driver_of(Controller::Memory)?;
+        d.memory_high(self.group(h))
     }
 
-    /// A tenant's pressure stall information, from the first hierarchy that keeps it per
+    /// The tenant's pressure stall information, from the first hierarchy that keeps it per
     /// cgroup.
-    pub fn tenant_pressure(&self, tenant: &str) -> Option<PressureSet> {
-        self.setup
-            .hierarchies
-            .iter()
-            .enumerate()
-            .find_map(|(h, hier)| hier.driver().pressure(&self.read_dir(h, tenant)))
+    pub fn pressure(&self) -> Option<PressureSet> {
+        (self.layout.setup.hierarchies.iter().enumerate())
+            .find_map(|(h, hier)| hier.driver().pressure(self.group(h)))
     }
 
-    /// A tenant's io.weight and io.latency targets, from the io controller's hierarchy (empty
+    /// The tenant's io.weight and io.latency targets, from the io controller's hierarchy (empty
     /// where the driver has none: v1).
-    pub fn tenant_io_protection(&self, tenant: &str) -> super::driver::IoProtection {
-        self.setup
-            .driver_of(super::Controller::Io)
-            .map(|(h, d)| d.io_protection(&self.read_dir(h, tenant)))
+    pub fn io_protection(&self) -> super::driver::IoProtection {
+        (self.layout.setup.driver_of(Controller::Io))
+            .map(|(h, d)| d.io_protection(self.group(h)))
             .unwrap_or_default()
     }
 }

@@ -4,7 +4,8 @@
 //! or a controller absent). The per-version readers are in the drivers (`v1.rs`, `v2.rs`).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+
+use crate::hostfs::OpenDir;
 
 use serde::Serialize;
 
@@ -24,10 +25,6 @@ pub fn parse_flat_keyed(text: &str) -> BTreeMap<String, u64> {
             Some((k.to_string(), v.trim().parse().ok()?))
         })
         .collect()
-}
-
-pub fn read_u64(path: &Path) -> Option<u64> {
-    crate::hostfs::read_text(path).ok()?.trim().parse().ok()
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -96,12 +93,8 @@ pub struct PressureSet {
     pub memory: Option<Pressure>,
 }
 
-pub fn read_pressure(dir: &Path) -> PressureSet {
-    let read = |f: &str| {
-        crate::hostfs::read_text(dir.join(f))
-            .ok()
-            .and_then(|t| parse_pressure(&t))
-    };
+pub fn read_pressure(dir: &OpenDir) -> PressureSet {
+    let read = |f: &str| dir.read(f).ok().and_then(|t| parse_pressure(&t));
     PressureSet {
         io: read("io.pressure"),
         cpu: read("cpu.pressure"),
@@ -193,7 +186,7 @@ mod tests {
 
     #[test]
     fn missing_files_read_as_unknown_not_as_errors() {
-        let gone = std::path::Path::new("/nonexistent/dbcage-test-group");
+        let gone = &OpenDir::open("/nonexistent/dbcage-test-group");
         assert!(v1_io(gone).is_empty());
         assert!(v2_io(gone).is_empty());
         let m = v1_memory(gone);

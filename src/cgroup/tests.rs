@@ -358,7 +358,7 @@ fn readers_read_a_tenants_units_under_systemd() {
     };
     let mut l = Layout::new(setup, &agent(ParentSpec::HierarchyRoot)).unwrap();
     // Under cgroupfs: dbcage's own (absent) groups, read as unknown.
-    assert_eq!(l.tenant_cpu("pg").1, None);
+    assert_eq!(l.reader("pg").cpu().1, None);
     assert_eq!(
         l.read_leaves(0, "pg", Leaf::Limited),
         [mount.join("dbcage/pg/limited")]
@@ -370,9 +370,9 @@ fn readers_read_a_tenants_units_under_systemd() {
             "/dbcage.slice/dbcage-pg.scope".into(),
         ],
     );
-    assert_eq!(l.tenant_cpu("pg").1, Some(0.5));
-    assert_eq!(l.tenant_memory("pg").1, Some(512 << 20));
-    let io = l.tenant_io("pg").unwrap();
+    assert_eq!(l.reader("pg").cpu().1, Some(0.5));
+    assert_eq!(l.reader("pg").memory().1, Some(512 << 20));
+    let io = l.reader("pg").io().unwrap();
     let dev = crate::kernel::DevNum {
         major: 254,
         minor: 32,
@@ -412,7 +412,7 @@ fn readers_read_a_tenants_units_under_systemd() {
     )
     .unwrap();
     assert_eq!(
-        l.tenant_io("pg").unwrap().limits[&dev].read_bps,
+        l.reader("pg").io().unwrap().limits[&dev].read_bps,
         Some(2 << 20)
     );
     let counted = |leaf| -> Vec<u32> {

@@ -11,11 +11,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use crate::hostfs::OpenDir;
+
 use super::driver::{Driver, SpecInput, Staged};
 use super::model::{
     parse_memory, stage_common, stage_memory, Desired, FileSpec, TenantSettings, CPU_PERIOD_US,
 };
-use super::stats::{parse_flat_keyed, read_u64, CpuUsage, IoCounters, MemoryUsage, PressureSet};
+use super::stats::{parse_flat_keyed, CpuUsage, IoCounters, MemoryUsage, PressureSet};
 use super::{Controller, GroupRef, Layout, Snapshot, Version};
 use crate::classify::Leaf;
 use crate::kernel::{CpuSet, DevNum};
@@ -217,12 +219,8 @@ pub fn parse_v1_blkio(text: &str) -> BTreeMap<DevNum, (u64, u64)> {
 }
 
 /// Per-device IO of a v1 blkio group, its children included.
-pub fn v1_io(dir: &Path) -> BTreeMap<DevNum, IoCounters> {
-    let read = |f: &str| {
-        crate::hostfs::read_text(dir.join(f))
-            .map(|t| parse_v1_blkio(&t))
-            .unwrap_or_default()
-    };
+pub fn v1_io(dir: &OpenDir) -> BTreeMap<DevNum, IoCounters> {
+    let read = |f: &str| dir.read(f).map(|t| parse_v1_blkio(&t)).unwrap_or_default();
     let bytes = read("blkio.throttle.io_service_bytes_recursive");
     let ios = read("blkio.throttle.io_serviced_recursive");
     let mut out: BTreeMap<DevNum, IoCounters> = BTreeMap::new();
@@ -240,14 +238,14 @@ pub fn v1_io(dir: &Path) -> BTreeMap<DevNum, IoCounters> {
     out
 }
 
-pub fn v1_cpu(cpu_dir: Option<&Path>, cpuacct_dir: Option<&Path>) -> CpuUsage {
+pub fn v1_cpu(cpu_dir: Option<&OpenDir>, cpuacct_dir: Option<&OpenDir>) -> CpuUsage {
     let stat = cpu_dir
-        .and_then(|d| crate::hostfs::read_text(d.join("cpu.stat")).ok())
+        .and_then(|d| d.read("cpu.stat").ok())
         .map(|t| parse_flat_keyed(&t))
         .unwrap_or_default();
     CpuUsage {
         usage_seconds: cpuacct_dir
-            .and_then(|d| read_u64(&d.join("cpuacct.usage")))
+            .and_then(|d| d.read_u64("cpuacct.usage"))
             .map(|ns| ns as f64 / 1e9),
         nr_periods: stat.get("nr_periods").copied(),
         nr_throttled: stat.get("nr_throttled").copied(),
@@ -259,26 +257,24 @@ pub fn v1_cpu(cpu_dir: Option<&Path>, cpuacct_dir: Option<&Path>) -> CpuUsage {
 /// that very group (measured on 6.18: a kill in `a/limited` under a limit set on `a` shows in
 /// `a/limited` alone), and a tenant's processes live in its leaves, so the group's count and its
 /// child groups' counts are added up.
-pub fn v1_memory(dir: &Path) -> MemoryUsage {
-    let oom_kill = |d: &Path| {
-        crate::hostfs::read_text(d.join("memory.oom_control"))
+pub fn v1_memory(dir: &OpenDir) -> MemoryUsage {
+    let oom_kill = |file: &str| {
+        dir.read(file)
             .ok()
             .and_then(|t| parse_flat_keyed(&t).get("oom_kill").copied())
     };
-    let children = std::fs::read_dir(dir)
+    let children = dir
+        .subdirs()
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.path());
-    let oom_kills = std::iter::once(dir.to_path_buf())
+        .map(|d| format!("{d}/memory.oom_control"));
+    let oom_kills = std::iter::once("memory.oom_control".to_string())
         .chain(children)
-        .filter_map(|d| oom_kill(&d))
+        .filter_map(|f| oom_kill(&f))
         .reduce(|a, b| a + b);
     MemoryUsage {
-        current_bytes: read_u64(&dir.join("memory.usage_in_bytes")),
-        peak_bytes: read_u64(&dir.join("memory.max_usage_in_bytes")),
-        limit_hits: read_u64(&dir.join("memory.failcnt")),
+        current_bytes: dir.read_u64("memory.usage_in_bytes"),
+        peak_bytes: dir.read_u64("memory.max_usage_in_bytes"),
+        limit_hits: dir.read_u64("memory.failcnt"),
         oom_kills,
         ..Default::default()
     }
@@ -457,10 +453,10 @@ impl Driver for V1 {
         false
     }
 
-    fn io_limits(&self, group: &Path) -> BTreeMap<DevNum, IoLimits> {
+    fn io_limits(&self, group: &OpenDir) -> BTreeMap<DevNum, IoLimits> {
         let mut limits: BTreeMap<DevNum, IoLimits> = BTreeMap::new();
         for (k, file) in IO_LIMIT_FILES.into_iter().enumerate() {
-            let text = crate::hostfs::read_text(group.join(file)).unwrap_or_default();
+            let text = group.read(file).unwrap_or_default();
             for (d, v) in parse_device_lines(&text) {
                 limits.entry(d).or_default().set_key(k, Some(v));
             }
@@ -468,37 +464,33 @@ impl Driver for V1 {
         limits
     }
 
-    fn io_usage(&self, group: &Path) -> BTreeMap<DevNum, IoCounters> {
+    fn io_usage(&self, group: &OpenDir) -> BTreeMap<DevNum, IoCounters> {
         v1_io(group)
     }
 
-    fn cpu_usage(&self, cpu: Option<&Path>, cpuacct: Option<&Path>) -> CpuUsage {
+    fn cpu_usage(&self, cpu: Option<&OpenDir>, cpuacct: Option<&OpenDir>) -> CpuUsage {
         v1_cpu(cpu, cpuacct)
     }
 
-    fn cpu_quota(&self, group: &Path) -> Option<f64> {
-        let q: i64 = crate::hostfs::read_text(group.join(CFS_QUOTA))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
-        let p = read_u64(&group.join(CFS_PERIOD))?;
+    fn cpu_quota(&self, group: &OpenDir) -> Option<f64> {
+        let q: i64 = group.read(CFS_QUOTA).ok()?.trim().parse().ok()?;
+        let p = group.read_u64(CFS_PERIOD)?;
         (q > 0).then(|| q as f64 / p as f64)
     }
 
-    fn memory_usage(&self, group: &Path) -> MemoryUsage {
+    fn memory_usage(&self, group: &OpenDir) -> MemoryUsage {
         v1_memory(group)
     }
 
-    fn memory_limit(&self, group: &Path) -> Option<u64> {
-        parse_memory(&crate::hostfs::read_text(group.join(MEM_LIMIT)).ok()?).flatten()
+    fn memory_limit(&self, group: &OpenDir) -> Option<u64> {
+        parse_memory(&group.read(MEM_LIMIT).ok()?).flatten()
     }
 
-    fn memory_high(&self, group: &Path) -> Option<u64> {
-        parse_memory(&crate::hostfs::read_text(group.join(MEM_SOFT)).ok()?).flatten()
+    fn memory_high(&self, group: &OpenDir) -> Option<u64> {
+        parse_memory(&group.read(MEM_SOFT).ok()?).flatten()
     }
 
-    fn pressure(&self, _group: &Path) -> Option<PressureSet> {
+    fn pressure(&self, _group: &OpenDir) -> Option<PressureSet> {
         None // v1 keeps pressure per host only
     }
 }

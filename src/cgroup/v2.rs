@@ -22,12 +22,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use crate::hostfs::OpenDir;
+
 use super::driver::{Driver, IoProtection, SpecInput, Staged};
 use super::model::{
     parse_memory, stage_common, stage_memory, Desired, FileSpec, TenantSettings, CPU_PERIOD_US,
 };
 use super::stats::{
-    parse_flat_keyed, read_pressure, read_u64, CpuUsage, IoCounters, MemoryUsage, PressureSet,
+    parse_flat_keyed, read_pressure, CpuUsage, IoCounters, MemoryUsage, PressureSet,
 };
 use super::{Controller, GroupRef, Hierarchy, Layout, Snapshot, Version};
 use crate::classify::Leaf;
@@ -359,8 +361,9 @@ pub fn parse_v2_io_stat(text: &str) -> BTreeMap<DevNum, IoCounters> {
 }
 
 /// Per-device IO of a v2 group; io.stat counts the group's descendants too.
-pub fn v2_io(dir: &Path) -> BTreeMap<DevNum, IoCounters> {
-    let mut out = crate::hostfs::read_text(dir.join("io.stat"))
+pub fn v2_io(dir: &OpenDir) -> BTreeMap<DevNum, IoCounters> {
+    let mut out = dir
+        .read("io.stat")
         .map(|t| parse_v2_io_stat(&t))
         .unwrap_or_default();
     out.retain(|_, c| *c != IoCounters::default());
@@ -380,8 +383,8 @@ pub fn parse_v2_cpu_stat(text: &str) -> CpuUsage {
 }
 
 /// CPU usage of a v2 group, its descendants included.
-pub fn v2_cpu(dir: &Path) -> CpuUsage {
-    crate::hostfs::read_text(dir.join("cpu.stat"))
+pub fn v2_cpu(dir: &OpenDir) -> CpuUsage {
+    dir.read("cpu.stat")
         .map(|t| parse_v2_cpu_stat(&t))
         .unwrap_or_default()
 }
@@ -389,13 +392,14 @@ pub fn v2_cpu(dir: &Path) -> CpuUsage {
 /// Memory usage of a v2 group: memory.current, memory.peak (6.1 has it on non-root groups) and
 /// memory.events, which counts the group's descendants too (unless the hierarchy is mounted with
 /// memory_localevents).
-pub fn v2_memory(dir: &Path) -> MemoryUsage {
-    let events = crate::hostfs::read_text(dir.join("memory.events"))
+pub fn v2_memory(dir: &OpenDir) -> MemoryUsage {
+    let events = dir
+        .read("memory.events")
         .map(|t| parse_flat_keyed(&t))
         .unwrap_or_default();
     v2_memory_from(
-        read_u64(&dir.join("memory.current")),
-        read_u64(&dir.join("memory.peak")),
+        dir.read_u64("memory.current"),
+        dir.read_u64("memory.peak"),
         &events,
     )
 }
@@ -711,38 +715,39 @@ impl Driver for V2 {
         true
     }
 
-    fn io_limits(&self, group: &Path) -> BTreeMap<DevNum, IoLimits> {
-        crate::hostfs::read_text(group.join(IO_MAX))
+    fn io_limits(&self, group: &OpenDir) -> BTreeMap<DevNum, IoLimits> {
+        group
+            .read(IO_MAX)
             .map(|s| parse_io_max(&s))
             .unwrap_or_default()
     }
 
-    fn io_usage(&self, group: &Path) -> BTreeMap<DevNum, IoCounters> {
+    fn io_usage(&self, group: &OpenDir) -> BTreeMap<DevNum, IoCounters> {
         v2_io(group)
     }
 
-    fn cpu_usage(&self, cpu: Option<&Path>, _cpuacct: Option<&Path>) -> CpuUsage {
+    fn cpu_usage(&self, cpu: Option<&OpenDir>, _cpuacct: Option<&OpenDir>) -> CpuUsage {
         cpu.map(v2_cpu).unwrap_or_default()
     }
 
-    fn cpu_quota(&self, group: &Path) -> Option<f64> {
-        parse_cpu_max(&crate::hostfs::read_text(group.join(CPU_MAX)).ok()?)
+    fn cpu_quota(&self, group: &OpenDir) -> Option<f64> {
+        parse_cpu_max(&group.read(CPU_MAX).ok()?)
     }
 
-    fn memory_usage(&self, group: &Path) -> MemoryUsage {
+    fn memory_usage(&self, group: &OpenDir) -> MemoryUsage {
         v2_memory(group)
     }
 
-    fn memory_limit(&self, group: &Path) -> Option<u64> {
-        parse_memory(&crate::hostfs::read_text(group.join(MEM_MAX)).ok()?).flatten()
+    fn memory_limit(&self, group: &OpenDir) -> Option<u64> {
+        parse_memory(&group.read(MEM_MAX).ok()?).flatten()
     }
 
-    fn memory_high(&self, group: &Path) -> Option<u64> {
-        parse_memory(&crate::hostfs::read_text(group.join(MEM_HIGH)).ok()?).flatten()
+    fn memory_high(&self, group: &OpenDir) -> Option<u64> {
+        parse_memory(&group.read(MEM_HIGH).ok()?).flatten()
     }
 
-    fn io_protection(&self, group: &Path) -> IoProtection {
-        let read = |f: &str| crate::hostfs::read_text(group.join(f)).ok();
+    fn io_protection(&self, group: &OpenDir) -> IoProtection {
+        let read = |f: &str| group.read(f).ok();
         IoProtection {
             weight: read(IO_WEIGHT).and_then(|t| parse_io_weight(&t)),
             latency_us: read(IO_LATENCY)
@@ -751,7 +756,7 @@ impl Driver for V2 {
         }
     }
 
-    fn pressure(&self, group: &Path) -> Option<PressureSet> {
+    fn pressure(&self, group: &OpenDir) -> Option<PressureSet> {
         Some(read_pressure(group))
     }
 }

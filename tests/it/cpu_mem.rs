@@ -135,7 +135,7 @@ fn memory_max_kills_inside_tenant_only() {
         );
     }
     // v1 memory.failcnt, v2 memory.events' max: what status reports as limit hits.
-    let failcnt_before = t.layout().tenant_memory("a").0.limit_hits.unwrap_or(0);
+    let failcnt_before = t.layout().reader("a").memory().0.limit_hits.unwrap_or(0);
 
     let (status, out) = hog.finish(Duration::from_secs(60));
     println!(

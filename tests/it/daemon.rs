@@ -1576,14 +1576,14 @@ fn daemon_sigkill_mid_apply_converges() {
     let mut wrong = Vec::new();
     for i in 0..TENANTS {
         let tn = format!("k{i:02}");
-        let cores = layout.tenant_cpu(&tn).1;
+        let cores = layout.reader(&tn).cpu().1;
         let want_cores = quota_us(i) as f64 / 100_000.0;
         if !cores.is_some_and(|c| (c - want_cores).abs() < 1e-6) {
             wrong.push(format!(
                 "{tn}: cpu quota {cores:?} cores, want {want_cores}"
             ));
         }
-        let memory = layout.tenant_memory(&tn).1;
+        let memory = layout.reader(&tn).memory().1;
         if memory != Some(mem_mib(i) << 20) {
             wrong.push(format!(
                 "{tn}: memory limit {memory:?}, want {}",
