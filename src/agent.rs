@@ -1711,8 +1711,30 @@ fn at_most_two_malloc_arenas() {
     }
 }
 
+/// Raises the soft open-file limit towards the hard one, up to 65,536: the metrics endpoint
+/// keeps its tenants' groups open between scrapes (`hostfs::KeptDirs`: some 7,000 at 1,000
+/// tenants on v1, up to a quarter of the soft limit), and systemd starts services with a soft
+/// limit of 1,024 for the sake of programs that use select(), leaving the hard limit (524,288)
+/// for those that need more. The bound keeps a child (the replication guard's `psql`) from
+/// inheriting a limit that makes closing every descriptor slow.
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let limit = getrlimit(Resource::Nofile);
+    let want = limit.maximum.map_or(65_536, |hard| hard.min(65_536));
+    if limit.current.is_some_and(|soft| soft < want) {
+        let raised = rustix::process::Rlimit {
+            current: Some(want),
+            maximum: limit.maximum,
+        };
+        if let Err(e) = setrlimit(Resource::Nofile, raised) {
+            tracing::debug!("raising the open-file limit to {want}: {e}");
+        }
+    }
+}
+
 pub fn run(opts: AgentOptions) -> Result<()> {
     at_most_two_malloc_arenas();
+    raise_open_file_limit();
     let mut mask = SigSet::empty();
     for s in [Signal::SIGHUP, Signal::SIGTERM, Signal::SIGINT] {
         mask.add(s);

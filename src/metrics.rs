@@ -81,6 +81,8 @@ pub struct Shared {
     /// Which tenant owns which cgroup of the IO latency program's histograms, as the last scrape
     /// walked it (forgotten on a reload).
     pub owners: Mutex<crate::iolat::KeptOwners>,
+    /// The tenants' groups, kept open from one scrape to the next.
+    pub kept: crate::hostfs::KeptDirs,
 }
 
 impl Shared {
@@ -95,6 +97,7 @@ impl Shared {
             }),
             iolat: std::sync::OnceLock::new(),
             owners: Mutex::default(),
+            kept: crate::hostfs::KeptDirs::new(),
         }
     }
 }
@@ -283,8 +286,10 @@ fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
         &[],
         None,
         status::Resident::Skip,
+        Some(&shared.kept),
     );
     drop(view);
+    shared.kept.sweep();
     fn tenant(t: &status::TenantStatus) -> Labels<'_> {
         vec![("tenant", t.name.as_str())]
     }

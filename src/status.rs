@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::cgroup::stats;
 use crate::cgroup::{self, Controller, Layout};
 use crate::classify::{Classifier, Leaf};
-use crate::hostfs::HostFs;
+use crate::hostfs::{HostFs, KeptDirs};
 use crate::inventory::ProcInfo;
 use crate::kernel::DevNum;
 use crate::policy::{IoLimits, Policy, Resource};
@@ -211,7 +211,8 @@ pub enum Resident {
 
 /// Reads one sample. `procs` (a /proc scan) is needed only to list members with their rule.
 /// `resident` says whose `memory_resident_bytes` are summed (`status` shows it from its last
-/// sample only).
+/// sample only). A caller that samples again (`top`, the metrics, `status --interval`) passes
+/// `kept`: the groups stay open for its next sample.
 pub fn collect(
     fs: &HostFs,
     layout: &Layout,
@@ -219,6 +220,7 @@ pub fn collect(
     only: &[String],
     procs: Option<&[ProcInfo]>,
     resident: Resident,
+    kept: Option<&KeptDirs>,
 ) -> Sample {
     let at = Instant::now();
     // pid → (process, placement), for listing members with the rule that placed them.
@@ -270,7 +272,7 @@ pub fn collect(
                 .cloned()
         };
         let h_procs = h_of(Controller::Io).or(h_of(Controller::Cpu)).unwrap_or(0);
-        let reader = layout.reader(&t.name);
+        let reader = layout.reader_keeping(&t.name, kept);
         let (memory, memory_limit_bytes) = reader.memory();
         let mut members = Vec::new();
         let mut count = 0;

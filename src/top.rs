@@ -355,12 +355,27 @@ pub fn run(
         };
         let mut latency_source: Option<LatencySource> = None;
         let mut latencies = Latencies::new();
-        let mut prev = status::collect(fs, layout, policy, &[], None, status::Resident::Skip);
+        // The groups stay open from one sample to the next.
+        let kept = crate::hostfs::KeptDirs::new();
+        let sample = || {
+            let s = status::collect(
+                fs,
+                layout,
+                policy,
+                &[],
+                None,
+                status::Resident::Skip,
+                Some(&kept),
+            );
+            kept.sweep();
+            s
+        };
+        let mut prev = sample();
         let mut cur = prev.clone();
         let mut next = Instant::now();
         loop {
             if Instant::now() >= next {
-                let mut s = status::collect(fs, layout, policy, &[], None, status::Resident::Skip);
+                let mut s = sample();
                 status::with_rates(&prev, &mut s);
                 prev = s.clone();
                 if let Some(src) = &mut latency_source {

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use super::stats::{CpuUsage, IoCounters, MemoryUsage, PressureSet};
 use super::{Controller, Layout};
 use crate::classify::Leaf;
-use crate::hostfs::OpenDir;
+use crate::hostfs::{KeptDirs, OpenDir};
 use crate::kernel::DevNum;
 use crate::policy::IoLimits;
 
@@ -107,6 +107,15 @@ impl Layout {
 
     /// A reader of one tenant's limits and usage (`status`, `top`, the metrics, the balancer).
     pub fn reader<'a>(&'a self, tenant: &'a str) -> TenantReader<'a> {
+        self.reader_keeping(tenant, None)
+    }
+
+    /// `reader`, taking the groups it opens from `kept` and leaving them there.
+    pub fn reader_keeping<'a>(
+        &'a self,
+        tenant: &'a str,
+        kept: Option<&'a KeptDirs>,
+    ) -> TenantReader<'a> {
         let groups = || {
             (0..self.setup.hierarchies.len())
                 .map(|_| OnceCell::new())
@@ -115,6 +124,7 @@ impl Layout {
         TenantReader {
             layout: self,
             tenant,
+            kept,
             groups: groups(),
             limited: groups(),
         }
@@ -126,19 +136,27 @@ impl Layout {
 pub struct TenantReader<'a> {
     layout: &'a Layout,
     tenant: &'a str,
+    kept: Option<&'a KeptDirs>,
     /// Per hierarchy: `Layout::read_dir`.
-    groups: Vec<OnceCell<OpenDir>>,
+    groups: Vec<OnceCell<OpenDir<'a>>>,
     /// Per hierarchy: `Layout::read_limited`.
-    limited: Vec<OnceCell<OpenDir>>,
+    limited: Vec<OnceCell<OpenDir<'a>>>,
 }
 
-impl TenantReader<'_> {
-    fn group(&self, h: usize) -> &OpenDir {
-        self.groups[h].get_or_init(|| OpenDir::open(self.layout.read_dir(h, self.tenant)))
+impl<'a> TenantReader<'a> {
+    fn opened(&self, path: PathBuf) -> OpenDir<'a> {
+        match self.kept {
+            Some(kept) => OpenDir::kept(path, kept),
+            None => OpenDir::open(path),
+        }
     }
 
-    fn limited_group(&self, h: usize) -> &OpenDir {
-        self.limited[h].get_or_init(|| OpenDir::open(self.layout.read_limited(h, self.tenant)))
+    fn group(&self, h: usize) -> &OpenDir<'a> {
+        self.groups[h].get_or_init(|| self.opened(self.layout.read_dir(h, self.tenant)))
+    }
+
+    fn limited_group(&self, h: usize) -> &OpenDir<'a> {
+        self.limited[h].get_or_init(|| self.opened(self.layout.read_limited(h, self.tenant)))
     }
 
     /// The IO limits in force on the tenant's `limited` leaf and the tenant's counters (both

@@ -263,14 +263,12 @@ pub fn v1_memory(dir: &OpenDir) -> MemoryUsage {
             .ok()
             .and_then(|t| parse_flat_keyed(&t).get("oom_kill").copied())
     };
-    let children = dir
-        .subdirs()
-        .into_iter()
-        .map(|d| format!("{d}/memory.oom_control"));
-    let oom_kills = std::iter::once("memory.oom_control".to_string())
-        .chain(children)
-        .filter_map(|f| oom_kill(&f))
-        .reduce(|a, b| a + b);
+    // The group's own first: a read tells a kept descriptor of a removed group (`OpenDir`)
+    // before its listing is taken.
+    let own = oom_kill("memory.oom_control");
+    let children =
+        (dir.subdirs().into_iter()).filter_map(|d| oom_kill(&format!("{d}/memory.oom_control")));
+    let oom_kills = own.into_iter().chain(children).reduce(|a, b| a + b);
     MemoryUsage {
         current_bytes: dir.read_u64("memory.usage_in_bytes"),
         peak_bytes: dir.read_u64("memory.max_usage_in_bytes"),

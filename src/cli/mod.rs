@@ -708,6 +708,7 @@ fn show_status(
         status::Resident::AboveCharge
     };
     let one_sample = args.interval.is_zero();
+    let kept = (!one_sample).then(crate::hostfs::KeptDirs::new);
     let mut sample = status::collect(
         fs,
         layout,
@@ -719,11 +720,20 @@ fn show_status(
         } else {
             status::Resident::Skip
         },
+        kept.as_ref(),
     );
     if !one_sample {
         std::thread::sleep(args.interval);
         let first = sample;
-        sample = status::collect(fs, layout, policy, &args.only, procs.as_deref(), resident);
+        sample = status::collect(
+            fs,
+            layout,
+            policy,
+            &args.only,
+            procs.as_deref(),
+            resident,
+            kept.as_ref(),
+        );
         status::with_rates(&first, &mut sample);
     }
     let write_note = layout.setup.write_limits_pass_buffered_writes()

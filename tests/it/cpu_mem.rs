@@ -480,3 +480,50 @@ fn a_new_group_holds_the_defaults_the_plan_assumes() {
     }
     assert!(compared >= 5, "only {compared} files compared");
 }
+
+/// The readers of `top`, `status --interval` and the metrics keep a tenant's groups open from
+/// one sample to the next (`hostfs::KeptDirs`): a group removed and made again since is read
+/// again by its path, not reported as unknown from the removed one's descriptor.
+#[test]
+fn kept_groups_follow_a_group_made_again() {
+    if skip() {
+        return;
+    }
+    let body = |cores: &str| {
+        format!(
+            "[[tenant]]\nname = \"db\"\nmatch = [{{ cmdline = \"{}\" }}]\n[tenant.cpu]\ncores = {cores}\n[tenant.memory]\nmax = \"256MiB\"\n",
+            name_rule(&format!("ora_p005_{}", sid()))
+        )
+    };
+    let t = Tenancy::new("kept", &body("1.5"));
+    t.ok(&["apply"]);
+    let layout = t.layout();
+    let kept = dbcage::hostfs::KeptDirs::new();
+    let read = || {
+        let r = layout.reader_keeping("db", Some(&kept));
+        (r.cpu().1, r.memory().1)
+    };
+    assert_eq!(read(), (Some(1.5), Some(256 << 20)));
+    let opened = kept.len();
+    assert!(opened >= 2, "the cpu and memory groups are kept: {opened}");
+    // Read again from the kept descriptors: nothing more opened.
+    assert_eq!(read(), (Some(1.5), Some(256 << 20)));
+    assert_eq!(kept.len(), opened);
+
+    // The tenant's groups are removed and made again, with another quota.
+    t.ok(&["release", "db"]);
+    assert!(!t.tenant_dir("cpu", "db").exists());
+    t.set_policy(&body("0.5"));
+    t.ok(&["apply"]);
+    assert_eq!(read(), (Some(0.5), Some(256 << 20)));
+    assert_eq!(
+        kept.len(),
+        opened,
+        "the new groups replaced the removed ones"
+    );
+
+    // Groups not read since the last sweep are closed.
+    kept.sweep();
+    kept.sweep();
+    assert!(kept.is_empty());
+}
