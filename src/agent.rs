@@ -1712,7 +1712,7 @@ fn at_most_two_malloc_arenas() {
 }
 
 /// Raises the soft open-file limit towards the hard one, up to 65,536: the metrics endpoint
-/// keeps its tenants' groups open between scrapes (`hostfs::KeptDirs`: some 7,000 at 1,000
+/// keeps its tenants' groups open between scrapes (`hostfs::KeptDirs`: 4,000 at 1,000
 /// tenants on v1, up to a quarter of the soft limit), and systemd starts services with a soft
 /// limit of 1,024 for the sake of programs that use select(), leaving the hard limit (524,288)
 /// for those that need more. The bound keeps a child (the replication guard's `psql`) from

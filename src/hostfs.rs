@@ -231,7 +231,7 @@ impl<'k> OpenDir<'k> {
 }
 
 /// Groups kept open from one read to the next: the metrics endpoint opens the same handful of
-/// groups a tenant at every scrape (some 7,000 at 1,000 tenants on v1, about 6 us each: a fifth
+/// groups a tenant at every scrape (4,000 at 1,000 tenants on v1, about 6 us each: a fifth
 /// of a scrape). A group the last `sweep` period did not use is closed (the group of a tenant
 /// that left is not held), and a kept one whose files are gone is opened again by its path
 /// (`OpenDir::read`). At most a quarter of the open-file limit is kept: past it, groups are

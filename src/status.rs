@@ -277,9 +277,12 @@ pub fn collect(
         let mut members = Vec::new();
         let mut count = 0;
         let mut member_pids = Vec::new();
-        // numa_maps walks page tables, so it is read only for a tenant held to some nodes
-        let own_nodes = reader
-            .mems()
+        // numa_maps walks page tables, so it is read only for a tenant held to some nodes; and
+        // only a tenant the policy pins has a cpuset group of its own to read (v1 makes none
+        // for the others: 1,000 failed opens a scrape).
+        let needed_by_policy = cgroup::coverage::needed_by_policy(t);
+        let pinned = needed_by_policy.contains(&Controller::Cpuset);
+        let own_nodes = (pinned.then(|| reader.mems()).flatten())
             .filter(|m| !m.is_empty() && all_nodes.as_ref().is_some_and(|all| *m != *all));
         let mut node_bytes: BTreeMap<u32, u64> = BTreeMap::new();
         let mut not_limited = Vec::new();
@@ -302,7 +305,7 @@ pub fn collect(
                 }
             }
             if !pids.is_empty() {
-                let mut needed = cgroup::coverage::needed_by_policy(t);
+                let mut needed = needed_by_policy.clone();
                 if leaf == Leaf::Exempt {
                     needed.remove(&Controller::Io);
                 }

@@ -127,6 +127,7 @@ impl Layout {
             kept,
             groups: groups(),
             limited: groups(),
+            exempt: groups(),
         }
     }
 }
@@ -141,6 +142,8 @@ pub struct TenantReader<'a> {
     groups: Vec<OnceCell<OpenDir<'a>>>,
     /// Per hierarchy: `Layout::read_limited`.
     limited: Vec<OnceCell<OpenDir<'a>>>,
+    /// Per hierarchy: the `exempt` leaf of a tenant with groups of dbcage's own.
+    exempt: Vec<OnceCell<OpenDir<'a>>>,
 }
 
 impl<'a> TenantReader<'a> {
@@ -186,10 +189,15 @@ impl<'a> TenantReader<'a> {
         let parse = |text: String| -> Vec<u32> {
             text.lines().filter_map(|l| l.trim().parse().ok()).collect()
         };
-        if leaf == Leaf::Limited && !self.layout.units.contains_key(self.tenant) {
-            // The same group as the io limits' (`read_limited`).
-            let procs = self.limited_group(h).read("cgroup.procs");
-            return procs.map(parse).unwrap_or_default();
+        if !self.layout.units.contains_key(self.tenant) {
+            let dir = match leaf {
+                // The same group as the io limits' (`read_limited`).
+                Leaf::Limited => self.limited_group(h),
+                Leaf::Exempt => self.exempt[h].get_or_init(|| {
+                    self.opened(self.layout.leaf_dir(h, self.tenant, Leaf::Exempt))
+                }),
+            };
+            return dir.read("cgroup.procs").map(parse).unwrap_or_default();
         }
         (self.layout.read_leaves(h, self.tenant, leaf).iter())
             .flat_map(|dir| super::procs_in(dir))
