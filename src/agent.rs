@@ -1812,6 +1812,11 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         ctx.loaded.policy.clone(),
         ctx.layout.clone(),
     ));
+    if let Some(groups) = &ctx.groups {
+        // A scrape takes the limits the daemon's walk read, while no event says they changed.
+        let watched = crate::cgroup::watch::WatchedFiles(groups.clone());
+        shared.kept.know(Arc::new(watched));
+    }
     shared
         .health
         .events_connected

@@ -174,9 +174,12 @@ impl<'k> OpenDir<'k> {
         &self.path
     }
 
-    /// The text of `name`, a path relative to this directory.
+    /// The text of `name`, a path relative to this directory (or as `KnownFiles` knows it).
     pub fn read(&self, name: &str) -> io::Result<String> {
         use rustix::fs::{Mode, OFlags};
+        if let Some(text) = self.kept.and_then(|k| k.known(&self.path, name)) {
+            return Ok(text);
+        }
         let read = |dir: &OwnedFd| -> io::Result<String> {
             let flags = OFlags::RDONLY | OFlags::CLOEXEC;
             read_fd_text(&rustix::fs::openat(dir, name, flags, Mode::empty())?)
@@ -239,6 +242,18 @@ impl<'k> OpenDir<'k> {
 #[derive(Debug)]
 pub struct KeptDirs {
     inner: Mutex<Kept>,
+    /// Files whose text is known without reading them (`KnownFiles`).
+    known: std::sync::OnceLock<Arc<dyn KnownFiles>>,
+}
+
+/// Control files whose text a reader can have without reading them: the daemon's group watch
+/// holds the limits it read at its last walk, and an inotify event would have said if one had
+/// been written since (`cgroup::watch::WatchedFiles`).
+pub trait KnownFiles: Send + Sync + std::fmt::Debug {
+    /// Before a round of `known`: takes in what changed since the last one.
+    fn refresh(&self);
+    /// The text of `name` in the group `dir`, when known.
+    fn known(&self, dir: &Path, name: &str) -> Option<String>;
 }
 
 #[derive(Debug)]
@@ -259,7 +274,24 @@ impl KeptDirs {
                 fds: HashMap::new(),
                 cap,
             }),
+            known: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Files read through these groups are first asked of `known` (set once).
+    pub fn know(&self, known: Arc<dyn KnownFiles>) {
+        let _ = self.known.set(known);
+    }
+
+    /// Before a round of reads: the known files take in what changed.
+    pub fn refresh(&self) {
+        if let Some(k) = self.known.get() {
+            k.refresh();
+        }
+    }
+
+    fn known(&self, dir: &Path, name: &str) -> Option<String> {
+        self.known.get()?.known(dir, name)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {

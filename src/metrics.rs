@@ -279,6 +279,7 @@ impl Sink for Text004<'_> {
 fn emit(shared: &Shared, sink: &mut dyn Sink) -> std::fmt::Result {
     let view = shared.view.read().unwrap_or_else(|e| e.into_inner());
     let (policy, layout) = &*view;
+    shared.kept.refresh();
     let sample = status::collect(
         &shared.fs,
         layout,

@@ -33,6 +33,11 @@ impl GroupFiles {
     /// The value read from the file at `path`.
     pub fn get(&self, path: &Path) -> Option<&str> {
         let (dir, name) = split(path)?;
+        self.get_in(dir, name)
+    }
+
+    /// The value read from the file `name` in the group `dir`.
+    pub fn get_in(&self, dir: &Path, name: &str) -> Option<&str> {
         let files = self.by_dir.get(path_bytes(dir))?;
         files.iter().find(|(n, _)| n == name).map(|(_, v)| &**v)
     }
