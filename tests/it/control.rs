@@ -732,8 +732,11 @@ fn schedule_window_opens_and_closes_on_the_real_clock() {
         "{} ms late",
         late.num_milliseconds()
     );
+    // Logged after the writes it reports: the quota can be seen changed just before.
     assert!(
-        d.log().contains("schedule windows in force: none"),
+        wait_until(Duration::from_secs(5), || d
+            .log()
+            .contains("schedule windows in force: none")),
         "{}",
         d.log()
     );
