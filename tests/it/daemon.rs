@@ -2562,3 +2562,77 @@ fn daemon_follows_a_pid_file_whose_directory_is_removed_and_made_again() {
         ms(again)
     );
 }
+
+/// A scrape takes the limits the daemon's last walk read while no inotify event says a group
+/// changed (`cgroup::watch::WatchedFiles`): a limit another tool writes between two rescans is
+/// what the next scrape shows, not the value the daemon read before.
+#[test]
+fn a_scrape_shows_a_limit_written_since_the_daemons_last_walk() {
+    if skip() {
+        return;
+    }
+    let name = format!("ora_p003_{}", sid());
+    let t = Tenancy::new(
+        "scrapecache",
+        &format!(
+            "[[tenant]]\nname = \"db\"\nmatch = [{{ cmdline = \"{}\" }}]\n[tenant.cpu]\ncores = 1.5\n",
+            name_rule(&name)
+        ),
+    );
+    let addr = format!("127.0.0.1:{}", 20000 + (std::process::id() + 7) % 20000);
+    let mut d = Daemon::start(&t, &["--metrics", &addr, "--rescan-interval", "1s"]);
+    let get = || {
+        crate::observe::scrape(&addr)
+            .unwrap_or_else(|| panic!("no answer at {addr}; log:\n{}", d.log()))
+    };
+    let value = |text: &str, series: &str| -> f64 {
+        let line = (text.lines())
+            .find(|l| l.starts_with(series))
+            .unwrap_or_else(|| panic!("no {series} in:\n{text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let quota = |text: &str| value(text, "dbcage_cpu_quota_cores{tenant=\"db\"}");
+    // The watch holds the tenant's groups from the first rescan on (the first plan made them).
+    assert!(
+        wait_until(Duration::from_secs(10), || value(
+            &get(),
+            "dbcage_rescans_total"
+        ) >= 1.0),
+        "no rescan; log:\n{}",
+        d.log()
+    );
+    assert_eq!(quota(&get()), 1.5);
+    // Written by another tool: the daemon puts it back at a rescan (every second), and until
+    // then a scrape must show it. A round where the file was repaired before the scrape read it
+    // says nothing, and is tried again.
+    let file = t.knob_path("db", Knob::CpuQuota);
+    let drifted = cpu_quota_text(0.5);
+    let mut seen = 0;
+    for _ in 0..20 {
+        std::fs::write(&file, &drifted).unwrap();
+        let shown = quota(&get());
+        if t.knob("db", Knob::CpuQuota) == drifted.trim() {
+            assert_eq!(
+                shown,
+                0.5,
+                "the scrape after {} was written",
+                file.display()
+            );
+            seen += 1;
+        }
+        assert!(wait_until(Duration::from_secs(5), || t
+            .knob("db", Knob::CpuQuota)
+            != drifted.trim()));
+        assert_eq!(quota(&get()), 1.5, "repaired");
+        if seen == 3 {
+            break;
+        }
+    }
+    assert_eq!(seen, 3, "3 rounds not repaired before their scrape, of 20");
+    d.stop(Duration::from_secs(10));
+    let known = d.stats()["groups"]["files_known"].as_u64().unwrap();
+    assert!(
+        known >= 1,
+        "the scrapes took no file from the daemon's watch"
+    );
+}
