@@ -2629,10 +2629,22 @@ fn a_scrape_shows_a_limit_written_since_the_daemons_last_walk() {
         }
     }
     assert_eq!(seen, 3, "3 rounds not repaired before their scrape, of 20");
+    // Two rescans after the last repair the group is as the walk read it: scrapes take its
+    // limits from the watch.
+    let rescans = value(&get(), "dbcage_rescans_total");
+    assert!(wait_until(Duration::from_secs(20), || value(
+        &get(),
+        "dbcage_rescans_total"
+    ) >= rescans + 2.0));
+    for _ in 0..3 {
+        assert_eq!(quota(&get()), 1.5);
+    }
     d.stop(Duration::from_secs(10));
-    let known = d.stats()["groups"]["files_known"].as_u64().unwrap();
+    let stats = d.stats();
+    let known = stats["groups"]["files_known"].as_u64().unwrap();
     assert!(
         known >= 1,
-        "the scrapes took no file from the daemon's watch"
+        "the scrapes took no file from the daemon's watch: {stats}; log:\n{}",
+        d.log()
     );
 }
