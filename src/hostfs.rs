@@ -6,10 +6,10 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use nix::libc;
-use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone)]
 pub struct HostFs {

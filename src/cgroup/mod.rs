@@ -956,8 +956,13 @@ pub fn page_size() -> u64 {
 /// Reads the pids in a group's cgroup.procs (empty if the group does not exist).
 pub fn procs_in(dir: &Path) -> Vec<u32> {
     crate::hostfs::read_text(dir.join("cgroup.procs"))
-        .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .map(|t| parse_procs(&t))
         .unwrap_or_default()
+}
+
+/// The pids of a `cgroup.procs` text.
+pub fn parse_procs(text: &str) -> Vec<u32> {
+    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
 }
 
 /// Per-hierarchy group directories for a tenant, for status and release.

@@ -186,9 +186,6 @@ impl<'a> TenantReader<'a> {
     /// The processes of one of the tenant's leaves, listed in hierarchy `h`
     /// (`Layout::read_leaves`).
     pub fn pids(&self, h: usize, leaf: Leaf) -> Vec<u32> {
-        let parse = |text: String| -> Vec<u32> {
-            text.lines().filter_map(|l| l.trim().parse().ok()).collect()
-        };
         if !self.layout.units.contains_key(self.tenant) {
             let dir = match leaf {
                 // The same group as the io limits' (`read_limited`).
@@ -197,7 +194,8 @@ impl<'a> TenantReader<'a> {
                     self.opened(self.layout.leaf_dir(h, self.tenant, Leaf::Exempt))
                 }),
             };
-            return dir.read("cgroup.procs").map(parse).unwrap_or_default();
+            let procs = dir.read("cgroup.procs");
+            return procs.map(|t| super::parse_procs(&t)).unwrap_or_default();
         }
         (self.layout.read_leaves(h, self.tenant, leaf).iter())
             .flat_map(|dir| super::procs_in(dir))
