@@ -151,6 +151,10 @@ impl<'k> OpenDir<'k> {
                 self.unproven.set(true);
                 Ok(fd)
             }
+            // A group the daemon's watch knows is not there: no open to find that out.
+            None if self.kept.is_some_and(|k| k.absent(&self.path)) => {
+                Err(rustix::io::Errno::NOENT)
+            }
             None => self.open_by_path(),
         };
         *self.fd.borrow_mut() = Some(fd.clone());
@@ -254,6 +258,8 @@ pub trait KnownFiles: Send + Sync + std::fmt::Debug {
     fn refresh(&self);
     /// The text of `name` in the group `dir`, when known.
     fn known(&self, dir: &Path, name: &str) -> Option<String>;
+    /// Whether the group `dir` is known not to be there (so not worth an open).
+    fn absent(&self, dir: &Path) -> bool;
 }
 
 #[derive(Debug)]
@@ -292,6 +298,10 @@ impl KeptDirs {
 
     fn known(&self, dir: &Path, name: &str) -> Option<String> {
         self.known.get()?.known(dir, name)
+    }
+
+    fn absent(&self, dir: &Path) -> bool {
+        self.known.get().is_some_and(|k| k.absent(dir))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {

@@ -64,6 +64,9 @@ pub struct GroupWatch {
     /// Watch descriptors of dbcage's parent groups, and the name of dbcage's root in them: an
     /// event there about the root or a file its groups inherit from makes everything stale.
     parents: HashMap<i32, std::ffi::OsString>,
+    /// dbcage's root in each hierarchy the walks start from (their subgroups and those groups'
+    /// subgroups are listed: a group not among them is not there).
+    roots: Vec<PathBuf>,
     /// Group directories read and watched, and the files read in them (what the last snapshot
     /// had; only dbcage's own groups, not the parent's or the hierarchy root's files).
     pub(super) dirs: GroupDirs,
@@ -115,6 +118,26 @@ impl crate::hostfs::KnownFiles for WatchedFiles {
         let text = w.files.get_in(dir, name).map(str::to_string)?;
         w.stats.files_known += 1;
         Some(text)
+    }
+
+    fn absent(&self, dir: &Path) -> bool {
+        let mut w = GroupWatch::lock(&self.0);
+        let swept = w.swept_at.is_some_and(|t| t.elapsed() < FULL_SWEEP);
+        let Some(parent) = dir.parent() else {
+            return false;
+        };
+        // Only a root's and its subgroups' listings are read (the walks stop at depth 2), and
+        // a subgroup made since its parent's listing was read makes that listing stale.
+        let listed = w
+            .roots
+            .iter()
+            .any(|r| parent == r || parent.parent() == Some(r.as_path()));
+        let absent =
+            swept && listed && !w.dirs.contains(dir) && w.freshness(parent) != Freshness::Unknown;
+        if absent {
+            w.stats.groups_known_absent += 1;
+        }
+        absent
     }
 }
 
@@ -195,6 +218,9 @@ pub struct WatchStats {
     /// Files the metrics endpoint took from the watch instead of reading them (see
     /// `WatchedFiles`).
     pub files_known: u64,
+    /// Groups the metrics endpoint knew were not there without opening them (a tenant's group
+    /// in a hierarchy its settings do not use).
+    pub groups_known_absent: u64,
 }
 
 impl GroupWatch {
@@ -205,6 +231,7 @@ impl GroupWatch {
             inotify,
             watched: HashMap::new(),
             parents: HashMap::new(),
+            roots: Vec::new(),
             dirs: GroupDirs::default(),
             files: GroupFiles::default(),
             listing_stale: HashSet::new(),
@@ -235,6 +262,7 @@ impl GroupWatch {
         }
         self.watched.clear();
         self.parents.clear();
+        self.roots.clear();
         self.dirs.clear();
         self.files.clear();
         self.listing_stale.clear();
@@ -265,6 +293,7 @@ impl GroupWatch {
         self.absorb_events();
         if self.swept_at.is_none() {
             self.swept_at = Some(Instant::now());
+            self.roots = parents.iter().map(|p| p.join(root_name)).collect();
             // Modify (v2's subtree_control, a cpuset) and mkdir/rmdir of dbcage's root.
             for p in parents {
                 if let Ok(wd) =
@@ -571,6 +600,7 @@ mod tests {
             proc_dirs_kept: w.stats.proc_dirs_kept - before.proc_dirs_kept,
             tenants_settled: 0,
             files_known: 0,
+            groups_known_absent: 0,
         }
     }
 
@@ -628,6 +658,48 @@ mod tests {
         // A full sweep overdue (the daemon not walking): nothing known.
         GroupWatch::lock(&shared).swept_at = Some(Instant::now() - FULL_SWEEP);
         assert_eq!(known.known(&a, "cpu.max"), None);
+    }
+
+    #[test]
+    fn a_scrape_knows_the_groups_the_walk_did_not_find() {
+        use crate::hostfs::KnownFiles as _;
+        let t = tree();
+        let shared = std::sync::Arc::new(std::sync::Mutex::new(GroupWatch::new().unwrap()));
+        let known = WatchedFiles(shared.clone());
+        let c = t.root.join("c");
+        known.refresh();
+        assert!(!known.absent(&c), "nothing walked yet");
+        walk(&mut GroupWatch::lock(&shared), &t);
+        known.refresh();
+        assert!(known.absent(&c));
+        assert!(known.absent(&t.root.join("a/other")));
+        assert!(!known.absent(&t.root.join("a")));
+        assert!(!known.absent(&t.root.join("a/limited")));
+        // Below the depth whose listings the walks read, or outside dbcage's root: not known.
+        assert!(!known.absent(&t.root.join("a/limited/deeper")));
+        assert!(!known.absent(&t.parent.join("other")));
+        // Made since the walk: its parent's listing is stale until the next walk.
+        fs::create_dir(&c).unwrap();
+        known.refresh();
+        assert!(!known.absent(&c));
+        assert!(!known.absent(&t.root.join("d")));
+        walk(&mut GroupWatch::lock(&shared), &t);
+        assert!(!known.absent(&c));
+        assert!(known.absent(&t.root.join("d")));
+        // A reader's open of a group known absent fails as the open would, without the open.
+        let kept = crate::hostfs::KeptDirs::new();
+        kept.know(std::sync::Arc::new(WatchedFiles(shared.clone())));
+        let before = GroupWatch::lock(&shared).stats.groups_known_absent;
+        let d = crate::hostfs::OpenDir::kept(t.root.join("d"), &kept);
+        let err = d.read("cpu.max").unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(
+            GroupWatch::lock(&shared).stats.groups_known_absent,
+            before + 1
+        );
+        // A full sweep overdue (the daemon not walking): nothing known.
+        GroupWatch::lock(&shared).swept_at = Some(Instant::now() - FULL_SWEEP);
+        assert!(!known.absent(&t.root.join("d")));
     }
 
     #[test]

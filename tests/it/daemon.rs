@@ -2639,6 +2639,24 @@ fn a_scrape_shows_a_limit_written_since_the_daemons_last_walk() {
     for _ in 0..3 {
         assert_eq!(quota(&get()), 1.5);
     }
+    // No memory setting so far: on v1 the tenant has no memory group, and scrapes know that
+    // from the watch. A reload that sets one makes the group: the next scrape shows its limit.
+    let limit = |text: &str| {
+        (text.lines())
+            .find(|l| l.starts_with("dbcage_memory_limit_bytes{tenant=\"db\"}"))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+    };
+    assert_eq!(limit(&get()), None);
+    d.reload_with(
+        &t,
+        &format!(
+            "[[tenant]]\nname = \"db\"\nmatch = [{{ cmdline = \"{}\" }}]\n[tenant.cpu]\n\
+             cores = 1.5\n[tenant.memory]\nmax = \"256MiB\"\n",
+            name_rule(&name)
+        ),
+    );
+    let after = crate::observe::scrape(&addr).expect("a scrape after the reload");
+    assert_eq!(limit(&after), Some(268435456.0), "log:\n{}", d.log());
     d.stop(Duration::from_secs(10));
     let stats = d.stats();
     let known = stats["groups"]["files_known"].as_u64().unwrap();
@@ -2646,5 +2664,11 @@ fn a_scrape_shows_a_limit_written_since_the_daemons_last_walk() {
         known >= 1,
         "the scrapes took no file from the daemon's watch: {stats}; log:\n{}",
         d.log()
+    );
+    let absent = stats["groups"]["groups_known_absent"].as_u64().unwrap();
+    assert_eq!(
+        absent >= 1,
+        cgroup_version() == Version::V1,
+        "scrapes knew the memory group was not there {absent} times (v1 only): {stats}"
     );
 }
