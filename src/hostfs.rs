@@ -122,6 +122,9 @@ pub struct OpenDir<'k> {
     kept: Option<&'k KeptDirs>,
     /// The descriptor came from `kept` and no read has succeeded through it yet.
     unproven: Cell<bool>,
+    /// The files `kept`'s `KnownFiles` knew at this directory's first read (the reader's
+    /// moment: its later reads ask no lock again).
+    known: std::cell::OnceCell<Option<KnownGroup>>,
 }
 
 impl<'k> OpenDir<'k> {
@@ -131,6 +134,7 @@ impl<'k> OpenDir<'k> {
             fd: RefCell::new(None),
             kept: None,
             unproven: Cell::new(false),
+            known: std::cell::OnceCell::new(),
         }
     }
 
@@ -181,8 +185,11 @@ impl<'k> OpenDir<'k> {
     /// The text of `name`, a path relative to this directory (or as `KnownFiles` knows it).
     pub fn read(&self, name: &str) -> io::Result<String> {
         use rustix::fs::{Mode, OFlags};
-        if let Some(text) = self.kept.and_then(|k| k.known(&self.path, name)) {
-            return Ok(text);
+        if let Some(kept) = self.kept {
+            let known = self.known.get_or_init(|| kept.known_group(&self.path));
+            if let Some((_, text)) = known.iter().flatten().find(|(n, _)| n == name) {
+                return Ok(text.to_string());
+            }
         }
         let read = |dir: &OwnedFd| -> io::Result<String> {
             let flags = OFlags::RDONLY | OFlags::CLOEXEC;
@@ -254,13 +261,16 @@ pub struct KeptDirs {
 /// holds the limits it read at its last walk, and an inotify event would have said if one had
 /// been written since (`cgroup::watch::WatchedFiles`).
 pub trait KnownFiles: Send + Sync + std::fmt::Debug {
-    /// Before a round of `known`: takes in what changed since the last one.
+    /// Before a round of `known_group`: takes in what changed since the last one.
     fn refresh(&self);
-    /// The text of `name` in the group `dir`, when known.
-    fn known(&self, dir: &Path, name: &str) -> Option<String>;
+    /// The files of the group `dir` whose text is known (names and texts), if any is.
+    fn known_group(&self, dir: &Path) -> Option<KnownGroup>;
     /// Whether the group `dir` is known not to be there (so not worth an open).
     fn absent(&self, dir: &Path) -> bool;
 }
+
+/// A group's control files as a `KnownFiles` knows them: (name, text).
+pub type KnownGroup = Vec<(std::borrow::Cow<'static, str>, Box<str>)>;
 
 #[derive(Debug)]
 struct Kept {
@@ -296,8 +306,8 @@ impl KeptDirs {
         }
     }
 
-    fn known(&self, dir: &Path, name: &str) -> Option<String> {
-        self.known.get()?.known(dir, name)
+    fn known_group(&self, dir: &Path) -> Option<KnownGroup> {
+        self.known.get()?.known_group(dir)
     }
 
     fn absent(&self, dir: &Path) -> bool {

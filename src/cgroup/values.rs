@@ -42,6 +42,11 @@ impl GroupFiles {
         files.iter().find(|(n, _)| n == name).map(|(_, v)| &**v)
     }
 
+    /// The files read in the group `dir`.
+    pub fn group(&self, dir: &Path) -> Option<&[FileValue]> {
+        self.by_dir.get(path_bytes(dir)).map(Vec::as_slice)
+    }
+
     /// Sets the value of the file at `path` (a path without a file name is ignored).
     pub fn insert(&mut self, path: PathBuf, value: String) {
         let Some((dir, name)) = split(&path) else {

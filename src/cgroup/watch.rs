@@ -109,15 +109,15 @@ impl crate::hostfs::KnownFiles for WatchedFiles {
         GroupWatch::lock(&self.0).absorb_events();
     }
 
-    fn known(&self, dir: &Path, name: &str) -> Option<String> {
+    fn known_group(&self, dir: &Path) -> Option<crate::hostfs::KnownGroup> {
         let mut w = GroupWatch::lock(&self.0);
         let swept = w.swept_at.is_some_and(|t| t.elapsed() < FULL_SWEEP);
         if !swept || w.freshness(dir) != Freshness::Fresh {
             return None;
         }
-        let text = w.files.get_in(dir, name).map(str::to_string)?;
-        w.stats.files_known += 1;
-        Some(text)
+        let files = w.files.group(dir)?.to_vec();
+        w.stats.groups_known += 1;
+        Some(files)
     }
 
     fn absent(&self, dir: &Path) -> bool {
@@ -215,9 +215,9 @@ pub struct WatchStats {
     /// Tenants a plan knew had nothing to do in their groups without working it out again
     /// (see `Settled`), summed over the plans.
     pub tenants_settled: u64,
-    /// Files the metrics endpoint took from the watch instead of reading them (see
-    /// `WatchedFiles`).
-    pub files_known: u64,
+    /// Groups whose control files the metrics endpoint took from the watch instead of reading
+    /// them (see `WatchedFiles`).
+    pub groups_known: u64,
     /// Groups the metrics endpoint knew were not there without opening them (a tenant's group
     /// in a hierarchy its settings do not use).
     pub groups_known_absent: u64,
@@ -599,7 +599,7 @@ mod tests {
             sweeps: w.stats.sweeps - before.sweeps,
             proc_dirs_kept: w.stats.proc_dirs_kept - before.proc_dirs_kept,
             tenants_settled: 0,
-            files_known: 0,
+            groups_known: 0,
             groups_known_absent: 0,
         }
     }
@@ -624,40 +624,42 @@ mod tests {
         let shared = std::sync::Arc::new(std::sync::Mutex::new(GroupWatch::new().unwrap()));
         let known = WatchedFiles(shared.clone());
         let a = t.root.join("a");
+        let file = |dir: &Path, name: &str| {
+            let group = known.known_group(dir)?;
+            let (_, text) = group.into_iter().find(|(n, _)| n == name)?;
+            Some(text.into_string())
+        };
         // Nothing read yet.
         known.refresh();
-        assert_eq!(known.known(&a, "cpu.max"), None);
+        assert_eq!(file(&a, "cpu.max"), None);
         walk(&mut GroupWatch::lock(&shared), &t);
         known.refresh();
-        assert_eq!(known.known(&a, "cpu.max").as_deref(), Some("max\n"));
+        assert_eq!(file(&a, "cpu.max").as_deref(), Some("max\n"));
         assert_eq!(
-            known.known(&a.join("limited"), "memory.max").as_deref(),
+            file(&a.join("limited"), "memory.max").as_deref(),
             Some("max\n")
         );
         // Not a file the walk reads (counters never are), not a group of dbcage's.
-        assert_eq!(known.known(&a, "cpu.stat"), None);
-        assert_eq!(known.known(&t.parent, "cpu.max"), None);
+        assert_eq!(file(&a, "cpu.stat"), None);
+        assert_eq!(file(&t.parent, "cpu.max"), None);
         // Written since the walk: not known (read from the file) until the next walk.
         fs::write(a.join("limited/cpu.max"), "50000 100000\n").unwrap();
         known.refresh();
-        assert_eq!(known.known(&a.join("limited"), "cpu.max"), None);
+        assert_eq!(file(&a.join("limited"), "cpu.max"), None);
         assert_eq!(
-            known.known(&a, "cpu.max").as_deref(),
+            file(&a, "cpu.max").as_deref(),
             Some("max\n"),
             "its parent is still as read"
         );
-        assert_eq!(
-            known.known(&t.root.join("b"), "cpu.max").as_deref(),
-            Some("max\n")
-        );
+        assert_eq!(file(&t.root.join("b"), "cpu.max").as_deref(), Some("max\n"));
         walk(&mut GroupWatch::lock(&shared), &t);
         assert_eq!(
-            known.known(&a.join("limited"), "cpu.max").as_deref(),
+            file(&a.join("limited"), "cpu.max").as_deref(),
             Some("50000 100000\n")
         );
         // A full sweep overdue (the daemon not walking): nothing known.
         GroupWatch::lock(&shared).swept_at = Some(Instant::now() - FULL_SWEEP);
-        assert_eq!(known.known(&a, "cpu.max"), None);
+        assert_eq!(file(&a, "cpu.max"), None);
     }
 
     #[test]

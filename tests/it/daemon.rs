@@ -2659,7 +2659,7 @@ fn a_scrape_shows_a_limit_written_since_the_daemons_last_walk() {
     assert_eq!(limit(&after), Some(268435456.0), "log:\n{}", d.log());
     d.stop(Duration::from_secs(10));
     let stats = d.stats();
-    let known = stats["groups"]["files_known"].as_u64().unwrap();
+    let known = stats["groups"]["groups_known"].as_u64().unwrap();
     assert!(
         known >= 1,
         "the scrapes took no file from the daemon's watch: {stats}; log:\n{}",
