@@ -12,7 +12,8 @@
 //! build, alternating, `--runs` times: `apply` (the first apply of the run does the work; the
 //! timed ones have nothing to do), `status --interval 0` (one sample: the default interval
 //! sleeps 1 s between two), and a daemon (`dbcage run`) whose metrics endpoint
-//! is scraped over HTTP and whose rescans (`--rescan-interval 1s`) are counted by its own
+//! is scraped over HTTP (its first scrape, which opens the groups the endpoint keeps open, on
+//! its own as "cold"; then ten more) and whose rescans (`--rescan-interval 1s`) are counted by its own
 //! `dbcage_rescans` counter. CPU is user+system: of the command (`getrusage` of the waited
 //! child), or of the daemon over all its threads (`/proc/PID/stat`, 10-ms ticks: hence several
 //! scrapes and a window of rescans, divided). The daemon's CPU while idle (no scrape, no
@@ -262,15 +263,19 @@ fn counter(body: &str, name: &str) -> u64 {
 
 struct DaemonFigures {
     ready_ms: f64,
+    /// The median wall time and the mean CPU of the scrapes after the first.
     scrape_wall: f64,
     scrape_cpu: f64,
+    /// The first scrape's CPU: it opens every group the endpoint then keeps open.
+    cold_scrape_cpu: f64,
     rescan_cpu: f64,
     rescans: u64,
     /// The rescanning daemon's resident memory at the end of its window.
     rss_mib: f64,
 }
 
-/// Starts `bin run`, measures its idle CPU, `scrapes` scrapes and the rescans of a window.
+/// Starts `bin run`, measures its idle CPU, its first scrape, `scrapes` scrapes after it and
+/// the rescans of a window.
 fn daemon(fx: &mut Fixture, bin: &Path, scrapes: usize, window: Duration) -> DaemonFigures {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -311,6 +316,10 @@ fn daemon(fx: &mut Fixture, bin: &Path, scrapes: usize, window: Duration) -> Dae
     let (c0, t0) = (process_cpu(pid), Instant::now());
     std::thread::sleep(Duration::from_secs(3));
     let idle_per_s = (process_cpu(pid) - c0) / t0.elapsed().as_secs_f64();
+    let (c0, t0) = (process_cpu(pid), Instant::now());
+    scrape(&addr);
+    let cold_scrape_cpu =
+        ((process_cpu(pid) - c0) - idle_per_s * t0.elapsed().as_secs_f64()) * 1000.0;
     let mut walls = Vec::new();
     let (c0, t0) = (process_cpu(pid), Instant::now());
     for _ in 0..scrapes {
@@ -359,6 +368,7 @@ fn daemon(fx: &mut Fixture, bin: &Path, scrapes: usize, window: Duration) -> Dae
         ready_ms,
         scrape_wall,
         scrape_cpu,
+        cold_scrape_cpu,
         rescan_cpu,
         rescans,
         rss_mib,
@@ -485,13 +495,14 @@ fn main() {
         sleepers.count
     );
     println!(
-        "{:>7} {:>5} {:>3}  {:>14} {:>14} {:>14} {:>9} {:>14} {:>10} {:>8}",
+        "{:>7} {:>5} {:>3}  {:>14} {:>14} {:>14} {:>5} {:>9} {:>14} {:>10} {:>8}",
         "procs",
         "build",
         "run",
         "apply wall/cpu",
         "status wall/cpu",
         "scrape wall/cpu",
+        "cold",
         "ready ms",
         "rescan cpu ms",
         "(rescans)",
@@ -522,14 +533,14 @@ fn main() {
             for (name, bin) in &builds {
                 let apply = timed(bin, &fx.policy, &["apply"]);
                 let status = timed(bin, &fx.policy, &["status", "--interval", "0"]);
-                let d = daemon(&mut fx, bin, 5, Duration::from_secs(window));
+                let d = daemon(&mut fx, bin, 10, Duration::from_secs(window));
                 println!(
-                    "{level:>7} {name:>5} {run:>3}  {:>6.0} / {:>5.0} {:>6.0} / {:>5.0} {:>6.1} / {:>5.1} {:>9.0} {:>14.1} {:>10} {:>8.1}",
-                    apply.0, apply.1, status.0, status.1, d.scrape_wall, d.scrape_cpu, d.ready_ms, d.rescan_cpu, d.rescans, d.rss_mib
+                    "{level:>7} {name:>5} {run:>3}  {:>6.0} / {:>5.0} {:>6.0} / {:>5.0} {:>6.1} / {:>5.1} {:>5.0} {:>9.0} {:>14.1} {:>10} {:>8.1}",
+                    apply.0, apply.1, status.0, status.1, d.scrape_wall, d.scrape_cpu, d.cold_scrape_cpu, d.ready_ms, d.rescan_cpu, d.rescans, d.rss_mib
                 );
                 println!(
-                    "{{\"procs\":{level},\"build\":\"{name}\",\"run\":{run},\"apply_wall_ms\":{:.1},\"apply_cpu_ms\":{:.1},\"status_wall_ms\":{:.1},\"status_cpu_ms\":{:.1},\"scrape_wall_ms\":{:.2},\"scrape_cpu_ms\":{:.2},\"ready_ms\":{:.0},\"rescan_cpu_ms\":{:.2},\"rescans\":{},\"rss_mib\":{:.1}}}",
-                    apply.0, apply.1, status.0, status.1, d.scrape_wall, d.scrape_cpu, d.ready_ms, d.rescan_cpu, d.rescans, d.rss_mib
+                    "{{\"procs\":{level},\"build\":\"{name}\",\"run\":{run},\"apply_wall_ms\":{:.1},\"apply_cpu_ms\":{:.1},\"status_wall_ms\":{:.1},\"status_cpu_ms\":{:.1},\"scrape_wall_ms\":{:.2},\"scrape_cpu_ms\":{:.2},\"cold_scrape_cpu_ms\":{:.1},\"ready_ms\":{:.0},\"rescan_cpu_ms\":{:.2},\"rescans\":{},\"rss_mib\":{:.1}}}",
+                    apply.0, apply.1, status.0, status.1, d.scrape_wall, d.scrape_cpu, d.cold_scrape_cpu, d.ready_ms, d.rescan_cpu, d.rescans, d.rss_mib
                 );
             }
         }
