@@ -269,8 +269,11 @@ pub trait KnownFiles: Send + Sync + std::fmt::Debug {
     fn absent(&self, dir: &Path) -> bool;
 }
 
-/// A group's control files as a `KnownFiles` knows them: (name, text).
-pub type KnownGroup = Vec<(std::borrow::Cow<'static, str>, Box<str>)>;
+/// One control file of a group: its name (the drivers' names are static) and its text.
+pub type FileText = (std::borrow::Cow<'static, str>, Box<str>);
+
+/// A group's control files as a `KnownFiles` knows them.
+pub type KnownGroup = Vec<FileText>;
 
 #[derive(Debug)]
 struct Kept {

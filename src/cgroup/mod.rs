@@ -533,7 +533,7 @@ fn read_groups(
             Some(w) => &w.dirs,
             None => &snap.dirs,
         };
-        if freshness != Freshness::Unknown && depth < 2 {
+        if freshness != Freshness::Unknown && depth < watch::LISTED_DEPTH {
             stack.extend(dirs.children(&dir).map(|d| (d.clone(), depth + 1)));
         }
         if freshness == Freshness::Fresh {
@@ -573,7 +573,7 @@ fn read_groups(
             })
             .collect();
         values.set_group(dir.clone(), read);
-        if freshness == Freshness::Unknown && depth < 2 {
+        if freshness == Freshness::Unknown && depth < watch::LISTED_DEPTH {
             if let Ok(entries) = rustix::fs::Dir::read_from(&fd) {
                 for e in entries.flatten() {
                     let name = e.file_name().to_bytes();

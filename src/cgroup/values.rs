@@ -14,8 +14,8 @@ use std::sync::Arc;
 /// A group directory's path, shared by whatever holds it (cloning does not copy the path).
 pub type GroupPath = Arc<Path>;
 
-/// One file of a group: its name (the drivers' names are static) and the value read.
-pub type FileValue = (Cow<'static, str>, Box<str>);
+/// One file of a group: its name and the value read (as `KnownFiles` hands them out).
+pub type FileValue = crate::hostfs::FileText;
 
 /// Control file values by group directory, then file name.
 #[derive(Debug, Clone, Default)]
@@ -37,7 +37,7 @@ impl GroupFiles {
     }
 
     /// The value read from the file `name` in the group `dir`.
-    pub fn get_in(&self, dir: &Path, name: &str) -> Option<&str> {
+    fn get_in(&self, dir: &Path, name: &str) -> Option<&str> {
         let files = self.by_dir.get(path_bytes(dir))?;
         files.iter().find(|(n, _)| n == name).map(|(_, v)| &**v)
     }

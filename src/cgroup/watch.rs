@@ -31,6 +31,10 @@ use super::{GroupDirs, GroupFiles, GroupPath};
 /// Everything is read again at least this often, whatever the events said.
 pub const FULL_SWEEP: Duration = Duration::from_secs(300);
 
+/// A walk lists the subgroups of the groups above this depth below dbcage's root (the root
+/// and the tenants' groups; a leaf's subgroups are not dbcage's).
+pub(super) const LISTED_DEPTH: usize = 2;
+
 /// How often the daemon's writes make it take in the queued events (see
 /// `absorb_events_if_due`).
 const ABSORB_EVERY: Duration = Duration::from_millis(250);
@@ -111,8 +115,7 @@ impl crate::hostfs::KnownFiles for WatchedFiles {
 
     fn known_group(&self, dir: &Path) -> Option<crate::hostfs::KnownGroup> {
         let mut w = GroupWatch::lock(&self.0);
-        let swept = w.swept_at.is_some_and(|t| t.elapsed() < FULL_SWEEP);
-        if !swept || w.freshness(dir) != Freshness::Fresh {
+        if !w.swept_lately() || w.freshness(dir) != Freshness::Fresh {
             return None;
         }
         let files = w.files.group(dir)?.to_vec();
@@ -122,18 +125,20 @@ impl crate::hostfs::KnownFiles for WatchedFiles {
 
     fn absent(&self, dir: &Path) -> bool {
         let mut w = GroupWatch::lock(&self.0);
-        let swept = w.swept_at.is_some_and(|t| t.elapsed() < FULL_SWEEP);
         let Some(parent) = dir.parent() else {
             return false;
         };
-        // Only a root's and its subgroups' listings are read (the walks stop at depth 2), and
-        // a subgroup made since its parent's listing was read makes that listing stale.
-        let listed = w
-            .roots
-            .iter()
-            .any(|r| parent == r || parent.parent() == Some(r.as_path()));
-        let absent =
-            swept && listed && !w.dirs.contains(dir) && w.freshness(parent) != Freshness::Unknown;
+        // Only the listings above `LISTED_DEPTH` are read, and a subgroup made since its
+        // parent's listing was read makes that listing stale.
+        let listed = w.roots.iter().any(|r| {
+            parent
+                .strip_prefix(r)
+                .is_ok_and(|below| below.components().count() < LISTED_DEPTH)
+        });
+        let absent = w.swept_lately()
+            && listed
+            && !w.dirs.contains(dir)
+            && w.freshness(parent) != Freshness::Unknown;
         if absent {
             w.stats.groups_known_absent += 1;
         }
@@ -400,6 +405,12 @@ impl GroupWatch {
     }
 
     /// How a directory found by the walk stands.
+    /// Whether the last full sweep is less than `FULL_SWEEP` ago (what the kernel changes
+    /// without an event is as read).
+    fn swept_lately(&self) -> bool {
+        self.swept_at.is_some_and(|t| t.elapsed() < FULL_SWEEP)
+    }
+
     pub(super) fn freshness(&self, dir: &Path) -> Freshness {
         if !self.dirs.contains(dir)
             || self.listing_stale.contains(dir)
@@ -617,12 +628,17 @@ mod tests {
         }
     }
 
+    /// A watch shared as the daemon shares it, and the metrics endpoint's view of it.
+    fn shared_watch() -> (std::sync::Arc<std::sync::Mutex<GroupWatch>>, WatchedFiles) {
+        let shared = std::sync::Arc::new(std::sync::Mutex::new(GroupWatch::new().unwrap()));
+        (shared.clone(), WatchedFiles(shared))
+    }
+
     #[test]
     fn a_scrape_knows_the_files_of_groups_no_event_named_since() {
         use crate::hostfs::KnownFiles as _;
         let t = tree();
-        let shared = std::sync::Arc::new(std::sync::Mutex::new(GroupWatch::new().unwrap()));
-        let known = WatchedFiles(shared.clone());
+        let (shared, known) = shared_watch();
         let a = t.root.join("a");
         let file = |dir: &Path, name: &str| {
             let group = known.known_group(dir)?;
@@ -666,8 +682,7 @@ mod tests {
     fn a_scrape_knows_the_groups_the_walk_did_not_find() {
         use crate::hostfs::KnownFiles as _;
         let t = tree();
-        let shared = std::sync::Arc::new(std::sync::Mutex::new(GroupWatch::new().unwrap()));
-        let known = WatchedFiles(shared.clone());
+        let (shared, known) = shared_watch();
         let c = t.root.join("c");
         known.refresh();
         assert!(!known.absent(&c), "nothing walked yet");
