@@ -43,6 +43,11 @@
 #   UNIFIED=1              systemd.unified_cgroup_hierarchy=UNIFIED (0: cgroup v1, RHEL 7/8 style)
 #   KERNEL= INITRD=        override the kernel / initrd file passed to qemu
 #   BOOT_TIMEOUT=300       kill qemu after this many seconds
+#   BEGIN_TIMEOUT=150      a test boot whose script has not begun (SDGUEST: BEGIN) after this
+#                          many seconds (it takes 9-15 s) is stopped and made once more, with
+#                          the kernel's messages, and says so; a second such boot fails
+#   FIRST_BOOT_OPTS=       qemu options for the first test boot only (to see that retry:
+#                          "-S" starts the guest's CPUs stopped)
 set -euo pipefail
 
 WORK=${WORK:-/tmp/sdguest}
@@ -60,6 +65,7 @@ PERSIST=${PERSIST:-0}
 APPEND_EXTRA=${APPEND_EXTRA:-}
 UNIFIED=${UNIFIED:-1}
 BOOT_TIMEOUT=${BOOT_TIMEOUT:-300}
+BEGIN_TIMEOUT=${BEGIN_TIMEOUT:-150}
 TEST_SCRIPT=${TEST_SCRIPT:-}
 MINI_INITRD=${MINI_INITRD:-1}
 GUEST_MODULES=${GUEST_MODULES:-0}
@@ -411,24 +417,71 @@ do_boot() {
 			-numa node,nodeid=0,cpus=0,memdev=m0 -numa node,nodeid=1,cpus=1,memdev=m1)
 	fi
 
-	local logf
-	logf=$WORK/boot-$(date +%Y%m%d-%H%M%S).log
-	log "boot: ${q[*]}"
-	log "boot: console log -> $logf"
-	if [ "$TEST" != 1 ]; then exec "${q[@]}"; fi
+	if [ "$TEST" != 1 ]; then
+		log "boot: ${q[*]}"
+		exec "${q[@]}"
+	fi
+	local attempt
+	for attempt in 1 2; do
+		if [ "$attempt" = 2 ]; then
+			# The retry shows the kernel's messages, so that a second hang says where it stopped.
+			local k
+			for k in "${!q[@]}"; do
+				[ "${q[$k]}" = -append ] && q[k+1]="${q[k+1]/ quiet/} ignore_loglevel"
+			done
+		fi
+		local -a first=()
+		# shellcheck disable=SC2206
+		[ "$attempt" = 1 ] && first=(${FIRST_BOOT_OPTS:-})
+		boot_once "$attempt" "${q[@]}" "${first[@]}" && return 0
+		[ -e "$WORK/begin_hung" ] || return 1
+		log "boot: warning: the guest's test script had not begun after ${BEGIN_TIMEOUT}s (it takes 9-15 s)"
+		[ "$attempt" = 1 ] && log "boot: warning: booting once more, with the kernel's messages (a boot that hangs twice fails)"
+	done
+	log "boot: error: the guest's test script had not begun after ${BEGIN_TIMEOUT}s, twice"
+	return 1
+}
 
+# boot_once ATTEMPT QEMU-COMMAND...: one test boot, its console timestamped into a log. A
+# watchdog stops qemu (through its timeout wrapper) when the test script has not begun within
+# BEGIN_TIMEOUT, and leaves $WORK/begin_hung.
+boot_once() {
+	local attempt=$1
+	shift
+	local logf
+	logf=$WORK/boot-$(date +%Y%m%d-%H%M%S)-$attempt.log
+	log "boot: $*"
+	log "boot: console log -> $logf (attempt $attempt)"
+	rm -f "$WORK/begin_hung" "$WORK/qemu.pid"
+	: >"$logf"
 	# Timestamp every console line relative to qemu start (host clock).
 	local t0=${EPOCHREALTIME/./}
-	{ timeout "$BOOT_TIMEOUT" "${q[@]}" < /dev/null 2>&1; echo "QEMU-EXIT rc=$?"; } |
+	{
+		timeout "$BOOT_TIMEOUT" "$@" < /dev/null 2>&1 &
+		echo $! >"$WORK/qemu.pid"
+		wait $!
+		echo "QEMU-EXIT rc=$?"
+	} |
 	while IFS= read -r line; do
 		local d=$(( ${EPOCHREALTIME/./} - t0 ))
 		printf '%4d.%02d %s\n' $((d / 1000000)) $(( (d % 1000000) / 10000 )) "${line//$'\r'/}"
-	done | tee "$logf"
+	done | tee "$logf" &
+	local ppid=$! deadline=$(( $(date +%s) + BEGIN_TIMEOUT )) qpid=
+	while kill -0 "$ppid" 2>/dev/null && ! grep -q 'SDGUEST: BEGIN' "$logf"; do
+		if [ "$(date +%s)" -ge "$deadline" ]; then
+			qpid=$(cat "$WORK/qemu.pid" 2>/dev/null || true)
+			: >"$WORK/begin_hung"
+			[ -n "$qpid" ] && kill -TERM "$qpid" 2>/dev/null
+			break
+		fi
+		sleep 0.5
+	done
+	wait "$ppid" || true
 	local first end
 	first=$(awk '/SDGUEST: BEGIN/ {print $1; exit}' "$logf")
 	end=$(awk '/QEMU-EXIT/ {print $1 " (" $NF ")"; exit}' "$logf")
 	log "boot: qemu start -> first test line: ${first:-n/a} s; -> qemu exit: ${end:-n/a} s"
-	grep -q 'QEMU-EXIT rc=0' "$logf" && grep -q 'SDGUEST: END' "$logf"
+	[ ! -e "$WORK/begin_hung" ] && grep -q 'QEMU-EXIT rc=0' "$logf" && grep -q 'SDGUEST: END' "$logf"
 }
 
 [ $# -gt 0 ] || set -- all
