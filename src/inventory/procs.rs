@@ -44,9 +44,9 @@ impl ProcInfo {
             return;
         }
         if !(fields.comm || fields.tree) {
-            self.comm = comm_from_cmdline(&cmdline).into();
+            self.comm = shared(&comm_from_cmdline(&cmdline));
         }
-        self.cmdline = cmdline.into();
+        self.cmdline = shared(&cmdline);
     }
 }
 
@@ -235,7 +235,7 @@ impl ProcReader {
         // No cgroup file (a kernel without cgroups, or a process gone since): in no unit.
         let unit = if fields.unit {
             self.file(pid, "cgroup").and_then(|text| {
-                crate::unitname::unit_of_proc_cgroup(&String::from_utf8_lossy(text)).map(Arc::from)
+                crate::unitname::unit_of_proc_cgroup(&String::from_utf8_lossy(text)).map(shared)
             })
         } else {
             None
@@ -243,14 +243,68 @@ impl ProcReader {
         Some(ProcInfo {
             pid,
             ppid,
-            comm: comm.into(),
-            cmdline: cmdline.into(),
+            comm: shared(&comm),
+            cmdline: shared(&cmdline),
             exe,
             uid,
             gid,
             start_time,
             unit,
         })
+    }
+}
+
+/// The strings processes share (their names, command lines and units): one copy of each for
+/// all the processes that have it. A host runs many processes of one program (an instance's
+/// server processes, a pool's workers, forked children), and at 28,000 processes of one
+/// program a copy each was 4 MiB of the daemon's memory.
+static SHARED_STRINGS: std::sync::Mutex<StringPool> = std::sync::Mutex::new(StringPool::new());
+
+/// `s` as the pool's copy (see `SHARED_STRINGS`).
+fn shared(s: &str) -> Arc<str> {
+    SHARED_STRINGS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(s)
+}
+
+/// A set of shared strings that forgets those only it still holds: whenever it has doubled
+/// since it last looked (an amortised constant cost per string, without a hook in the scans
+/// that drop processes), it keeps only the strings some process still has.
+struct StringPool {
+    strings: Option<std::collections::HashSet<Arc<str>>>,
+    /// The size at which the set is next pruned.
+    prune_at: usize,
+}
+
+impl StringPool {
+    /// Pruned first at this size; never below it.
+    const MIN_PRUNE_AT: usize = 1024;
+
+    const fn new() -> StringPool {
+        StringPool {
+            strings: None,
+            prune_at: Self::MIN_PRUNE_AT,
+        }
+    }
+
+    fn get(&mut self, s: &str) -> Arc<str> {
+        let strings = self.strings.get_or_insert_with(Default::default);
+        if let Some(have) = strings.get(s) {
+            return have.clone();
+        }
+        if strings.len() >= self.prune_at {
+            strings.retain(|have| Arc::strong_count(have) > 1);
+            self.prune_at = (strings.len() * 2).max(Self::MIN_PRUNE_AT);
+        }
+        let new: Arc<str> = Arc::from(s);
+        strings.insert(new.clone());
+        new
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.strings.as_ref().map_or(0, |s| s.len())
     }
 }
 
@@ -1067,6 +1121,32 @@ mod tests {
             assert_eq!(got, want, "adding {added:?}");
             assert!(procs.iter().all(|p| *p.comm == format!("p{}", p.pid)));
         }
+    }
+
+    #[test]
+    fn processes_share_one_copy_of_a_string_and_the_pool_forgets_what_none_holds() {
+        // Through the reader: two processes of one program share their strings.
+        let a = shared("dbcage-test-shared /usr/lib/postgresql/15/bin/postgres -D /x");
+        let b = shared(&String::from(
+            "dbcage-test-shared /usr/lib/postgresql/15/bin/postgres -D /x",
+        ));
+        assert!(Arc::ptr_eq(&a, &b));
+        // The pool itself: held strings stay shared across a prune, the others are forgotten
+        // when it has doubled, and its size stays bounded by twice what is held.
+        let mut pool = StringPool::new();
+        let held: Vec<Arc<str>> = (0..10).map(|i| pool.get(&format!("held {i}"))).collect();
+        for i in 0..StringPool::MIN_PRUNE_AT * 3 {
+            pool.get(&format!("gone {i}"));
+            assert!(pool.len() <= StringPool::MIN_PRUNE_AT + 1, "{}", pool.len());
+        }
+        for (i, h) in held.iter().enumerate() {
+            assert!(Arc::ptr_eq(h, &pool.get(&format!("held {i}"))));
+        }
+        let more: Vec<Arc<str>> = (0..StringPool::MIN_PRUNE_AT * 2)
+            .map(|i| pool.get(&format!("more {i}")))
+            .collect();
+        assert!(pool.len() >= more.len() + held.len());
+        assert!(Arc::ptr_eq(&more[0], &pool.get("more 0")));
     }
 
     #[test]
