@@ -60,6 +60,18 @@ pub trait Driver: Sync {
     /// The files the driver manages in each of dbcage's groups of a hierarchy with these
     /// controllers.
     fn managed_files(&self, controllers: &[Controller]) -> Vec<&'static str>;
+    /// The specs of one tenant with every setting that adds a file on (and dbcage's root's):
+    /// which files the plans can compare in a group at each depth (`managed_files_by_depth`).
+    fn specs_of_every_kind(&self) -> Vec<FileSpec>;
+    /// `managed_files` by the group's depth under dbcage's root (0: the root, 1: a tenant's
+    /// group, 2: a leaf): only those the plans compare there (`model::files_by_depth`), which
+    /// is what the walks of the groups read.
+    fn managed_files_by_depth(&self, controllers: &[Controller]) -> [Vec<&'static str>; 3] {
+        super::model::files_by_depth(
+            &self.specs_of_every_kind(),
+            &self.managed_files(controllers),
+        )
+    }
     /// Reads what the plan needs of dbcage's parent group (the cpus and memory nodes it allows,
     /// swap accounting, the controllers it offers) into the snapshot.
     fn read_parent(&self, parent: &Path, controllers: &[Controller], snap: &mut Snapshot);

@@ -490,7 +490,7 @@ impl Layout {
 }
 
 /// Reads dbcage's groups in one hierarchy (the root, its tenants and their leaves) and the
-/// managed `files` in each: into `snap`, or with a watch, into the watch's cache, rereading only
+/// managed `files` of each one's depth (`Driver::managed_files_by_depth`): into `snap`, or with a watch, into the watch's cache, rereading only
 /// the groups the events since its last walk named.
 ///
 /// Each group is opened once and its files are read relative to it (`openat`, then one read:
@@ -499,7 +499,7 @@ impl Layout {
 /// a walk from `/` plus a `statx` per file was most of their cost.
 fn read_groups(
     root: &Path,
-    files: &[&'static str],
+    files: &[Vec<&'static str>; 3],
     snap: &mut Snapshot,
     watched: Option<Watched>,
     buf: &mut Vec<u8>,
@@ -564,7 +564,7 @@ fn read_groups(
             Some(w) => (&mut w.dirs, &mut w.files),
             None => (&mut snap.dirs, &mut snap.files),
         };
-        let read: Vec<values::FileValue> = files
+        let read: Vec<values::FileValue> = files[depth.min(2)]
             .iter()
             .filter_map(|f| {
                 let raw = crate::inventory::procs::read_small_at(&fd, f, buf)?;
@@ -717,12 +717,12 @@ impl Snapshot {
         if let Some(w) = watch.as_deref_mut() {
             w.begin(&layout.parents, &layout.root_name);
         }
-        let walks: Vec<(PathBuf, Vec<&'static str>)> = (layout.setup.hierarchies.iter())
+        let walks: Vec<(PathBuf, [Vec<&'static str>; 3])> = (layout.setup.hierarchies.iter())
             .enumerate()
             .map(|(h, hier)| {
                 (
                     layout.root_dir(h),
-                    hier.driver().managed_files(&hier.controllers),
+                    hier.driver().managed_files_by_depth(&hier.controllers),
                 )
             })
             .collect();

@@ -104,6 +104,21 @@ pub fn limited_io(files: Vec<FileSpec>) -> Vec<FileSpec> {
         .collect()
 }
 
+/// Per depth under dbcage's root (0: the root, 1: a tenant's group, 2: its leaves), the files of
+/// `managed` that `specs` name in a group at that depth, in `managed`'s order. With the specs of
+/// every kind a driver makes (`Driver::specs_of_every_kind`), what a walk of the groups needs to
+/// read at each depth: at 1,000 tenants on v1 half the files it read in every group were never
+/// compared (the IO limits of a tenant's group, the CPU files of its leaves).
+pub fn files_by_depth(specs: &[FileSpec], managed: &[&'static str]) -> [Vec<&'static str>; 3] {
+    let mut out: [Vec<&'static str>; 3] = Default::default();
+    for (depth, files) in out.iter_mut().enumerate() {
+        let named =
+            |f: &str| (specs.iter()).any(|s| s.file == f && s.group.depth() == depth as i64);
+        files.extend(managed.iter().copied().filter(|f| named(f)));
+    }
+    out
+}
+
 /// One control file of one group, and the value it should hold.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FileSpec {

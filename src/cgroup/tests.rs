@@ -432,3 +432,119 @@ fn readers_read_a_tenants_units_under_systemd() {
         [Controller::Io]
     );
 }
+
+/// The walks read in each group only the files the plans compare at its depth, and every file
+/// any tenant's specs name is among them (whatever its settings).
+#[test]
+fn groups_are_read_for_the_files_their_depth_is_planned_with() {
+    use super::driver::Driver;
+    use super::model::TenantSettings;
+    let all = [
+        Controller::Io,
+        Controller::Cpu,
+        Controller::Cpuset,
+        Controller::Memory,
+        Controller::Cpuacct,
+    ];
+    let [root, tenant, leaf] = v1::V1.managed_files_by_depth(&all);
+    assert_eq!(root, ["cpuset.cpus", "cpuset.mems"]);
+    assert_eq!(
+        tenant,
+        [
+            "cpu.cfs_quota_us",
+            "cpu.cfs_period_us",
+            "cpu.shares",
+            "cpuset.cpus",
+            "cpuset.mems",
+            "cpuset.memory_migrate",
+            "memory.limit_in_bytes",
+            "memory.soft_limit_in_bytes",
+            "memory.memsw.limit_in_bytes",
+        ]
+    );
+    assert_eq!(
+        leaf,
+        [
+            "blkio.throttle.read_bps_device",
+            "blkio.throttle.write_bps_device",
+            "blkio.throttle.read_iops_device",
+            "blkio.throttle.write_iops_device",
+            "cpuset.cpus",
+            "cpuset.mems",
+            "cpuset.memory_migrate",
+        ]
+    );
+    // One v1 hierarchy's controllers only.
+    assert_eq!(
+        v1::V1.managed_files_by_depth(&[Controller::Cpu, Controller::Cpuacct]),
+        [
+            vec![],
+            vec!["cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.shares"],
+            vec![]
+        ]
+    );
+    let [root, tenant, leaf] = v2::V2.managed_files_by_depth(&all);
+    assert_eq!(root, ["cgroup.subtree_control"]);
+    assert_eq!(
+        tenant,
+        [
+            "io.weight",
+            "io.latency",
+            "cpu.max",
+            "cpu.weight",
+            "cpuset.cpus",
+            "cpuset.mems",
+            "memory.max",
+            "memory.high",
+            "memory.low",
+            "memory.swap.max",
+            "cgroup.subtree_control",
+        ]
+    );
+    assert_eq!(leaf, ["io.max"]);
+
+    // Whatever a tenant asks for, its specs name no file its group's depth is not read for.
+    let dev: crate::kernel::DevNum = "8:0".parse().unwrap();
+    let limits = crate::policy::IoLimits {
+        read_bps: Some(1 << 20),
+        write_iops: Some(100),
+        ..Default::default()
+    };
+    let many = TenantSettings {
+        io: [(dev, limits)].into(),
+        cpu_cores: Some(1.5),
+        cpu_weight: 300,
+        memory_max: Some(1 << 30),
+        memory_high: Some(1 << 29),
+        memory_low: Some(1 << 28),
+        memory_swap_max: Some(1 << 20),
+        migrate_memory: true,
+        io_weight: Some(200),
+        io_latency_us: [(dev, 5000)].into(),
+        ..TenantSettings::default()
+    };
+    for settings in [TenantSettings::default(), many] {
+        for has_swap in [false, true] {
+            let specs = [
+                (
+                    v1::tenant_files("t", &settings, has_swap),
+                    v1::V1.managed_files_by_depth(&all),
+                ),
+                (
+                    v2::tenant_files("t", &settings, has_swap),
+                    v2::V2.managed_files_by_depth(&all),
+                ),
+            ];
+            for (specs, by_depth) in specs {
+                for s in specs {
+                    assert!(
+                        by_depth[s.group.depth() as usize].contains(&s.file),
+                        "{} at depth {} is not read",
+                        s.file,
+                        s.group.depth()
+                    );
+                }
+            }
+        }
+    }
+}

@@ -303,6 +303,16 @@ impl Driver for V1 {
         managed_files(controllers)
     }
 
+    fn specs_of_every_kind(&self) -> Vec<FileSpec> {
+        let every = TenantSettings {
+            migrate_memory: true,
+            ..TenantSettings::default()
+        };
+        let mut out = root_files(&CpuSet::default(), &CpuSet::default());
+        out.extend(tenant_files("every", &every, true));
+        out
+    }
+
     fn read_parent(&self, parent: &Path, controllers: &[Controller], snap: &mut Snapshot) {
         if controllers.contains(&Controller::Memory) {
             // Swap accounting: the parent has memsw files only when it is on.

@@ -461,6 +461,17 @@ impl Driver for V2 {
         f
     }
 
+    fn specs_of_every_kind(&self) -> Vec<FileSpec> {
+        let every = TenantSettings {
+            migrate_memory: true,
+            memory_swap_max: Some(0),
+            ..TenantSettings::default()
+        };
+        let mut out = root_files(&["cpuset", "cpu", "io", "memory"], &["every"]);
+        out.extend(tenant_files("every", &every, true));
+        out
+    }
+
     fn read_parent(&self, parent: &Path, controllers: &[Controller], snap: &mut Snapshot) {
         // What the parent offers and already enables for its children.
         for f in [CONTROLLERS_FILE, SUBTREE_CONTROL, PROCS] {

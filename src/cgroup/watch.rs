@@ -595,7 +595,8 @@ mod tests {
             watch: &mut *w,
             tenants_read: &mut tenants_read,
         };
-        read_groups(&t.root, &FILES, &mut snap, Some(watched), &mut Vec::new());
+        let files = [FILES.to_vec(), FILES.to_vec(), FILES.to_vec()];
+        read_groups(&t.root, &files, &mut snap, Some(watched), &mut Vec::new());
         w.end();
         let read = tenants_read.map(|r| r.into_iter().sorted().collect());
         (walk_stats(w, before), read)
