@@ -489,13 +489,14 @@ impl Layout {
     }
 }
 
-/// Reads dbcage's groups in one hierarchy (the root, its tenants and their leaves) and the
-/// managed `files` of each one's depth (`Driver::managed_files_by_depth`): into `snap`, or with a watch, into the watch's cache, rereading only
-/// the groups the events since its last walk named.
+/// Reads dbcage's groups in one hierarchy (the root, its tenants and their leaves) and, in each,
+/// the managed `files` of its depth (`Driver::managed_files_by_depth`): into `snap`, or with a
+/// watch, into the watch's cache, rereading only the groups the events since its last walk
+/// named.
 ///
 /// Each group is opened once and its files are read relative to it (`openat`, then one read:
 /// every managed file is one seq_file record), and its subgroups listed through the same
-/// descriptor: with 1,000 tenants that is some 9,000 groups and 21,000 files in every plan, and
+/// descriptor: with 1,000 tenants that is some 9,000 groups and 11,000 files in every plan, and
 /// a walk from `/` plus a `statx` per file was most of their cost.
 fn read_groups(
     root: &Path,
@@ -693,7 +694,7 @@ impl Snapshot {
     ///
     /// Each group is opened once and its files are read relative to it (`openat`, then one
     /// read: every managed file is one seq_file record), and its subgroups listed through the
-    /// same descriptor: with 1,000 tenants that is some 9,000 groups and 21,000 files in every
+    /// same descriptor: with 1,000 tenants that is some 9,000 groups and 11,000 files in every
     /// plan and rescan, and a walk from `/` plus a `statx` per file was most of their cost.
     pub fn read(fs: &HostFs, layout: &Layout, pids: &[u32]) -> Snapshot {
         Snapshot::read_watched(fs, layout, pids, &[], &|_, _| true, None)

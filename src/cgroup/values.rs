@@ -1,7 +1,7 @@
 //! The control file values of a reading, kept by group: each group's path once, shared with the
 //! group set and the watch (`GroupPath`), and its files by name.
 //!
-//! At 1,000 tenants on v1 a reading holds some 9,000 groups and 21,000 files, and the daemon
+//! At 1,000 tenants on v1 a reading holds some 9,000 groups and 11,000 files, and the daemon
 //! keeps it between rescans (`watch`). Keyed by each file's full path it took a path per file
 //! and three copies of each group's path (the files' keys, the group set, the watch's
 //! descriptors): 6 of the daemon's 15 MiB of heap.

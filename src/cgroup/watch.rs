@@ -4,7 +4,7 @@
 //! A write to a cgroup control file raises IN_MODIFY on its directory (kernfs files go through
 //! `vfs_write` like any other), and mkdir, rmdir and rename of a group raise IN_CREATE,
 //! IN_DELETE and IN_MOVED_* on its parent; so a group whose directory saw no event since it
-//! was read holds what was read. At 1,000 tenants that is some 9,000 groups and 21,000 files a
+//! was read holds what was read. At 1,000 tenants that is some 9,000 groups and 11,000 files a
 //! plan would otherwise open and read: about half of an idle rescan's CPU.
 //!
 //! What the kernel changes without a write is not seen by inotify: on v2 a child's control

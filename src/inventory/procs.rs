@@ -1125,7 +1125,7 @@ mod tests {
 
     #[test]
     fn processes_share_one_copy_of_a_string_and_the_pool_forgets_what_none_holds() {
-        // Through the reader: two processes of one program share their strings.
+        // Two processes of one program, read apart, share their strings.
         let a = shared("dbcage-test-shared /usr/lib/postgresql/15/bin/postgres -D /x");
         let b = shared(&String::from(
             "dbcage-test-shared /usr/lib/postgresql/15/bin/postgres -D /x",
