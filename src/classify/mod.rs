@@ -151,6 +151,8 @@ pub trait Classifier {
     fn classify_direct(&self, p: &ProcInfo) -> Option<Placement>;
     /// See the free function `claims`.
     fn claims_on(&self, p: &ProcInfo) -> Vec<usize>;
+    /// Whether any rule of any tenant (exempt rules included) matches `p`.
+    fn hit_by_any_rule(&self, p: &ProcInfo) -> bool;
 }
 
 fn subject(p: &ProcInfo) -> Subject<'_> {
@@ -175,6 +177,10 @@ fn leaf(list: List) -> Leaf {
 impl Classifier for RuleSet {
     fn claims_on(&self, p: &ProcInfo) -> Vec<usize> {
         self.claims(&self.hits(&subject(p)))
+    }
+
+    fn hit_by_any_rule(&self, p: &ProcInfo) -> bool {
+        !self.hits(&subject(p)).is_empty()
     }
 
     fn classify_direct(&self, p: &ProcInfo) -> Option<Placement> {

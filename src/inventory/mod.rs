@@ -96,9 +96,8 @@ pub fn resolve_devices(
 
 /// How `gather` reads the processes.
 pub enum ProcScan<'a> {
-    /// Every process. With `exact_comm`, every process's `comm` is read even where no rule
-    /// needs it (plans and status show it); the daemon's rescan leaves it out.
-    All { exact_comm: bool },
+    /// Every process, with the fields the rules need (`procs::Fields::needed_by`).
+    All,
     /// The daemon's rescan with its process events: what the scan before read and has not
     /// changed since is kept (see `procs::Reuse`; `comm` only where a rule needs it).
     Reusing(procs::Reuse<'a>),
@@ -117,12 +116,8 @@ pub fn gather(
     policy.refresh_pid_files(fs);
     let needed = procs::Fields::needed_by(&policy.tenants);
     let scanned = match scan {
-        ProcScan::All { exact_comm } => {
-            let fields = procs::Fields {
-                comm: needed.comm || exact_comm,
-                ..needed
-            };
-            let (procs, skipped) = procs::scan_listed(fs, fields).context("scanning /proc")?;
+        ProcScan::All => {
+            let (procs, skipped) = procs::scan_listed(fs, needed).context("scanning /proc")?;
             let listed = procs.len() + skipped.len();
             procs::Scanned {
                 procs,

@@ -132,6 +132,22 @@ fn comm_from_cmdline(cmdline: &str) -> String {
     name[..end].to_string()
 }
 
+/// Gives the processes `wanted` picks the kernel's comm, where a scan without `Fields::comm`
+/// took it from argv[0]. A process gone since keeps the name it was scanned with.
+pub fn read_exact_comm(
+    fs: &HostFs,
+    procs: &mut [ProcInfo],
+    wanted: impl Fn(&ProcInfo) -> bool,
+) -> std::io::Result<()> {
+    let mut reader = ProcReader::open(fs)?;
+    for p in procs.iter_mut().filter(|p| wanted(p)) {
+        if let Some(comm) = reader.comm(p.pid) {
+            p.comm = shared(&comm);
+        }
+    }
+    Ok(())
+}
+
 /// The kernel's comm of a process (`/proc/PID/comm`), for a log line; `None` if it is gone.
 pub fn read_comm(fs: &HostFs, pid: u32) -> Option<String> {
     let text = fs.read_to_string(format!("/proc/{pid}/comm")).ok()?;
@@ -194,6 +210,12 @@ impl ProcReader {
         (!cmdline.is_empty()).then_some(cmdline)
     }
 
+    /// The kernel's comm of a process (`PID/comm`); `None` when it is gone.
+    fn comm(&mut self, pid: u32) -> Option<String> {
+        let raw = self.file(pid, "comm")?;
+        Some(String::from_utf8_lossy(raw.strip_suffix(b"\n").unwrap_or(raw)).into_owned())
+    }
+
     /// One process; `None` if it is gone, or is a kernel thread.
     pub fn read(&mut self, pid: u32, fields: Fields) -> Option<ProcInfo> {
         let cmdline = join_cmdline(self.file(pid, "cmdline")?);
@@ -204,9 +226,7 @@ impl ProcReader {
         } else if !fields.comm {
             Some(comm_from_cmdline(&cmdline))
         } else {
-            self.file(pid, "comm").map(|raw| {
-                String::from_utf8_lossy(raw.strip_suffix(b"\n").unwrap_or(raw)).into_owned()
-            })
+            self.comm(pid)
         };
         let (comm, ppid, start_time) = match short_comm {
             Some(comm) => (comm, 0, 0),

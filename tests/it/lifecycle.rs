@@ -100,6 +100,12 @@ fn idempotent_apply() {
         mq["reason"],
         format!("exempt[0] cmdline=~{}", name_rule(&lgwr))
     );
+    // The kernel's comm, not argv[0]'s name: no rule looks at comm, so the scan read it only
+    // for the processes the rules matched.
+    assert_eq!(
+        (&mp["comm"], &mq["comm"]),
+        (&"sleep".into(), &"sleep".into())
+    );
     // cpu, memory, blkio and cpuacct on v1 (no cpuset: it pins nothing), the one tree on v2
     let want_targets = match cgroup_version() {
         Version::V2 => 1,
