@@ -520,8 +520,9 @@ fn read_groups(
         }
     }
     let mut visited = values::GroupSet::default();
-    let mut stack: Vec<(GroupPath, usize)> = vec![(GroupPath::from(root), 0)];
-    while let Some((dir, depth)) = stack.pop() {
+    // (group, depth, whether a listing of this walk found it a directory)
+    let mut stack: Vec<(GroupPath, usize, bool)> = vec![(GroupPath::from(root), 0, false)];
+    while let Some((dir, depth, listed_now)) = stack.pop() {
         let freshness = watch
             .as_deref()
             .map_or(Freshness::Unknown, |w| w.freshness(&dir));
@@ -535,12 +536,30 @@ fn read_groups(
             None => &snap.dirs,
         };
         if freshness != Freshness::Unknown && depth < watch::LISTED_DEPTH {
-            stack.extend(dirs.children(&dir).map(|d| (d.clone(), depth + 1)));
+            stack.extend(dirs.children(&dir).map(|d| (d.clone(), depth + 1, false)));
         }
         if freshness == Freshness::Fresh {
             if let Some(w) = watch.as_deref_mut() {
                 w.stats.cached += 1;
             }
+            visited.insert(dir);
+            continue;
+        }
+        let wanted = &files[depth.min(2)];
+        if wanted.is_empty() && depth >= watch::LISTED_DEPTH && listed_now {
+            // A leaf with no file to read at its depth (v1's cpu and cpuacct leaves), just
+            // listed by its parent: nothing to open it for (2,000 opens an apply at 1,000
+            // tenants per such hierarchy).
+            if let Some(w) = watch.as_deref_mut() {
+                w.watch(&dir);
+                w.stats.read += 1;
+            }
+            let (dirs, values) = match watch.as_deref_mut() {
+                Some(w) => (&mut w.dirs, &mut w.files),
+                None => (&mut snap.dirs, &mut snap.files),
+            };
+            values.set_group(dir.clone(), Vec::new());
+            dirs.insert(dir.clone());
             visited.insert(dir);
             continue;
         }
@@ -565,7 +584,7 @@ fn read_groups(
             Some(w) => (&mut w.dirs, &mut w.files),
             None => (&mut snap.dirs, &mut snap.files),
         };
-        let read: Vec<values::FileValue> = files[depth.min(2)]
+        let read: Vec<values::FileValue> = wanted
             .iter()
             .filter_map(|f| {
                 let raw = crate::inventory::procs::read_small_at(&fd, f, buf)?;
@@ -578,11 +597,9 @@ fn read_groups(
             if let Ok(entries) = rustix::fs::Dir::read_from(&fd) {
                 for e in entries.flatten() {
                     let name = e.file_name().to_bytes();
-                    // Unknown (a file system without d_type): the open above tells.
-                    let dir_or_unknown = matches!(
-                        e.file_type(),
-                        rustix::fs::FileType::Directory | rustix::fs::FileType::Unknown
-                    );
+                    // Unknown (a file system without d_type): its own open tells.
+                    let is_dir = e.file_type() == rustix::fs::FileType::Directory;
+                    let dir_or_unknown = is_dir || e.file_type() == rustix::fs::FileType::Unknown;
                     if dir_or_unknown && name != b"." && name != b".." {
                         use std::os::unix::ffi::OsStrExt as _;
                         let sub = dir.join(std::ffi::OsStr::from_bytes(name));
@@ -591,7 +608,7 @@ fn read_groups(
                             .get(sub.as_path())
                             .cloned()
                             .unwrap_or_else(|| sub.into());
-                        stack.push((sub, depth + 1));
+                        stack.push((sub, depth + 1, is_dir));
                     }
                 }
             }
