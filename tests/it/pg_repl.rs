@@ -388,12 +388,16 @@ fn pg_replication_guard_raises_limits() {
         d.log()
     );
     // What status shows (from the daemon's published state): the lag, not behind any more, the
-    // actions taken.
+    // actions taken. Where the standby caught up while the primary still wrote, the lag grew
+    // again under the restored limits (31 MiB at the end of the load in one run here): calm is
+    // also the standby within half the lag threshold (16 MiB) once it has replayed that.
     let published = &published.0;
     let mut st = serde_json::Value::Null;
-    let calm = wait_until(Duration::from_secs(5), || {
+    let calm = wait_until(Duration::from_secs(60), || {
         st = guard_status(&t, "s");
-        st["behind"] == false && st["raised_write_bps"].is_null()
+        st["behind"] == false
+            && st["raised_write_bps"].is_null()
+            && st["lag_bytes"].as_u64().is_some_and(|b| b <= 16 << 20)
     });
     assert!(calm, "status of s: {st} (published in {published})");
     assert!(
