@@ -552,7 +552,10 @@ fn read_groups(
             // tenants per such hierarchy).
             if let Some(w) = watch.as_deref_mut() {
                 w.watch(&dir);
-                w.stats.read += 1;
+                match freshness {
+                    Freshness::Unknown => w.stats.read += 1,
+                    _ => w.stats.reread_files += 1,
+                }
             }
             let (dirs, values) = match watch.as_deref_mut() {
                 Some(w) => (&mut w.dirs, &mut w.files),
