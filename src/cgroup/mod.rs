@@ -546,33 +546,20 @@ fn read_groups(
             continue;
         }
         let wanted = &files[depth.min(2)];
-        if wanted.is_empty() && depth >= watch::LISTED_DEPTH && listed_now {
-            // A leaf with no file to read at its depth (v1's cpu and cpuacct leaves), just
-            // listed by its parent: nothing to open it for (2,000 opens an apply at 1,000
-            // tenants per such hierarchy).
-            if let Some(w) = watch.as_deref_mut() {
-                w.watch(&dir);
-                match freshness {
-                    Freshness::Unknown => w.stats.read += 1,
-                    _ => w.stats.reread_files += 1,
-                }
+        // A leaf with no file to read at its depth (v1's cpu and cpuacct leaves), just listed
+        // by its parent as a directory, is not opened: 2,000 opens an apply at 1,000 tenants
+        // per such hierarchy. Any other group is: not there, or not a directory, nothing under it.
+        let fd = if wanted.is_empty() && depth >= watch::LISTED_DEPTH && listed_now {
+            None
+        } else {
+            match rustix::fs::open(
+                &*dir,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(fd) => Some(fd),
+                Err(_) => continue,
             }
-            let (dirs, values) = match watch.as_deref_mut() {
-                Some(w) => (&mut w.dirs, &mut w.files),
-                None => (&mut snap.dirs, &mut snap.files),
-            };
-            values.set_group(dir.clone(), Vec::new());
-            dirs.insert(dir.clone());
-            visited.insert(dir);
-            continue;
-        }
-        // Not there, or not a directory: nothing under it.
-        let Ok(fd) = rustix::fs::open(
-            &*dir,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) else {
-            continue;
         };
         if let Some(w) = watch.as_deref_mut() {
             // Watched before its files are read: a write in between is seen next time.
@@ -587,17 +574,20 @@ fn read_groups(
             Some(w) => (&mut w.dirs, &mut w.files),
             None => (&mut snap.dirs, &mut snap.files),
         };
-        let read: Vec<values::FileValue> = wanted
-            .iter()
-            .filter_map(|f| {
-                let raw = crate::inventory::procs::read_small_at(&fd, f, buf)?;
-                let text = std::str::from_utf8(raw).ok()?;
-                Some((std::borrow::Cow::Borrowed(*f), Box::from(text)))
-            })
-            .collect();
+        let read: Vec<values::FileValue> = match &fd {
+            Some(fd) => (wanted.iter())
+                .filter_map(|f| {
+                    let raw = crate::inventory::procs::read_small_at(fd, f, buf)?;
+                    let text = std::str::from_utf8(raw).ok()?;
+                    Some((std::borrow::Cow::Borrowed(*f), Box::from(text)))
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         values.set_group(dir.clone(), read);
-        if freshness == Freshness::Unknown && depth < watch::LISTED_DEPTH {
-            if let Ok(entries) = rustix::fs::Dir::read_from(&fd) {
+        let listed = freshness == Freshness::Unknown && depth < watch::LISTED_DEPTH;
+        if let (true, Some(fd)) = (listed, &fd) {
+            if let Ok(entries) = rustix::fs::Dir::read_from(fd) {
                 for e in entries.flatten() {
                     let name = e.file_name().to_bytes();
                     // Unknown (a file system without d_type): its own open tells.

@@ -146,8 +146,7 @@ pub fn read_host_scanning(loaded: Loaded, scan: Scan) -> Result<Prepared, Failed
 /// picked them, leaves a third of a scan's files unread on a host where most processes are no
 /// tenant's.
 fn exact_comm_of_matched(read: &mut Prepared) -> Result<()> {
-    let needed = inventory::procs::Fields::needed_by(&read.loaded.policy.tenants);
-    if needed.comm || needed.tree {
+    if !names_from_argv0(&read.loaded.policy) {
         return Ok(());
     }
     let matcher = &read.loaded.policy.matcher;
@@ -155,6 +154,13 @@ fn exact_comm_of_matched(read: &mut Prepared) -> Result<()> {
         matcher.hit_by_any_rule(p)
     })
     .context("reading the matched processes' comm in /proc")
+}
+
+/// Whether a scan takes process names from argv[0] (`procs::Fields::comm`): where no rule looks
+/// at `comm` or passes its tenant on (which reads `stat`, the name with it).
+fn names_from_argv0(policy: &Policy) -> bool {
+    let needed = inventory::procs::Fields::needed_by(&policy.tenants);
+    !needed.comm && !needed.tree
 }
 
 /// The daemon's rescan: `read_host` (`Scan::Rules`) keeping the processes that `reuse` says
@@ -412,20 +418,24 @@ fn systemd_view(p: &Prepared, pids: &[u32]) -> Result<plan::SystemdView> {
         view.unit_pids.insert(unit.clone(), procs);
         view.resources.insert(unit.clone(), res);
     }
-    // The names of the processes a delegated unit's tree holds (its moves name them), the
-    // kernel's: the scan has it only for processes a rule matches, and a unit's tree also holds
-    // their children.
+    // The names of the processes a delegated unit's tree holds (its moves name them). Where
+    // the scan took names from argv[0], the kernel's is read for those no rule matched (a
+    // `Scan::Full` read it for the others; a unit's tree also holds their children).
     let in_trees: std::collections::HashSet<u32> =
         view.delegated.values().flat_map(|t| t.pids()).collect();
     if !in_trees.is_empty() {
+        let from_argv0 = names_from_argv0(&p.loaded.policy);
+        let matcher = &p.loaded.policy.matcher;
         view.comm = p
             .inventory
             .procs
             .iter()
             .filter(|x| in_trees.contains(&x.pid))
             .map(|x| {
-                let comm = crate::inventory::procs::read_comm(&p.fs, x.pid);
-                (x.pid, comm.unwrap_or_else(|| x.comm.to_string()))
+                let kernel = (from_argv0 && !matcher.hit_by_any_rule(x))
+                    .then(|| crate::inventory::procs::read_comm(&p.fs, x.pid))
+                    .flatten();
+                (x.pid, kernel.unwrap_or_else(|| x.comm.to_string()))
             })
             .collect();
     }
