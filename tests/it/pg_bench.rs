@@ -28,8 +28,12 @@ fn phase_secs() -> u64 {
 pub struct Bench {
     pub tps: f64,
     pub p99_ms: f64,
-    /// Transactions per second, one value per second (`-P 1`).
+    /// Transactions per second as pgbench reported them each second (`-P 1`). pgbench skips the
+    /// reports of seconds it was stuck in (one line then covers them all), so an index is not a
+    /// second: judge by `completed_at` where time matters.
     pub series: Vec<f64>,
+    /// When each transaction completed (Unix time, s), from the per-transaction logs.
+    pub completed_at: Vec<f64>,
     /// When no transaction completed: pgbench's last lines (progress, errors), for the report.
     pub stalled: Option<String>,
 }
@@ -81,6 +85,7 @@ impl Pgbench {
                 tps: 0.0,
                 p99_ms: f64::INFINITY,
                 series,
+                completed_at: Vec::new(),
                 stalled: Some(format!(
                     "pgbench on {} completed no transaction; its stderr ended: {}",
                     c.name,
@@ -93,40 +98,56 @@ impl Pgbench {
             .find_map(|l| l.strip_prefix("tps = "))
             .and_then(|l| l.split_whitespace().next()?.parse::<f64>().ok())
             .unwrap_or_else(|| panic!("no tps in pgbench output:\n{stdout}\n{stderr}"));
-        let mut lat = self.remove_logs(c);
+        let logged = self.remove_logs(c);
         assert!(
-            !lat.is_empty(),
+            !logged.is_empty(),
             "no pgbench transaction logs in {}",
             c.disk.mount.join("dbcage-test-pg").display()
         );
+        let mut lat: Vec<u64> = logged.iter().map(|&(us, _)| us).collect();
         lat.sort_unstable();
         let p99_ms = lat[(lat.len() * 99 / 100).min(lat.len() - 1)] as f64 / 1000.0;
+        let mut completed_at: Vec<f64> = logged.iter().map(|&(_, at)| at).collect();
+        completed_at.sort_by(f64::total_cmp);
         Bench {
             tps,
             p99_ms,
             series,
+            completed_at,
             stalled: None,
         }
     }
 
     /// Removes the run's per-transaction logs (`client_id transaction_no time_us script_no
-    /// epoch epoch_us`), giving their latencies in microseconds.
-    fn remove_logs(&self, c: &PgCluster) -> Vec<u64> {
+    /// epoch epoch_us`), giving each transaction's latency in microseconds and when it
+    /// completed (Unix time, s).
+    fn remove_logs(&self, c: &PgCluster) -> Vec<(u64, f64)> {
         let dir = c.disk.mount.join("dbcage-test-pg");
-        let mut lat: Vec<u64> = Vec::new();
+        let mut logged = Vec::new();
         for e in std::fs::read_dir(&dir).unwrap().flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
             if n.starts_with(&format!("{}.", self.log_prefix)) {
                 let text = std::fs::read_to_string(e.path()).unwrap();
-                lat.extend(
-                    text.lines()
-                        .filter_map(|l| l.split(' ').nth(2)?.parse::<u64>().ok()),
-                );
+                logged.extend(text.lines().filter_map(|l| {
+                    let f: Vec<&str> = l.split(' ').collect();
+                    let us: u64 = f.get(2)?.parse().ok()?;
+                    let epoch: f64 = f.get(4)?.parse().ok()?;
+                    let epoch_us: f64 = f.get(5)?.parse().ok()?;
+                    Some((us, epoch + epoch_us / 1e6))
+                }));
                 std::fs::remove_file(e.path()).unwrap();
             }
         }
-        lat
+        logged
     }
+}
+
+/// The time now as Unix time in seconds, as pgbench's per-transaction logs give it.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
 }
 
 /// Sectors written to a block device so far, in bytes (/sys/block/NAME/stat, field 7).
@@ -184,6 +205,7 @@ fn mean(x: &Bench, y: &Bench) -> Bench {
         tps: (x.tps + y.tps) / 2.0,
         p99_ms: (x.p99_ms + y.p99_ms) / 2.0,
         series: Vec::new(),
+        completed_at: Vec::new(),
         stalled: x.stalled.clone().or_else(|| y.stalled.clone()),
     }
 }
@@ -283,6 +305,7 @@ fn pg_noisy_neighbour_io() {
             out
         })
     };
+    let live_start = unix_now();
     let live = Pgbench::start(
         &a,
         "dbcage-test-pgbench-a",
@@ -296,6 +319,7 @@ fn pg_noisy_neighbour_io() {
     );
     std::thread::sleep(Duration::from_secs(secs));
     d.reload_with(&t, &body(high));
+    let raised_at = unix_now();
     let live = live.finish(&a, timeout);
     let rates = sampler.join().unwrap();
     drop(d);
@@ -337,10 +361,24 @@ fn pg_noisy_neighbour_io() {
     // The first second after each change is a transition.
     let before = avg(&rates[1..half]);
     let after = avg(&rates[half + 1..]);
-    let (tps_before, tps_after) = (avg(&live.series[..half]), avg(&live.series[half..]));
+    // A's transactions counted by when they completed: before the reload, and from a second
+    // after it to the end of pgbench's run.
+    let ended_at = live_start + (2 * secs) as f64;
+    let done_in = |from: f64, to: f64| {
+        let n = live
+            .completed_at
+            .iter()
+            .filter(|&&at| at >= from && at < to)
+            .count();
+        n as f64 / (to - from)
+    };
+    let tps_before = done_in(live_start, raised_at);
+    let tps_after = done_in(raised_at + 1.0, ended_at);
     println!(
-        "live change: A alone at {low} MiB/s, raised to {high} MiB/s after {secs} s by a reload: A's disk writes MiB/s per second {:?}; mean {before:.1} before, {after:.1} after; A tps (~5 MB transactions) {tps_before:.2} before, {tps_after:.2} after",
-        rates.iter().map(|r| (r * 10.0).round() / 10.0).collect::<Vec<_>>()
+        "live change: A alone at {low} MiB/s, raised to {high} MiB/s after {secs} s by a reload: A's disk writes MiB/s per second {:?}; mean {before:.1} before, {after:.1} after; A tps (~5 MB transactions, by when they completed) {tps_before:.2} before the reload at {:.1} s, {tps_after:.2} from a second after it; pgbench's progress reports {:?}",
+        rates.iter().map(|r| (r * 10.0).round() / 10.0).collect::<Vec<_>>(),
+        raised_at - live_start,
+        live.series
     );
     // A's disk sees about its limit (slack: writeback the kernel starts by itself is not
     // throttled on v1).
