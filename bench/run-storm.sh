@@ -21,6 +21,10 @@
 #   overruns and show that the rescan recovers them),
 #   TENANTS (default 1: the policy's tenants; the storm's BX1 comes last, after TENANTS-1 tenants
 #   of two rules each that match nothing the storm runs),
+#   OTHER_COMM (default 1: the second rule of those tenants is a `comm` rule, as an Oracle
+#   policy's, so the daemon reads each new process's /proc/PID/comm besides its cmdline; 0: a
+#   `cmdline` rule, so that only the number of rules differs from TENANTS=1, whose BX1 has
+#   `cmdline` rules only),
 #   DBCAGE_OLD_BIN (with SIDES containing dbcage-old: another dbcage build, e.g. the one before a
 #   change, run the same way right after the dbcage side; each logs its time to ready),
 #   BX1_LIMITS (1: the storm's tenant gets a cpu weight, a memory limit and an IO limit on the
@@ -226,15 +230,20 @@ if side baseline4; then
 fi
 
 # ---------------------------------------------------------------------------------------------
-# The policy: TENANTS-1 tenants whose two rules each (cmdline and comm) match nothing the storm
-# runs, then BX1, the storm's tenant, last (so every other tenant's rules are tried first).
+# The policy: TENANTS-1 tenants whose two rules each (cmdline and comm; two cmdline rules with
+# OTHER_COMM=0) match nothing the storm runs, then BX1, the storm's tenant, last (so every
+# other tenant's rules are tried first).
 write_policy() {
     local i
     {
         printf '[agent]\nparent = "self"\nroot = "dbcage-test-storm"\n'
         for i in $(seq 2 "${TENANTS:-1}"); do
             printf '\n[[tenant]]\nname = "T%04d"\n' "$i"
-            printf "match = [{ cmdline = '^ora_p[0-9a-z]{3}_T%04d( |\$)' }, { comm = '^oracleT%04d\$' }]\n" "$i" "$i"
+            if [ "${OTHER_COMM:-1}" = 1 ]; then
+                printf "match = [{ cmdline = '^ora_p[0-9a-z]{3}_T%04d( |\$)' }, { comm = '^oracleT%04d\$' }]\n" "$i" "$i"
+            else
+                printf "match = [{ cmdline = '^ora_p[0-9a-z]{3}_T%04d( |\$)' }, { cmdline = '^oracleT%04d( |\$)' }]\n" "$i" "$i"
+            fi
         done
         printf '\n[[tenant]]\nname = "BX1"\n'
         if [ "${PARENT_MATCH:-0}" = 0 ]; then
