@@ -53,9 +53,49 @@ pub struct AgentOptions {
     pub favordynmods_dir: PathBuf,
 }
 
-/// `moved_at` is pruned of entries older than the horizon once it holds more than this many.
+/// `moved_at` is pruned of entries older than the horizon once it holds more than this many
+/// (and then once it has doubled: see `MovedAt`).
 const MOVED_AT_KEEP: usize = 4096;
 const MOVED_AT_HORIZON: Duration = Duration::from_secs(10);
+
+/// When each process this daemon moved was last moved: CLOCK_MONOTONIC ns read after its
+/// cgroup.procs writes returned (see `Daemon::forked_during_move`), and whether that move took
+/// it out of dbcage's groups in hierarchies its new tenant has none in (`Step::Move::leave`).
+struct MovedAt {
+    at: HashMap<u32, (u64, bool)>,
+    /// The size at which entries older than the horizon are dropped next: twice what the last
+    /// pruning kept, at least `MOVED_AT_KEEP`. A fixed threshold walked the whole map at every
+    /// move once more processes than it were moved within the horizon (410 a second or more),
+    /// a twentieth of the daemon's CPU in a sustained storm.
+    prune_at: usize,
+}
+
+impl MovedAt {
+    fn new() -> MovedAt {
+        MovedAt {
+            at: HashMap::new(),
+            prune_at: MOVED_AT_KEEP,
+        }
+    }
+
+    fn get(&self, pid: u32) -> Option<(u64, bool)> {
+        self.at.get(&pid).copied()
+    }
+
+    /// Records moves that completed at `done_ns`, then prunes if the map is due.
+    fn record(&mut self, moves: impl IntoIterator<Item = (u32, bool)>, done_ns: u64) {
+        for (pid, left) in moves {
+            self.at.insert(pid, (done_ns, left));
+        }
+        // A fork event comes within milliseconds of its fork (or is lost, and the overrun's
+        // rescan takes over): older entries can go once there are many.
+        if self.at.len() > self.prune_at {
+            let horizon = done_ns.saturating_sub(MOVED_AT_HORIZON.as_nanos() as u64);
+            self.at.retain(|_, &mut (at, _)| at > horizon);
+            self.prune_at = (2 * self.at.len()).max(MOVED_AT_KEEP);
+        }
+    }
+}
 
 /// A rescan reads again the processes with `pid % shares` equal to its turn, however quiet they
 /// were (see `procs::Reuse`), and every `shares`-th rescan lists /proc: `shares` is this many,
@@ -156,10 +196,7 @@ struct Daemon {
     /// full plan runs first, so that the new nodes are written before the restarted instance's
     /// first process is moved in (the event path only moves processes).
     deferred_moves: std::collections::BTreeSet<usize>,
-    /// When each process this daemon moved was last moved: CLOCK_MONOTONIC ns read after its
-    /// cgroup.procs writes returned (see `forked_during_move`), and whether that move took it
-    /// out of dbcage's groups in hierarchies its new tenant has none in (`Step::Move::leave`).
-    moved_at: HashMap<u32, (u64, bool)>,
+    moved_at: MovedAt,
     rechecks: BTreeMap<(Instant, u32), ()>,
     stats: AgentStats,
     event_hist: Histogram<u64>,
@@ -964,20 +1001,11 @@ impl Daemon {
 
     /// Remembers when the processes a plan moved got there, for `forked_during_move`.
     fn note_moved(&mut self, plan: &Plan) {
-        let done = monotonic_ns();
-        let mut any = false;
-        for s in &plan.steps {
-            if let Step::Move { pid, leave, .. } = s {
-                self.moved_at.insert(*pid, (done, !leave.is_empty()));
-                any = true;
-            }
-        }
-        // A fork event comes within milliseconds of its fork (or is lost, and the overrun's
-        // rescan takes over): older entries can go once there are many.
-        if any && self.moved_at.len() > MOVED_AT_KEEP {
-            let horizon = done.saturating_sub(MOVED_AT_HORIZON.as_nanos() as u64);
-            self.moved_at.retain(|_, &mut (at, _)| at > horizon);
-        }
+        let moves = plan.steps.iter().filter_map(|s| match s {
+            Step::Move { pid, leave, .. } => Some((*pid, !leave.is_empty())),
+            _ => None,
+        });
+        self.moved_at.record(moves, monotonic_ns());
     }
 
     /// True when `child`'s fork, reported at `fork_ns`, may have put it in the groups its
@@ -991,8 +1019,8 @@ impl Daemon {
     /// forking parent was being placed).
     fn forked_during_move(&self, parent: u32, fork_ns: u64) -> bool {
         self.moved_at
-            .get(&parent)
-            .is_some_and(|&(done, _)| fork_ns <= done)
+            .get(parent)
+            .is_some_and(|(done, _)| fork_ns <= done)
     }
 
     /// Moves a child forked while its parent was being moved into the parent's place.
@@ -1007,7 +1035,7 @@ impl Daemon {
         // comes). Where the parent's move took it out of dbcage's groups, the child may still
         // be in them: taken out the same way (a no-op for the kernel if it is not).
         let layout = &self.ctx.layout;
-        let parent_left = self.moved_at.get(&parent).is_some_and(|&(_, left)| left);
+        let parent_left = self.moved_at.get(parent).is_some_and(|(_, left)| left);
         let dirs = (0..layout.setup.hierarchies.len())
             .map(|h| parent_left.then(|| layout.root_dir(h).into()))
             .collect();
@@ -1843,7 +1871,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         },
         members: HashMap::new(),
         deferred_moves: Default::default(),
-        moved_at: HashMap::new(),
+        moved_at: MovedAt::new(),
         rechecks: BTreeMap::new(),
         governed: BTreeMap::new(),
         told_not_applied: HashSet::new(),
@@ -2276,6 +2304,33 @@ fn one_line(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Moves recorded faster than the horizon lets them go: the map is walked once each time it
+    /// has doubled, not at every move, and what is older than the horizon is forgotten.
+    #[test]
+    fn moved_at_is_pruned_once_it_has_doubled_and_forgets_what_is_past_the_horizon() {
+        let mut m = MovedAt::new();
+        let ms = 1_000_000u64;
+        let start = MOVED_AT_HORIZON.as_nanos() as u64;
+        // 1,000 moves a second for 60 s, each of another process: 10,000 within the horizon.
+        let mut prunings = 0;
+        let mut most = 0;
+        for i in 0..60_000u64 {
+            let (len, prune_at) = (m.at.len(), m.prune_at);
+            m.record([(i as u32 + 1, i % 2 == 0)], start + i * ms);
+            if m.at.len() != len + 1 || m.prune_at != prune_at {
+                prunings += 1;
+            }
+            most = most.max(m.at.len());
+        }
+        // At 4,097, 8,195 and 16,391 entries, then every 10 s (when 20,001): 7.
+        assert_eq!(prunings, 7, "prunings for 60,000 moves");
+        assert!(most <= 20_001, "{most} entries kept at most");
+        assert_eq!(m.get(60_000), Some((start + 59_999 * ms, false)));
+        assert_eq!(m.get(59_999), Some((start + 59_998 * ms, true)));
+        // Recorded in the first second, pruned at 16.4 s.
+        assert_eq!(m.get(1), None);
+    }
 
     /// A tenth of the processes a rescan up to 10,000; beyond, about 1,000 a rescan.
     #[test]
