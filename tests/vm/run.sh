@@ -503,24 +503,20 @@ boot() {
 }
 
 boot 1
+# One retry, verbose, for a guest that hung: before /init, or in a soft lockup after it.
+hung=
 if [ -e "$WORK/boot_hung" ]; then
-    log "warning: the guest did not reach /init within ${BOOT_TIMEOUT}s (it takes 3-6 s here);" \
-        "its console ended with:"
-    tail -n 5 "$LOG" | sed 's/^/[dbcage-vm]   | /' >&2
-    log "warning: booting once more, with the kernel's messages (a boot that hangs twice fails the run)"
-    boot 2
-    if [ -e "$WORK/boot_hung" ]; then
-        log "error: the guest did not reach /init within ${BOOT_TIMEOUT}s twice"
-        exit 124
-    fi
+    hung="the guest did not reach /init within ${BOOT_TIMEOUT}s (it takes 3-6 s here)"
 elif [ -e "$WORK/soft_lockup" ]; then
-    log "warning: the guest's kernel reported a soft lockup: $(cat "$WORK/soft_lockup")"
-    log "warning: its console ended with:"
+    hung="the guest's kernel reported a soft lockup: $(cat "$WORK/soft_lockup")"
+fi
+if [ -n "$hung" ]; then
+    log "warning: $hung; its console ended with:"
     tail -n 12 "$LOG" | sed 's/^/[dbcage-vm]   | /' >&2
-    log "warning: running it once more from a fresh boot (a second soft lockup fails the run)"
+    log "warning: booting once more, with the kernel's messages (a second hang fails the run)"
     boot 2
     if [ -e "$WORK/boot_hung" ] || [ -e "$WORK/soft_lockup" ]; then
-        log "error: the guest hung again (soft lockup or no /init) after a soft lockup"
+        log "error: the guest hung again (no /init within ${BOOT_TIMEOUT}s, or a soft lockup)"
         exit 124
     fi
 fi
