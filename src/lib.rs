@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod balance;
+pub mod bpf;
 pub mod cgroup;
 pub mod classify;
 pub mod cli;

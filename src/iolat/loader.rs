@@ -4,9 +4,10 @@
 //! that says what to do. The program detaches when `IoLatency` is dropped.
 
 use std::path::Path;
-use std::sync::Mutex;
 
-use libbpf_rs::{Link, MapCore, MapFlags, Object, ObjectBuilder, PrintLevel};
+use libbpf_rs::{Link, MapCore, MapFlags, Object, ObjectBuilder};
+
+use crate::bpf::{effective_caps, missing_caps, take_log, BTF};
 
 use super::{Dev, Hist, Key, Op, Snapshot, Stages, FINE, SLOTS};
 
@@ -24,11 +25,6 @@ const SUBMIT_TARGETS: [&str; 2] = ["__blk_throtl_bio", "submit_bio_noacct"];
 const CNT_UNMATCHED: u32 = 0;
 const CNT_DROPPED: u32 = 1;
 const CNT_RACED: u32 = 2;
-
-const BTF: &str = "/sys/kernel/btf/vmlinux";
-const CAP_SYS_ADMIN: u32 = 21;
-const CAP_PERFMON: u32 = 38;
-const CAP_BPF: u32 = 39;
 
 /// Why the histograms are not available. Callers report it once and go on without them.
 #[derive(Debug, thiserror::Error)]
@@ -51,64 +47,6 @@ pub enum Unavailable {
         /// The last lines libbpf logged (verifier or relocation messages).
         log: String,
     },
-}
-
-/// libbpf's own messages, kept so a refusal can say what libbpf saw.
-static LIBBPF_LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-fn libbpf_print(level: PrintLevel, msg: String) {
-    let msg = msg.trim_end().to_string();
-    tracing::debug!(target: "libbpf", "{msg}");
-    // A verifier log is thousands of lines; its last ones say why (run with
-    // DBCAGE_LOG=libbpf=debug for all of it).
-    let msg = match msg.rsplit_once("-- END PROG LOAD LOG --") {
-        Some((log, _)) => {
-            let tail: Vec<&str> = log.trim_end().lines().rev().take(3).collect();
-            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
-        }
-        None => msg,
-    };
-    if level != PrintLevel::Debug {
-        if let Ok(mut log) = LIBBPF_LOG.lock() {
-            log.push(msg);
-            let excess = log.len().saturating_sub(8);
-            log.drain(..excess);
-        }
-    }
-}
-
-fn take_log() -> String {
-    let lines = LIBBPF_LOG
-        .lock()
-        .map(|mut l| std::mem::take(&mut *l))
-        .unwrap_or_default();
-    if lines.is_empty() {
-        String::new()
-    } else {
-        format!(" (libbpf: {})", lines.join("; "))
-    }
-}
-
-/// Effective capabilities from /proc/self/status (`CapEff`).
-fn effective_caps(proc_status: &str) -> Option<u64> {
-    proc_status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-}
-
-/// What is missing for loading, by the capability bits; `None` when loading may go ahead.
-fn missing_caps(caps: u64) -> Option<String> {
-    let has = |c: u32| caps & (1 << c) != 0;
-    if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
-        return None;
-    }
-    let missing: Vec<&str> = [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")]
-        .into_iter()
-        .filter(|(c, _)| !has(*c))
-        .map(|(_, n)| n)
-        .collect();
-    Some(missing.join(" and "))
 }
 
 /// The loaded, attached program.
@@ -142,7 +80,7 @@ impl IoLatency {
                 });
             }
         }
-        libbpf_rs::set_print(Some((PrintLevel::Info, libbpf_print)));
+        crate::bpf::catch_libbpf_messages();
         // First with the submission hook (fentry), which measures the throttle's wait; a
         // kernel that refuses it still gets the two tracepoints.
         let first = match Self::load_with(Some(SUBMIT_TARGETS[0])) {
@@ -359,23 +297,6 @@ fn parse_stages(b: &[u8]) -> Option<Stages> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn capabilities_read_from_proc_status() {
-        assert_eq!(
-            effective_caps("Name:\tx\nCapEff:\t000001ffffffffff\n"),
-            Some(0x1ff_ffff_ffff)
-        );
-        assert_eq!(missing_caps(0x1ff_ffff_ffff), None);
-        assert_eq!(missing_caps(1 << CAP_SYS_ADMIN), None);
-        assert_eq!(
-            missing_caps((1 << CAP_BPF) | (1 << CAP_PERFMON)),
-            None,
-            "CAP_BPF with CAP_PERFMON suffices without CAP_SYS_ADMIN"
-        );
-        assert_eq!(missing_caps(1 << CAP_BPF).as_deref(), Some("CAP_PERFMON"));
-        assert_eq!(missing_caps(0).as_deref(), Some("CAP_BPF and CAP_PERFMON"));
-    }
 
     #[test]
     fn map_entries_parse_as_the_program_lays_them_out() {
