@@ -7,6 +7,7 @@ pub mod dirwatch;
 pub mod mounts;
 pub mod numa;
 pub mod procs;
+pub mod tasks;
 
 use std::collections::BTreeMap;
 

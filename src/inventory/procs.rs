@@ -172,6 +172,9 @@ pub struct ProcReader {
     buf: Vec<u8>,
     /// `PID/FILE`, rebuilt for each file.
     name: String,
+    /// Every process's comm from the task iterator, when a scan of many processes took it
+    /// (`comms_for`): `comm` then reads /proc only for a process born since.
+    comms: Option<Arc<super::tasks::Comms>>,
 }
 
 impl ProcReader {
@@ -185,6 +188,7 @@ impl ProcReader {
             proc,
             buf: Vec::with_capacity(4096),
             name: String::with_capacity(24),
+            comms: None,
         })
     }
 
@@ -210,8 +214,12 @@ impl ProcReader {
         (!cmdline.is_empty()).then_some(cmdline)
     }
 
-    /// The kernel's comm of a process (`PID/comm`); `None` when it is gone.
+    /// The kernel's comm of a process (`PID/comm`, or the task iterator's record of it);
+    /// `None` when it is gone.
     fn comm(&mut self, pid: u32) -> Option<String> {
+        if let Some(name) = self.comms.as_ref().and_then(|c| c.get(pid)) {
+            return Some(String::from_utf8_lossy(name).into_owned());
+        }
         let raw = self.file(pid, "comm")?;
         Some(String::from_utf8_lossy(raw.strip_suffix(b"\n").unwrap_or(raw)).into_owned())
     }
@@ -471,6 +479,7 @@ fn gone_pids(fs: &HostFs, pids: &[u32]) -> std::io::Result<Vec<u32>> {
 /// /proc is all syscalls; on a host with thousands of processes two threads halve the time.
 fn read_pids(fs: &HostFs, fields: Fields, pids: &[u32]) -> std::io::Result<Vec<ProcInfo>> {
     let mut reader = ProcReader::open(fs)?;
+    reader.comms = comms_for(fs, fields, pids.len());
     if pids.len() < 2000 {
         return Ok(pids
             .iter()
@@ -478,6 +487,7 @@ fn read_pids(fs: &HostFs, fields: Fields, pids: &[u32]) -> std::io::Result<Vec<P
             .collect());
     }
     let mut second_reader = ProcReader::open(fs)?;
+    second_reader.comms = reader.comms.clone();
     let (a, b) = pids.split_at(pids.len() / 2);
     Ok(std::thread::scope(|s| {
         let second = s.spawn(|| {
@@ -490,6 +500,32 @@ fn read_pids(fs: &HostFs, fields: Fields, pids: &[u32]) -> std::io::Result<Vec<P
         first.extend(second.join().expect("proc reader thread"));
         first
     }))
+}
+
+/// Where a scan of `count` processes reads their comm from, when the rules need it: the task
+/// iterator (`tasks::Comms`) from `tasks::WORTH_IT` processes on, /proc/PID/comm below that,
+/// in a fixture tree, or when the iterator cannot load (said at debug level). The environment
+/// variable `DBCAGE_COMM_SOURCE` = `proc` or `iterator` decides instead, for tests and
+/// benchmarks that compare the two.
+fn comms_for(fs: &HostFs, fields: Fields, count: usize) -> Option<Arc<super::tasks::Comms>> {
+    let wanted = match std::env::var("DBCAGE_COMM_SOURCE").as_deref() {
+        Ok("proc") => false,
+        Ok("iterator") => true,
+        _ => count >= super::tasks::WORTH_IT,
+    };
+    if !(fields.comm && !fields.tree && wanted && fs.is_real_root()) {
+        return None;
+    }
+    match super::tasks::Comms::read() {
+        Ok(comms) => {
+            tracing::debug!("comm of {} processes from the task iterator", comms.len());
+            Some(Arc::new(comms))
+        }
+        Err(why) => {
+            tracing::debug!("comm from /proc/PID/comm: {why}");
+            None
+        }
+    }
 }
 
 /// What a rescan may take from the scan before it instead of reading /proc again. The process

@@ -601,3 +601,120 @@ fn a_fork_into_the_group_during_its_moves_follows_its_parent() {
         out.recovered[0]
     );
 }
+
+/// Rules on `comm` read each process's name from the task iterator (eBPF) when a scan is
+/// large and from /proc/PID/comm otherwise (`DBCAGE_COMM_SOURCE` forces either): the iterator
+/// gives every process the name /proc gives it, and a plan places the same process either way,
+/// here one whose comm is not its argv[0] (it renamed itself), which only the kernel's comm
+/// tells.
+#[test]
+fn comm_rules_see_the_same_names_from_the_task_iterator_as_from_proc() {
+    if skip() {
+        return;
+    }
+    let pids = || -> BTreeSet<u32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .collect()
+    };
+    let before = pids();
+    let comms = dbcage::inventory::tasks::Comms::read()
+        .unwrap_or_else(|e| panic!("the task iterator did not load as root: {e}"));
+    let mut compared = 0;
+    let mut renamed_since = Vec::new();
+    let mut left_out = Vec::new();
+    for pid in before.intersection(&pids()).copied() {
+        let (Ok(text), Ok(argv)) = (
+            std::fs::read_to_string(format!("/proc/{pid}/comm")),
+            std::fs::read(format!("/proc/{pid}/cmdline")),
+        ) else {
+            continue; // gone since
+        };
+        let proc_name = text.trim_end_matches('\n').as_bytes();
+        match comms.get(pid) {
+            Some(name) if name == proc_name => compared += 1,
+            Some(_) => renamed_since.push(pid),
+            // A kernel thread has no argv and no record.
+            None if argv.is_empty() => {}
+            None => left_out.push(pid),
+        }
+    }
+    // A process may rename itself between the two reads; a few may, not many. One the
+    // iterator leaves out is read from /proc by the scan: on the development host (kernel
+    // 6.18, firecracker's init as pid 1) the iterator leaves out pid 1, for reasons not looked
+    // into; in the systemd guest (6.1) it names every process.
+    println!(
+        "{} processes in the iterator, {compared} named as /proc names them, renamed since: \
+         {renamed_since:?}, left out: {left_out:?}",
+        comms.len()
+    );
+    assert!(compared >= 5, "only {compared} processes compared");
+    assert!(renamed_since.len() <= 2, "names differ: {renamed_since:?}");
+    assert!(left_out.len() <= 1, "processes without a record: {left_out:?}");
+    assert_eq!(comms.get(2), None, "kthreadd is a kernel thread: no record");
+
+    let name = comm_tag("dbcit");
+    let t = Tenancy::new(
+        "itercomm",
+        &format!("[[tenant]]\nname = \"db\"\nmatch = [{{ comm = '^{name}$' }}]\n\n[tenant.cpu]\nweight = 300\n"),
+    );
+    let script = format!(
+        "import ctypes, time\nctypes.CDLL(None).prctl(15, b'{name}', 0, 0, 0)\ntime.sleep(120)"
+    );
+    let mut cmd = Command::new(python());
+    cmd.args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let renamed = Child::spawn(cmd, &name);
+    let comm_is = |want: &str| {
+        std::fs::read_to_string(format!("/proc/{}/comm", renamed.pid))
+            .is_ok_and(|c| c.trim_end() == want)
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || comm_is(&name)),
+        "python did not rename itself to {name}"
+    );
+    let mut plans = Vec::new();
+    for source in ["iterator", "proc"] {
+        let out = Command::new(DBCAGE)
+            .args(["-c", t.policy.to_str().unwrap(), "plan", "--json"])
+            .env("DBCAGE_COMM_SOURCE", source)
+            .env("DBCAGE_LOG", "dbcage=debug")
+            .env_remove("DBCAGE_CONFIG")
+            .output()
+            .expect("run dbcage plan");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "plan with comm from {source}: {stderr}"
+        );
+        assert_eq!(
+            stderr.contains("from the task iterator"),
+            source == "iterator",
+            "comm from {source}: {stderr}"
+        );
+        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan --json");
+        let moved: Vec<(u64, String)> = plan["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["action"] == "move")
+            .map(|s| {
+                (
+                    s["pid"].as_u64().unwrap(),
+                    s["comm"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        plans.push(moved);
+    }
+    println!(
+        "moves with comm from the iterator: {:?}, from /proc: {:?}",
+        plans[0], plans[1]
+    );
+    assert_eq!(plans[0], vec![(renamed.pid as u64, name.clone())]);
+    assert_eq!(plans[0], plans[1]);
+}
