@@ -20,6 +20,7 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     ("DBCAGE_CONFIG", "The policy file, as \\-\\-config (default /etc/dbcage/dbcage.toml)."),
     ("DBCAGE_SOCKET", "The daemon's control socket, as \\-\\-socket (default /run/dbcage/AGENT_ROOT.sock)."),
     ("DBCAGE_LOG", "Log filter in tracing's EnvFilter syntax (`info`, `dbcage=debug`); the daemon logs at info by default, other commands only warnings."),
+    ("DBCAGE_COMM_SOURCE", "Where a scan reads process names for rules on `comm`: `iterator` (an eBPF task iterator, one pass for every process) or `proc` (/proc/PID/comm each). Unset: the iterator from 2,000 processes on, where it loads; for comparing the two."),
 ];
 
 const FILES: &[(&str, &str)] = &[
@@ -177,7 +178,12 @@ mod tests {
                 "SEE ALSO"
             ]
         );
-        for var in ["DBCAGE_CONFIG", "DBCAGE_SOCKET", "DBCAGE_LOG"] {
+        for var in [
+            "DBCAGE_CONFIG",
+            "DBCAGE_SOCKET",
+            "DBCAGE_LOG",
+            "DBCAGE_COMM_SOURCE",
+        ] {
             assert!(top.contains(var), "{var} missing from dbcage(8)");
         }
         for (name, page) in &pages {

@@ -652,7 +652,10 @@ fn comm_rules_see_the_same_names_from_the_task_iterator_as_from_proc() {
     );
     assert!(compared >= 5, "only {compared} processes compared");
     assert!(renamed_since.len() <= 2, "names differ: {renamed_since:?}");
-    assert!(left_out.len() <= 1, "processes without a record: {left_out:?}");
+    assert!(
+        left_out.len() <= 1,
+        "processes without a record: {left_out:?}"
+    );
     assert_eq!(comms.get(2), None, "kthreadd is a kernel thread: no record");
 
     let name = comm_tag("dbcit");
