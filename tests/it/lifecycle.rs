@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::CommandExt as _;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -267,22 +268,59 @@ fn two_thousand_processes() {
     // Thousands of processes load the machine: keep measurements away.
     let _m = measure_lock();
     const N: usize = 2000;
-    let name = format!("ora_p001_{}", sid());
-    let t = Tenancy::new("many", &tenant("db", &name, ""));
+    // Matched by `comm` (the program's name: `sleep` run through a symlink of that name), so
+    // that the scan of more than 2,000 processes reads the names from the task iterator.
+    let name = comm_tag("dbc2k");
+    let t = Tenancy::new(
+        "many",
+        &format!("[[tenant]]\nname = \"db\"\nmatch = [{{ comm = '^{name}$' }}]\n"),
+    );
+    let program = t.dir().join(&name);
+    let sleep = ["/usr/bin/sleep", "/bin/sleep"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("sleep in /usr/bin or /bin");
+    std::os::unix::fs::symlink(sleep, &program).expect("symlink to sleep");
     let t0 = Instant::now();
-    let kids: Vec<Child> = (0..N).map(|_| sleeper(&name)).collect();
+    let kids: Vec<Child> = (0..N)
+        .map(|_| {
+            let mut cmd = Command::new(&program);
+            cmd.arg("120")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            Child::spawn(cmd, &name)
+        })
+        .collect();
     let spawn_time = t0.elapsed();
 
     let t0 = Instant::now();
-    let out = t.ok(&["apply"]);
+    let applied = Command::new(DBCAGE)
+        .args(["-c", t.policy.to_str().unwrap(), "apply"])
+        .env("DBCAGE_LOG", "dbcage=debug")
+        .env_remove("DBCAGE_CONFIG")
+        .env_remove("DBCAGE_COMM_SOURCE")
+        .output()
+        .expect("run dbcage apply");
     let apply_time = t0.elapsed();
+    let (out, log) = (
+        String::from_utf8_lossy(&applied.stdout),
+        String::from_utf8_lossy(&applied.stderr),
+    );
+    assert!(applied.status.success(), "apply: {out}{log}");
+    let iterated = log.lines().find(|l| l.contains("from the task iterator"));
     println!(
-        "{N} processes: started in {:.2}s; apply took {:.2}s: {}",
+        "{N} processes: started in {:.2}s; apply took {:.2}s: {}; {}",
         spawn_time.as_secs_f64(),
         apply_time.as_secs_f64(),
-        out.trim()
+        out.trim(),
+        iterated.unwrap_or("(comm from /proc)")
     );
     assert!(out.contains(&format!("{N} processes moved")), "{out}");
+    assert!(
+        iterated.is_some(),
+        "the scan did not use the task iterator: {log}"
+    );
     let want: BTreeSet<u32> = kids.iter().map(|k| k.pid).collect();
     for c in t.grouped("db") {
         let inside: BTreeSet<u32> = procs_in(&t.leaf_dir(c, "db", "limited"))
