@@ -3,8 +3,9 @@
 //! per process (4-5 µs of CPU each here, most of it the kernel's path walk and file setup),
 //! the iterator a 20-byte record per process from a few reads, after a load of about 5 ms
 //! (libbpf parses the kernel's BTF, the kernel verifies the program). Scans below `WORTH_IT`
-//! processes, hosts without BTF or without CAP_BPF, and fixture trees read /proc as before,
-//! and so does any process the iterator did not name (born since, or left out by the kernel).
+//! processes, hosts without BTF or without CAP_BPF, a dbcage in a pid namespace of its own (the
+//! iterator's pids are the host's, not its /proc's) and fixture trees read /proc as before, and
+//! so does any process the iterator did not name (born since, or left out by the kernel).
 
 use std::io::Read as _;
 
@@ -61,11 +62,23 @@ impl Comms {
         let mut raw = Vec::with_capacity(64 * 1024);
         iter.read_to_end(&mut raw)
             .map_err(|e| format!("reading the task iterator: {e}"))?;
-        Ok(Comms::parse(&raw))
+        let (reader, comms) = Comms::parse(&raw).ok_or("the task iterator wrote no header")?;
+        // Its pids are the initial pid namespace's; /proc's are this process's namespace's.
+        let own = std::process::id();
+        if reader != own {
+            return Err(format!(
+                "this process is in a pid namespace of its own (pid {own} here, {reader} on the \
+                 host): the iterator's pids are not /proc's"
+            ));
+        }
+        Ok(comms)
     }
 
-    /// The iterator's records; a truncated last one is left out.
-    fn parse(raw: &[u8]) -> Comms {
+    /// The iterator's output: the header's pid (the reader's, in the initial pid namespace)
+    /// and the records after it; a truncated last one is left out. `None` without a header.
+    fn parse(raw: &[u8]) -> Option<(u32, Comms)> {
+        let (header, raw) = raw.split_at_checked(RECORD)?;
+        let reader = u32::from_ne_bytes(header[..4].try_into().expect("4 bytes"));
         let mut comms = Comms {
             pids: Vec::with_capacity(raw.len() / RECORD),
             names: Vec::with_capacity(raw.len() / RECORD),
@@ -85,7 +98,7 @@ impl Comms {
             pairs.sort_by_key(|(pid, _)| *pid);
             (comms.pids, comms.names) = pairs.into_iter().unzip();
         }
-        comms
+        Some((reader, comms))
     }
 
     /// The comm of a process, as /proc/PID/comm has it (without its newline); `None` for a
@@ -119,21 +132,27 @@ mod tests {
     }
 
     #[test]
-    fn records_parse_in_pid_order_and_a_cut_one_is_left_out() {
+    fn records_parse_in_pid_order_after_the_header_and_a_cut_one_is_left_out() {
         let mut raw = [
+            record(4242, ""),
             record(30, "postgres"),
             record(7, "ora_pmon_ORCL1"),
             record(12, ""),
         ]
         .concat();
         raw.extend_from_slice(&record(40, "cut")[..9]);
-        let comms = Comms::parse(&raw);
+        let (reader, comms) = Comms::parse(&raw).unwrap();
+        assert_eq!(reader, 4242);
         assert_eq!(comms.len(), 3);
         assert_eq!(comms.get(7), Some(&b"ora_pmon_ORCL1"[..]));
         assert_eq!(comms.get(30), Some(&b"postgres"[..]));
         assert_eq!(comms.get(12), Some(&b""[..]));
         assert_eq!(comms.get(40), None);
-        let full = record(5, "abcdefghijklmnop");
-        assert_eq!(Comms::parse(&full).get(5), Some(&b"abcdefghijklmnop"[..]));
+        let full = [record(1, ""), record(5, "abcdefghijklmnop")].concat();
+        assert_eq!(
+            Comms::parse(&full).unwrap().1.get(5),
+            Some(&b"abcdefghijklmnop"[..])
+        );
+        assert!(Comms::parse(&record(1, "")[..19]).is_none(), "no header");
     }
 }

@@ -752,6 +752,24 @@ fn comm_rules_see_the_same_names_from_the_task_iterator_as_from_proc() {
             .collect();
         plans.push(moved);
     }
+    // In a pid namespace of its own the iterator's pids (the host's) are not /proc's: refused,
+    // and the names come from /proc.
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", DBCAGE, "-c"])
+        .arg(&t.policy)
+        .arg("plan")
+        .env("DBCAGE_COMM_SOURCE", "iterator")
+        .env("DBCAGE_LOG", "dbcage=debug")
+        .env_remove("DBCAGE_CONFIG")
+        .output()
+        .expect("run dbcage plan under unshare");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "plan in a pid namespace: {stderr}");
+    assert!(
+        stderr.contains("in a pid namespace of its own")
+            && !stderr.contains("from the task iterator"),
+        "plan in a pid namespace: {stderr}"
+    );
     println!(
         "moves with comm from the iterator: {:?}, from /proc: {:?}",
         plans[0], plans[1]

@@ -6,7 +6,10 @@
  * calls on the iterator instead of an open, a read and a close of /proc/PID/comm each
  * (src/inventory/tasks.rs loads it).
  *
- * The iterator walks tasks in pid order, so the records come sorted.
+ * The iterator walks tasks in pid order, so the records come sorted. The pids are those of the
+ * initial pid namespace (task->tgid); the first record is a header that holds the reading
+ * process's own pid there, so that a reader in a pid namespace of its own (whose /proc numbers
+ * differ) can tell and not use them.
  */
 #include "kernel_types.h"
 #include <bpf/bpf_helpers.h>
@@ -45,12 +48,20 @@ struct record {
 	char comm[TASK_COMM_LEN];
 };
 
+/* Set once the header is written (one run of the iterator per load). */
+u32 header_written = 0;
+
 SEC("iter/task")
 int dbcage_tasks(struct bpf_iter__task *ctx)
 {
 	struct task_struct *task = ctx->task;
 	struct record r = {};
 
+	if (!header_written) {
+		header_written = 1;
+		r.pid = bpf_get_current_pid_tgid() >> 32;
+		bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
+	}
 	if (!task)
 		return 0; /* the end of the walk */
 	if (BPF_CORE_READ(task, pid) != BPF_CORE_READ(task, tgid))
