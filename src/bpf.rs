@@ -8,19 +8,40 @@ use libbpf_rs::PrintLevel;
 
 /// The kernel's own BTF, which CO-RE relocations and BTF-typed attachments resolve against.
 pub const BTF: &str = "/sys/kernel/btf/vmlinux";
-pub const CAP_SYS_ADMIN: u32 = 21;
-pub const CAP_PERFMON: u32 = 38;
-pub const CAP_BPF: u32 = 39;
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
 
-/// Sends libbpf's messages to `libbpf_print` (a process-wide setting of libbpf's).
-pub fn catch_libbpf_messages() {
+/// Why no eBPF program can be loaded by this process, known before libbpf is asked.
+#[derive(Debug, thiserror::Error)]
+pub enum NotLoadable {
+    #[error("the kernel has no BTF ({BTF} is missing)")]
+    NoBtf,
+    #[error("this process lacks {missing} (effective capabilities {have:#x})")]
+    NoCapability { missing: String, have: u64 },
+}
+
+/// What every loader checks first: the kernel's BTF, and CAP_BPF with CAP_PERFMON (or
+/// CAP_SYS_ADMIN). On success libbpf's messages go to `take_log` from then on (a process-wide
+/// setting of libbpf's) instead of stderr.
+pub fn prepare() -> Result<(), NotLoadable> {
+    if !std::path::Path::new(BTF).exists() {
+        return Err(NotLoadable::NoBtf);
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if let Some(have) = effective_caps(&status) {
+        if let Some(missing) = missing_caps(have) {
+            return Err(NotLoadable::NoCapability { missing, have });
+        }
+    }
     libbpf_rs::set_print(Some((PrintLevel::Info, libbpf_print)));
+    Ok(())
 }
 
 /// libbpf's own messages, kept so a refusal can say what libbpf saw.
 static LIBBPF_LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-pub fn libbpf_print(level: PrintLevel, msg: String) {
+fn libbpf_print(level: PrintLevel, msg: String) {
     let msg = msg.trim_end().to_string();
     tracing::debug!(target: "libbpf", "{msg}");
     // A verifier log is thousands of lines; its last ones say why (run with
@@ -41,6 +62,8 @@ pub fn libbpf_print(level: PrintLevel, msg: String) {
     }
 }
 
+/// What libbpf said since the last call (its last 8 messages above debug level), as
+/// ` (libbpf: ...)` for an error message; empty when it said nothing.
 pub fn take_log() -> String {
     let lines = LIBBPF_LOG
         .lock()
@@ -54,7 +77,7 @@ pub fn take_log() -> String {
 }
 
 /// Effective capabilities from /proc/self/status (`CapEff`).
-pub fn effective_caps(proc_status: &str) -> Option<u64> {
+fn effective_caps(proc_status: &str) -> Option<u64> {
     proc_status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
@@ -62,7 +85,7 @@ pub fn effective_caps(proc_status: &str) -> Option<u64> {
 }
 
 /// What is missing for loading, by the capability bits; `None` when loading may go ahead.
-pub fn missing_caps(caps: u64) -> Option<String> {
+fn missing_caps(caps: u64) -> Option<String> {
     let has = |c: u32| caps & (1 << c) != 0;
     if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
         return None;

@@ -508,12 +508,11 @@ fn read_pids(fs: &HostFs, fields: Fields, pids: &[u32]) -> std::io::Result<Vec<P
 /// variable `DBCAGE_COMM_SOURCE` = `proc` or `iterator` decides instead, for tests and
 /// benchmarks that compare the two.
 fn comms_for(fs: &HostFs, fields: Fields, count: usize) -> Option<Arc<super::tasks::Comms>> {
-    let wanted = match std::env::var("DBCAGE_COMM_SOURCE").as_deref() {
-        Ok("proc") => false,
-        Ok("iterator") => true,
-        _ => count >= super::tasks::WORTH_IT,
-    };
-    if !(fields.comm && !fields.tree && wanted && fs.is_real_root()) {
+    // With `tree`, `stat` is read for every process and carries the name.
+    if !fields.comm || fields.tree || !fs.is_real_root() {
+        return None;
+    }
+    if !forced_comm_source().unwrap_or(count >= super::tasks::WORTH_IT) {
         return None;
     }
     match super::tasks::Comms::read() {
@@ -526,6 +525,25 @@ fn comms_for(fs: &HostFs, fields: Fields, count: usize) -> Option<Arc<super::tas
             None
         }
     }
+}
+
+/// `DBCAGE_COMM_SOURCE`, read once: `Some(true)` for `iterator`, `Some(false)` for `proc`,
+/// `None` when unset or (with a warning) anything else.
+fn forced_comm_source() -> Option<bool> {
+    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| match std::env::var("DBCAGE_COMM_SOURCE") {
+        Ok(v) if v == "iterator" => Some(true),
+        Ok(v) if v == "proc" => Some(false),
+        Ok(v) => {
+            tracing::warn!(
+                "DBCAGE_COMM_SOURCE={v:?} ignored: it takes `iterator` or `proc` (unset: the \
+                 task iterator from {} processes on)",
+                super::tasks::WORTH_IT
+            );
+            None
+        }
+        Err(_) => None,
+    })
 }
 
 /// What a rescan may take from the scan before it instead of reading /proc again. The process

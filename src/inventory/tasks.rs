@@ -25,25 +25,13 @@ pub const WORTH_IT: usize = 2_000;
 
 /// The kernel's comm of each user-space process at one moment, in pid order.
 #[derive(Debug, Default)]
-pub struct Comms {
-    pids: Vec<u32>,
-    names: Vec<[u8; 16]>,
-}
+pub struct Comms(Vec<(u32, [u8; 16])>);
 
 impl Comms {
     /// Loads the iterator, runs it once and unloads it. The error says why it could not (no
     /// BTF, a capability missing, the kernel refused the program): the caller reads /proc.
     pub fn read() -> Result<Comms, String> {
-        if !std::path::Path::new(crate::bpf::BTF).exists() {
-            return Err(format!("no {}", crate::bpf::BTF));
-        }
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        if let Some(missing) =
-            crate::bpf::effective_caps(&status).and_then(crate::bpf::missing_caps)
-        {
-            return Err(format!("this process lacks {missing}"));
-        }
-        crate::bpf::catch_libbpf_messages();
+        crate::bpf::prepare().map_err(|e| e.to_string())?;
         crate::bpf::take_log();
         let failed = |step: &str, e: libbpf_rs::Error| {
             format!("{step} the task iterator: {e}{}", crate::bpf::take_log())
@@ -79,43 +67,36 @@ impl Comms {
     fn parse(raw: &[u8]) -> Option<(u32, Comms)> {
         let (header, raw) = raw.split_at_checked(RECORD)?;
         let reader = u32::from_ne_bytes(header[..4].try_into().expect("4 bytes"));
-        let mut comms = Comms {
-            pids: Vec::with_capacity(raw.len() / RECORD),
-            names: Vec::with_capacity(raw.len() / RECORD),
-        };
-        for rec in raw.chunks_exact(RECORD) {
-            comms
-                .pids
-                .push(u32::from_ne_bytes(rec[..4].try_into().expect("4 bytes")));
-            comms
-                .names
-                .push(rec[4..RECORD].try_into().expect("16 bytes"));
+        let mut records: Vec<(u32, [u8; 16])> = raw
+            .chunks_exact(RECORD)
+            .map(|rec| {
+                let pid = u32::from_ne_bytes(rec[..4].try_into().expect("4 bytes"));
+                (pid, rec[4..].try_into().expect("16 bytes"))
+            })
+            .collect();
+        // The kernel walks pids in order (`get` relies on it); kept sure at the cost of a check.
+        if !records.is_sorted_by_key(|r| r.0) {
+            records.sort_by_key(|r| r.0);
         }
-        // The kernel walks pids in order; a pid reused during the walk may break it.
-        if !comms.pids.is_sorted() {
-            let mut pairs: Vec<(u32, [u8; 16])> =
-                comms.pids.drain(..).zip(comms.names.drain(..)).collect();
-            pairs.sort_by_key(|(pid, _)| *pid);
-            (comms.pids, comms.names) = pairs.into_iter().unzip();
-        }
+        let comms = Comms(records);
         Some((reader, comms))
     }
 
     /// The comm of a process, as /proc/PID/comm has it (without its newline); `None` for a
     /// process the iterator did not see (born since, or a kernel thread).
     pub fn get(&self, pid: u32) -> Option<&[u8]> {
-        let i = self.pids.binary_search(&pid).ok()?;
-        let name = &self.names[i];
+        let i = self.0.binary_search_by_key(&pid, |r| r.0).ok()?;
+        let name = &self.0[i].1;
         let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
         Some(&name[..len])
     }
 
     pub fn len(&self) -> usize {
-        self.pids.len()
+        self.0.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.pids.is_empty()
+        self.0.is_empty()
     }
 }
 

@@ -3,11 +3,9 @@
 //! CAP_BPF with CAP_PERFMON (or CAP_SYS_ADMIN); each missing piece is one `Unavailable`
 //! that says what to do. The program detaches when `IoLatency` is dropped.
 
-use std::path::Path;
-
 use libbpf_rs::{Link, MapCore, MapFlags, Object, ObjectBuilder};
 
-use crate::bpf::{effective_caps, missing_caps, take_log, BTF};
+use crate::bpf::{take_log, NotLoadable, BTF};
 
 use super::{Dev, Hist, Key, Op, Snapshot, Stages, FINE, SLOTS};
 
@@ -68,19 +66,12 @@ impl std::fmt::Debug for IoLatency {
 impl IoLatency {
     /// Checks BTF and capabilities, loads the program and attaches its three hooks.
     pub fn load() -> Result<IoLatency, Unavailable> {
-        if !Path::new(BTF).exists() {
-            return Err(Unavailable::NoBtf);
-        }
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        if let Some(caps) = effective_caps(&status) {
-            if let Some(missing) = missing_caps(caps) {
-                return Err(Unavailable::NoCapability {
-                    missing,
-                    have: caps,
-                });
+        crate::bpf::prepare().map_err(|e| match e {
+            NotLoadable::NoBtf => Unavailable::NoBtf,
+            NotLoadable::NoCapability { missing, have } => {
+                Unavailable::NoCapability { missing, have }
             }
-        }
-        crate::bpf::catch_libbpf_messages();
+        })?;
         // First with the submission hook (fentry), which measures the throttle's wait; a
         // kernel that refuses it still gets the two tracepoints.
         let first = match Self::load_with(Some(SUBMIT_TARGETS[0])) {

@@ -260,6 +260,44 @@ fn process_exits_between_scan_and_move() {
     assert!(final_apply.contains("nothing to do"), "{final_apply}");
 }
 
+/// `dbcage -c POLICY ARGS...`, run behind `wrapper` (e.g. `unshare ...`; empty: directly), with
+/// its debug log on stderr and the process names read from `comm_source` (`DBCAGE_COMM_SOURCE`;
+/// `None`: the default choice). Asserts exit 0; returns (stdout, stderr).
+fn run_logged(
+    t: &Tenancy,
+    wrapper: &[&str],
+    args: &[&str],
+    comm_source: Option<&str>,
+) -> (String, String) {
+    let mut cmd = match wrapper.split_first() {
+        Some((program, rest)) => {
+            let mut c = Command::new(program);
+            c.args(rest).arg(DBCAGE);
+            c
+        }
+        None => Command::new(DBCAGE),
+    };
+    cmd.arg("-c")
+        .arg(&t.policy)
+        .args(args)
+        .env("DBCAGE_LOG", "dbcage=debug")
+        .env_remove("DBCAGE_CONFIG")
+        .env_remove("DBCAGE_COMM_SOURCE");
+    if let Some(source) = comm_source {
+        cmd.env("DBCAGE_COMM_SOURCE", source);
+    }
+    let out = cmd.output().expect("run dbcage");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(
+        out.status.success(),
+        "{wrapper:?} dbcage {args:?} (comm from {comm_source:?}): {stdout}{stderr}"
+    );
+    (stdout, stderr)
+}
+
 #[test]
 fn two_thousand_processes() {
     if skip() {
@@ -295,19 +333,8 @@ fn two_thousand_processes() {
     let spawn_time = t0.elapsed();
 
     let t0 = Instant::now();
-    let applied = Command::new(DBCAGE)
-        .args(["-c", t.policy.to_str().unwrap(), "apply"])
-        .env("DBCAGE_LOG", "dbcage=debug")
-        .env_remove("DBCAGE_CONFIG")
-        .env_remove("DBCAGE_COMM_SOURCE")
-        .output()
-        .expect("run dbcage apply");
+    let (out, log) = run_logged(&t, &[], &["apply"], None);
     let apply_time = t0.elapsed();
-    let (out, log) = (
-        String::from_utf8_lossy(&applied.stdout),
-        String::from_utf8_lossy(&applied.stderr),
-    );
-    assert!(applied.status.success(), "apply: {out}{log}");
     let iterated = log.lines().find(|l| l.contains("from the task iterator"));
     println!(
         "{N} processes: started in {:.2}s; apply took {:.2}s: {}; {}",
@@ -720,24 +747,13 @@ fn comm_rules_see_the_same_names_from_the_task_iterator_as_from_proc() {
     );
     let mut plans = Vec::new();
     for source in ["iterator", "proc"] {
-        let out = Command::new(DBCAGE)
-            .args(["-c", t.policy.to_str().unwrap(), "plan", "--json"])
-            .env("DBCAGE_COMM_SOURCE", source)
-            .env("DBCAGE_LOG", "dbcage=debug")
-            .env_remove("DBCAGE_CONFIG")
-            .output()
-            .expect("run dbcage plan");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success(),
-            "plan with comm from {source}: {stderr}"
-        );
+        let (stdout, stderr) = run_logged(&t, &[], &["plan", "--json"], Some(source));
         assert_eq!(
             stderr.contains("from the task iterator"),
             source == "iterator",
             "comm from {source}: {stderr}"
         );
-        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan --json");
+        let plan: serde_json::Value = serde_json::from_str(&stdout).expect("plan --json");
         let moved: Vec<(u64, String)> = plan["steps"]
             .as_array()
             .unwrap()
@@ -754,17 +770,8 @@ fn comm_rules_see_the_same_names_from_the_task_iterator_as_from_proc() {
     }
     // In a pid namespace of its own the iterator's pids (the host's) are not /proc's: refused,
     // and the names come from /proc.
-    let out = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", DBCAGE, "-c"])
-        .arg(&t.policy)
-        .arg("plan")
-        .env("DBCAGE_COMM_SOURCE", "iterator")
-        .env("DBCAGE_LOG", "dbcage=debug")
-        .env_remove("DBCAGE_CONFIG")
-        .output()
-        .expect("run dbcage plan under unshare");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "plan in a pid namespace: {stderr}");
+    let unshare = ["unshare", "--pid", "--fork", "--mount-proc"];
+    let (_, stderr) = run_logged(&t, &unshare, &["plan"], Some("iterator"));
     assert!(
         stderr.contains("in a pid namespace of its own")
             && !stderr.contains("from the task iterator"),

@@ -66,6 +66,9 @@ busy_worker() { # a shell busy loop named NAME
 }
 go() { : >"/tmp/go.$1"; }
 cgroup_of() { sed -n 's/^0:://p' "/proc/$1/cgroup" 2>/dev/null; }
+# running PID: the process is there and not a zombie (a child of this shell that exited stays
+# one until waited for)
+running() { [ -e "/proc/$1" ] && [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" != Z ]; }
 # reader_state PID TENANTDIR: what a reader slower than expected is doing, and its tenant's CPU
 reader_state() {
     info "reader $1: state $(cut -d' ' -f3 "/proc/$1/stat" 2>&1) wchan $(cat "/proc/$1/wchan" 2>&1)" \
@@ -190,17 +193,14 @@ kill "$R1" "$Q1" 2>/dev/null
 b0=$(devkey "$ROOT/BX1/exempt/io.stat" "$VDB" rbytes)
 t0=$(now_ns)
 go ora_lgwr_BX1
-running=yes
-while [ "$(cut -d' ' -f3 "/proc/$L1/stat" 2>/dev/null)" != Z ] && [ -e "/proc/$L1" ]; do
-    [ $(($(now_ns) - t0)) -lt 12000000000 ] || break
+while running "$L1" && [ $(($(now_ns) - t0)) -lt 12000000000 ]; do
     /bin/sleep 0.1
 done
-[ "$(cut -d' ' -f3 "/proc/$L1/stat" 2>/dev/null)" != Z ] && [ -e "/proc/$L1" ] || running=no
 b1=$(devkey "$ROOT/BX1/exempt/io.stat" "$VDB" rbytes)
 t1=$(now_ns)
 r=$(awk -v b="$((b1 - b0))" -v ns="$((t1 - t0))" 'BEGIN { printf "%.2f", b / 1048576 / (ns / 1e9) }')
 took="$(((b1 - b0) / 1048576)) MiB in $(((t1 - t0) / 1000000)) ms"
-if [ $running = yes ]; then
+if running "$L1"; then
     reader_state "$L1" "$ROOT/BX1"
     fail exempt_free "$r MiB/s ($took, reader still running after 12 s; want > 24 MiB/s)"
 elif [ $((b1 - b0)) -lt $((250 * 1048576)) ]; then
