@@ -60,6 +60,19 @@ pub fn measure_lock() -> MeasureGuard {
     }
 }
 
+/// A command that runs dbcage behind `wrapper` (`["strace", "-f"]`, `["unshare", "--pid"]`;
+/// empty: dbcage itself).
+pub fn dbcage_behind(wrapper: &[&str]) -> Command {
+    match wrapper.split_first() {
+        Some((program, rest)) => {
+            let mut c = Command::new(program);
+            c.args(rest).arg(DBCAGE);
+            c
+        }
+        None => Command::new(DBCAGE),
+    }
+}
+
 /// True when the test cannot run here and that is declared in `skips::DECLARED` (it prints and
 /// records why); panics, naming what could not run, when it cannot run and that is not
 /// declared. It needs root and the controllers dbcage drives, all on v1 or all on v2.
@@ -1110,14 +1123,7 @@ impl<'a> Daemon<'a> {
             "dbcage-test-stats-{}.json",
             N.fetch_add(1, Ordering::SeqCst)
         ));
-        let mut cmd = match wrapper.split_first() {
-            Some((program, rest)) => {
-                let mut c = Command::new(program);
-                c.args(rest).arg(DBCAGE);
-                c
-            }
-            None => Command::new(DBCAGE),
-        };
+        let mut cmd = dbcage_behind(wrapper);
         cmd.arg("-c")
             .arg(&t.policy)
             .arg("run")

@@ -269,14 +269,7 @@ fn run_logged(
     args: &[&str],
     comm_source: Option<&str>,
 ) -> (String, String) {
-    let mut cmd = match wrapper.split_first() {
-        Some((program, rest)) => {
-            let mut c = Command::new(program);
-            c.args(rest).arg(DBCAGE);
-            c
-        }
-        None => Command::new(DBCAGE),
-    };
+    let mut cmd = dbcage_behind(wrapper);
     cmd.arg("-c")
         .arg(&t.policy)
         .args(args)
